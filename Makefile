@@ -1,0 +1,32 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed
+
+.PHONY: demo test lint typecheck check clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)   ## run the daemon on an embedded PostgreSQL with config.example.toml
+	$(BIN)/pgtick demo --config config.example.toml
+
+test: $(STAMP)   ## lint, type-check and run the whole test suite
+	$(BIN)/ruff check daemon tests bench
+	$(BIN)/ruff format --check daemon tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check daemon tests bench
+	$(BIN)/ruff format --check daemon tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,63 @@
+"""The exception tree; the CLI maps it to exit codes in one place (``cli.EXIT_CODES``).
+
+::
+
+    PgtickError
+    ├── ConfigError            bad config file, key, value, cron, zone   -> exit 2
+    │   └── ScheduleError      a cron expression or time zone refused    -> exit 2
+    ├── MigrationError         an applied migration file was changed     -> exit 2
+    ├── SchemaOutdatedError    database schema older than this code      -> exit 2
+    ├── DatabaseError          database unreachable or a query failed    -> exit 3
+    ├── NotFoundError          run id, schedule name, ... not found      -> exit 4
+    └── JobControl             raised by handlers to steer their run
+        ├── Retry              retry after a chosen delay
+        └── Fail               give up now: the run goes to ``dead``
+"""
+
+from __future__ import annotations
+
+
+class PgtickError(Exception):
+    """Root of everything pgtick raises on purpose."""
+
+
+class ConfigError(PgtickError):
+    """A config file, key or value is wrong; the message names the key."""
+
+
+class ScheduleError(ConfigError):
+    """A cron expression, time zone or schedule option is refused."""
+
+
+class MigrationError(PgtickError):
+    """The migration history in the database does not match the files."""
+
+
+class SchemaOutdatedError(PgtickError):
+    """The database schema is older than the code; run ``pgtick migrate``."""
+
+
+class DatabaseError(PgtickError):
+    """The database could not be reached or a statement failed."""
+
+
+class NotFoundError(PgtickError):
+    """An object named on the command line does not exist."""
+
+
+class JobControl(PgtickError):  # noqa: N818 - control flow, not an error
+    """Base of the exceptions a handler raises to decide its run's fate."""
+
+
+class Retry(JobControl):
+    """Retry the run after ``after`` seconds (or a ``timedelta``), if attempts remain."""
+
+    def __init__(self, after: float | None = None, message: str = "retry requested") -> None:
+        super().__init__(message)
+        if after is not None and not isinstance(after, int | float):
+            after = after.total_seconds()  # type: ignore[attr-defined]
+        self.after: float | None = None if after is None else float(after)
+
+
+class Fail(JobControl):
+    """Fail the run now and for good: it goes straight to ``dead``."""
