@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 
 class PgtickError(Exception):
     """Root of everything pgtick raises on purpose."""
@@ -45,17 +47,19 @@ class NotFoundError(PgtickError):
     """An object named on the command line does not exist."""
 
 
-class JobControl(PgtickError):  # noqa: N818 - control flow, not an error
+class JobControl(PgtickError):
     """Base of the exceptions a handler raises to decide its run's fate."""
 
 
 class Retry(JobControl):
     """Retry the run after ``after`` seconds (or a ``timedelta``), if attempts remain."""
 
-    def __init__(self, after: float | None = None, message: str = "retry requested") -> None:
+    def __init__(
+        self, after: float | timedelta | None = None, message: str = "retry requested"
+    ) -> None:
         super().__init__(message)
-        if after is not None and not isinstance(after, int | float):
-            after = after.total_seconds()  # type: ignore[attr-defined]
+        if isinstance(after, timedelta):
+            after = after.total_seconds()
         self.after: float | None = None if after is None else float(after)
 
 

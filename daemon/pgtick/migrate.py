@@ -1,0 +1,106 @@
+"""Applies ``sql/migrations/NNNN_*.sql`` in order, each in its own transaction, under an
+advisory lock, recording each file's sha256; an applied file that changed is an error."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import re
+from dataclasses import dataclass
+
+import structlog
+
+from pgtick import db, sqlfile
+from pgtick.errors import MigrationError, SchemaOutdatedError
+
+_FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+log = structlog.get_logger("pgtick.migrate")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: str
+    name: str
+    sql: str
+    sha256: str
+
+
+def available() -> list[Migration]:
+    """The migration files shipped with this code, in order."""
+    folder = importlib.resources.files("pgtick").joinpath("sql/migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = _FILE_NAME.match(entry.name)
+        if match:
+            text = entry.read_text("utf-8")
+            digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+            found.append(Migration(match.group(1), match.group(2), text, digest))
+    return sorted(found, key=lambda m: m.version)
+
+
+def applied(conn: db.Connection, schema: str) -> dict[str, tuple[str, str]]:
+    """{version: (name, sha256)} of what the database has applied; empty if never migrated."""
+    exists = conn.execute(
+        sqlfile.query("migrations_table_exists"), {"table": f'"{schema}".schema_migrations'}
+    ).fetchone()
+    if not exists or not exists[0]:
+        return {}
+    rows = conn.execute(sqlfile.with_schema("applied_migrations", schema)).fetchall()
+    return {version: (name, sha) for version, name, sha in rows}
+
+
+def _verify(done: dict[str, tuple[str, str]], files: list[Migration]) -> list[Migration]:
+    """Check applied files are unchanged; return the pending ones."""
+    by_version = {m.version: m for m in files}
+    for version, (_name, sha) in done.items():
+        migration = by_version.get(version)
+        if migration is not None and migration.sha256 != sha:
+            raise MigrationError(
+                f"migration {version}_{migration.name}.sql was changed after it was applied "
+                f"(database has sha256 {sha[:12]}, file has {migration.sha256[:12]}); "
+                "applied migrations must never be edited: add a new one"
+            )
+    return [m for m in files if m.version not in done]
+
+
+def pending(conn: db.Connection, schema: str) -> list[Migration]:
+    """Migrations not yet applied (raises MigrationError if an applied one changed)."""
+    return _verify(applied(conn, schema), available())
+
+
+def check_current(conn: db.Connection, schema: str) -> None:
+    """Refuse to run against an older schema (SPEC §2)."""
+    todo = pending(conn, schema)
+    if todo:
+        names = ", ".join(f"{m.version}_{m.name}" for m in todo)
+        raise SchemaOutdatedError(
+            f"database schema {schema!r} is older than this pgtick (pending: {names}); "
+            "run `pgtick migrate` (or start with `pgtick run --migrate`)"
+        )
+
+
+def migrate(dsn: str, schema: str) -> list[str]:
+    """Apply pending migrations; idempotent and safe to run from many processes at once."""
+    with db.connect_raw(dsn, application_name="pgtick-migrate") as conn, db.wrap_errors("migrate"):
+        conn.execute(sqlfile.query("migrations_lock"), {"schema": schema})
+        try:
+            conn.execute(sqlfile.with_schema("create_schema", schema))
+            conn.execute(sqlfile.with_schema("create_migrations_table", schema))
+            done = []
+            for migration in pending(conn, schema):
+                with conn.transaction():
+                    conn.execute(sqlfile.with_schema("set_local_search_path", schema))
+                    conn.execute(migration.sql.encode("utf-8"))
+                    conn.execute(
+                        sqlfile.with_schema("record_migration", schema),
+                        {
+                            "version": migration.version,
+                            "name": migration.name,
+                            "sha256": migration.sha256,
+                        },
+                    )
+                log.info("migration_applied", version=migration.version, name=migration.name)
+                done.append(f"{migration.version}_{migration.name}")
+            return done
+        finally:
+            conn.execute(sqlfile.query("migrations_unlock"), {"schema": schema})

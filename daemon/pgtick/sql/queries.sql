@@ -1,0 +1,313 @@
+-- Every statement pgtick sends, as named blocks: a "-- name --" line, description comment
+-- lines, then the SQL. Loaded once by sqlfile.py. Parameters are %(name)s; the schema is
+-- never interpolated: connections run with search_path set to it (db.py), and {schema} in
+-- the few statements that need the identifier is filled with psycopg.sql.Identifier.
+
+-- set_search_path --
+-- Sent once per new connection.
+SET search_path TO {schema};
+
+-- db_now --
+-- The database clock; every time comparison uses it (SPEC §2 rule 2).
+SELECT now();
+
+-- enqueue --
+-- One run through the schema's own SQL function, so the rules live in one place.
+SELECT enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s);
+
+-- enqueue_qualified --
+-- The same from a caller's connection, whose search_path we must not touch.
+SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s);
+
+-- enqueue_many --
+-- Many runs in one statement. Ids are drawn first so that each input row maps back to its
+-- run; rows whose idempotency key already exists insert nothing and come back with NULL
+-- (the caller then looks those keys up).
+WITH input AS (
+    SELECT i.*, nextval(pg_get_serial_sequence('runs', 'id')) AS new_id
+    FROM unnest(%(job_types)s::text[], %(payloads)s::jsonb[], %(run_ats)s::timestamptz[],
+                %(keys)s::text[], %(max_attempts)s::int[])
+         WITH ORDINALITY AS i(job_type, payload, run_at, idempotency_key, max_attempts, ord)
+), inserted AS (
+    INSERT INTO runs (id, job_type, payload, run_at, idempotency_key, max_attempts)
+    OVERRIDING SYSTEM VALUE
+    SELECT new_id, job_type, coalesce(payload, '{}'::jsonb), coalesce(run_at, now()),
+           idempotency_key, max_attempts
+    FROM input ORDER BY ord
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
+)
+SELECT input.ord, inserted.id, existing.id
+FROM input
+LEFT JOIN inserted ON inserted.id = input.new_id
+LEFT JOIN runs existing ON existing.idempotency_key = input.idempotency_key
+ORDER BY input.ord;
+
+-- run_ids_by_keys --
+-- Existing runs for idempotency keys (after a conflict with a concurrent enqueue).
+SELECT idempotency_key, id FROM runs WHERE idempotency_key = ANY(%(keys)s::text[]);
+
+-- notify --
+-- Wake idle daemons that handle this job type.
+SELECT pg_notify(current_schema(), %(job_type)s);
+
+-- claim --
+-- Claim up to %(limit)s due runs of the given job types in one statement (SPEC §2 rule 1):
+-- SKIP LOCKED so claimers never wait on each other; the partial index runs_claim_idx serves
+-- the scan. Fills in max_attempts from the job type when the run did not set one, and opens
+-- the attempt rows.
+WITH types AS (
+    SELECT * FROM unnest(%(job_types)s::text[], %(leases)s::float8[], %(max_attempts)s::int[])
+        AS t(job_type, lease, max_attempts)
+), picked AS (
+    SELECT r.id
+    FROM runs r
+    WHERE r.status IN ('queued', 'failed')
+      AND r.run_at <= now()
+      AND r.job_type = ANY(%(job_types)s::text[])
+    ORDER BY r.run_at, r.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE runs r
+    SET status = 'running',
+        locked_by = %(worker_id)s,
+        locked_until = now() + make_interval(secs => t.lease),
+        attempts = r.attempts + 1,
+        max_attempts = coalesce(r.max_attempts, t.max_attempts),
+        started_at = now(),
+        updated_at = now()
+    FROM picked, types t
+    WHERE r.id = picked.id AND t.job_type = r.job_type
+    RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
+              r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until
+), opened AS (
+    INSERT INTO attempts (run_id, attempt, worker_id, started_at)
+    SELECT id, attempts, %(worker_id)s, started_at FROM claimed
+)
+SELECT * FROM claimed;
+
+-- next_due --
+-- When the earliest runnable run of these job types comes due: how long an idle worker sleeps.
+SELECT run_at
+FROM runs
+WHERE status IN ('queued', 'failed') AND job_type = ANY(%(job_types)s::text[])
+ORDER BY run_at
+LIMIT 1;
+
+-- heartbeat --
+-- Extend the leases this worker still holds (SPEC §2 rule 3) and mark the worker alive.
+-- A run missing from the result has been lost.
+WITH alive AS (
+    UPDATE workers SET heartbeat_at = now() WHERE id = %(worker_id)s
+)
+UPDATE runs r
+SET locked_until = now() + make_interval(secs => h.lease)
+FROM unnest(%(ids)s::bigint[], %(leases)s::float8[]) AS h(id, lease)
+WHERE r.id = h.id AND r.locked_by = %(worker_id)s AND r.status = 'running'
+RETURNING r.id;
+
+-- succeed --
+-- Finish runs as succeeded, guarded by the lease (SPEC §2 rule 4); returns those finished.
+WITH done AS (
+    UPDATE runs r
+    SET status = 'succeeded', locked_by = NULL, locked_until = NULL,
+        finished_at = now(), updated_at = now()
+    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.locked_by = %(worker_id)s AND r.status = 'running'
+    RETURNING r.id, r.attempts
+), closed AS (
+    UPDATE attempts a
+    SET finished_at = now(), outcome = 'succeeded'
+    FROM done
+    WHERE a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
+)
+SELECT id FROM done;
+
+-- fail --
+-- Finish runs as failed (retry at now() + delay) or dead (delay NULL, or attempts exhausted),
+-- guarded by the lease. The short error goes to the run, the bounded detail to the attempt.
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(errors)s::text[], %(error_types)s::text[],
+                         %(details)s::text[], %(delays)s::float8[])
+        AS f(id, error, error_type, detail, delay)
+), done AS (
+    UPDATE runs r
+    SET status = CASE WHEN f.delay IS NULL OR r.attempts >= r.max_attempts
+                      THEN 'dead' ELSE 'failed' END,
+        run_at = CASE WHEN f.delay IS NULL OR r.attempts >= r.max_attempts
+                      THEN r.run_at ELSE now() + make_interval(secs => f.delay) END,
+        finished_at = CASE WHEN f.delay IS NULL OR r.attempts >= r.max_attempts
+                           THEN now() END,
+        last_error = f.error, error_type = f.error_type,
+        locked_by = NULL, locked_until = NULL, updated_at = now()
+    FROM input f
+    WHERE r.id = f.id AND r.locked_by = %(worker_id)s AND r.status = 'running'
+    RETURNING r.id, r.attempts, r.status, r.run_at, f.detail, f.error_type
+), closed AS (
+    UPDATE attempts a
+    SET finished_at = now(), outcome = 'failed', error = done.detail,
+        error_type = done.error_type
+    FROM done
+    WHERE a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
+)
+SELECT id, status, run_at FROM done;
+
+-- release --
+-- Give runs back unfinished (shutdown): queued again, the attempt not counted.
+WITH done AS (
+    UPDATE runs r
+    SET status = 'queued', attempts = r.attempts - 1,
+        locked_by = NULL, locked_until = NULL, updated_at = now()
+    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.locked_by = %(worker_id)s AND r.status = 'running'
+    RETURNING r.id, r.attempts + 1 AS attempt
+), closed AS (
+    UPDATE attempts a
+    SET finished_at = now(), outcome = 'released', error = 'released on shutdown'
+    FROM done
+    WHERE a.run_id = done.id AND a.attempt = done.attempt AND a.outcome IS NULL
+)
+SELECT id FROM done;
+
+-- reap_select --
+-- Lock running runs whose lease expired (crashed or frozen daemon), oldest first; served by
+-- runs_lease_idx. The caller computes each one's backoff and calls reap_mark.
+SELECT id, job_type, attempts, max_attempts, locked_by
+FROM runs
+WHERE status = 'running' AND locked_until < now()
+ORDER BY locked_until
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- reap_mark --
+-- Turn reaped runs into failed (delay given) or dead (delay NULL), attempt outcome 'lost'
+-- (SPEC §2 rule 6).
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS f(id, delay)
+), done AS (
+    UPDATE runs r
+    SET status = CASE WHEN f.delay IS NULL THEN 'dead' ELSE 'failed' END,
+        run_at = CASE WHEN f.delay IS NULL THEN r.run_at
+                      ELSE now() + make_interval(secs => f.delay) END,
+        finished_at = CASE WHEN f.delay IS NULL THEN now() END,
+        last_error = 'lease expired while running on ' || r.locked_by,
+        error_type = 'lease_expired',
+        locked_by = NULL, locked_until = NULL, updated_at = now()
+    FROM input f
+    WHERE r.id = f.id AND r.status = 'running' AND r.locked_until < now()
+    RETURNING r.id, r.attempts, r.status, r.job_type
+), closed AS (
+    UPDATE attempts a
+    SET finished_at = now(), outcome = 'lost', error = 'lease expired',
+        error_type = 'lease_expired'
+    FROM done
+    WHERE a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
+)
+SELECT id, status, job_type FROM done;
+
+-- retry --
+-- Operator retry: failed/dead/cancelled back to queued, due now, lease cleared. A run that
+-- had used up its attempts gets one more.
+UPDATE runs
+SET status = 'queued', run_at = now(), locked_by = NULL, locked_until = NULL,
+    finished_at = NULL, updated_at = now(),
+    max_attempts = CASE WHEN max_attempts IS NOT NULL AND attempts >= max_attempts
+                        THEN attempts + 1 ELSE max_attempts END
+WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('failed', 'dead', 'cancelled')
+RETURNING id, job_type;
+
+-- cancel --
+-- Operator cancel of non-terminal runs. A running one loses its lease: its worker's next
+-- heartbeat finds it gone and tells the handler to stop.
+WITH done AS (
+    UPDATE runs
+    SET status = 'cancelled', finished_at = now(), locked_by = NULL, locked_until = NULL,
+        updated_at = now()
+    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('queued', 'running', 'failed')
+    RETURNING id
+), closed AS (
+    UPDATE attempts a
+    SET finished_at = now(), outcome = 'lost', error = 'cancelled by operator'
+    FROM done
+    WHERE a.run_id = done.id AND a.outcome IS NULL
+)
+SELECT id FROM done;
+
+-- prune --
+-- Delete up to %(batch)s terminal runs of one status finished before the cutoff; their
+-- attempt rows go with them (ON DELETE CASCADE). Called in a loop until it deletes nothing.
+WITH victims AS (
+    SELECT id FROM runs
+    WHERE status = %(status)s
+      AND finished_at < now() - make_interval(secs => %(older_than)s)
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM runs r USING victims v WHERE r.id = v.id;
+
+-- get_run --
+-- One run by id.
+SELECT id, schedule_id, scheduled_for, job_type, payload, idempotency_key, status, run_at,
+       attempts, max_attempts, locked_by, locked_until, last_error, error_type, started_at,
+       finished_at, created_at, updated_at
+FROM runs WHERE id = %(id)s;
+
+-- get_attempts --
+-- A run's attempts in order.
+SELECT run_id, attempt, worker_id, started_at, finished_at, outcome, error, error_type
+FROM attempts WHERE run_id = %(id)s ORDER BY id;
+
+-- register_worker --
+-- A daemon announces itself on start.
+INSERT INTO workers (id, hostname, pid, version, threads, job_types)
+VALUES (%(id)s, %(hostname)s, %(pid)s, %(version)s, %(threads)s, %(job_types)s)
+ON CONFLICT (id) DO UPDATE
+SET hostname = excluded.hostname, pid = excluded.pid, version = excluded.version,
+    threads = excluded.threads, job_types = excluded.job_types, heartbeat_at = now();
+
+-- deregister_worker --
+-- A daemon removes itself on clean exit.
+DELETE FROM workers WHERE id = %(id)s;
+
+-- reap_workers --
+-- Forget daemons that stopped heartbeating long ago (killed, host gone).
+DELETE FROM workers
+WHERE heartbeat_at < now() - make_interval(secs => %(older_than)s)
+RETURNING id;
+
+-- effect_once --
+-- Record a side effect's key; returns a row only the first time the key is seen.
+INSERT INTO effects (key, run_id) VALUES (%(key)s, %(run_id)s)
+ON CONFLICT (key) DO NOTHING
+RETURNING key;
+
+-- migrations_lock --
+-- Serialize migrators (any number of daemons may start with --migrate at once).
+SELECT pg_advisory_lock(hashtext('pgtick.migrate.' || %(schema)s));
+
+-- migrations_unlock --
+SELECT pg_advisory_unlock(hashtext('pgtick.migrate.' || %(schema)s));
+
+-- create_schema --
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+-- create_migrations_table --
+CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
+    version     text PRIMARY KEY,
+    name        text NOT NULL,
+    sha256      text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- applied_migrations --
+-- What has been applied; NULL table name means the schema was never migrated.
+SELECT version, name, sha256 FROM {schema}.schema_migrations ORDER BY version;
+
+-- migrations_table_exists --
+SELECT to_regclass(%(table)s) IS NOT NULL;
+
+-- set_local_search_path --
+SET LOCAL search_path TO {schema};
+
+-- record_migration --
+INSERT INTO {schema}.schema_migrations (version, name, sha256)
+VALUES (%(version)s, %(name)s, %(sha256)s);

@@ -1,0 +1,403 @@
+"""RunStore: one typed method per named query in ``sql/queries.sql``; the only caller of it.
+
+Methods take and return plain values and frozen dataclasses; psycopg errors leave as
+``DatabaseError`` (via ``db.wrap_errors``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg_pool
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from pgtick import db, sqlfile
+
+TERMINAL_STATUSES = ("succeeded", "dead", "cancelled", "skipped")
+ACTIVE_STATUSES = ("queued", "running", "failed")
+STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped")
+PRUNE_BATCH_ROWS = 1000
+REAP_BATCH_ROWS = 500
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run to enqueue."""
+
+    job_type: str
+    payload: Mapping[str, Any] | None = None
+    run_at: datetime | None = None
+    idempotency_key: str | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True)
+class ClaimType:
+    """What a claimer tells the database about a job type it handles."""
+
+    job_type: str
+    lease_seconds: float
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    """A run this worker now holds."""
+
+    id: int
+    job_type: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime | None
+    idempotency_key: str | None
+    run_at: datetime
+    schedule_id: int | None
+    started_at: datetime
+    locked_until: datetime
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed attempt to record; ``retry_in_seconds`` None means give up (dead)."""
+
+    run_id: int
+    error: str
+    error_type: str
+    detail: str
+    retry_in_seconds: float | None
+
+
+@dataclass(frozen=True)
+class FailResult:
+    id: int
+    status: str
+    run_at: datetime
+
+
+@dataclass(frozen=True)
+class ReapedRun:
+    id: int
+    status: str
+    job_type: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """A row of ``runs``."""
+
+    id: int
+    schedule_id: int | None
+    scheduled_for: datetime | None
+    job_type: str
+    payload: Any
+    idempotency_key: str | None
+    status: str
+    run_at: datetime
+    attempts: int
+    max_attempts: int | None
+    locked_by: str | None
+    locked_until: datetime | None
+    last_error: str | None
+    error_type: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A row of ``attempts``."""
+
+    run_id: int
+    attempt: int
+    worker_id: str
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: str | None
+    error: str | None
+    error_type: str | None
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    id: str
+    hostname: str
+    pid: int
+    version: str
+    threads: int
+    job_types: Sequence[str]
+
+
+Pool = psycopg_pool.ConnectionPool[db.Connection]
+
+
+def enqueue_on(
+    conn: db.Connection,
+    schema: str,
+    run: NewRun,
+) -> int:
+    """Enqueue through ``<schema>.enqueue()`` on the caller's connection and transaction."""
+    with db.wrap_errors("enqueue"):
+        row = conn.execute(
+            sqlfile.with_schema("enqueue_qualified", schema), _enqueue_params(run)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _enqueue_params(run: NewRun) -> dict[str, Any]:
+    return {
+        "job_type": run.job_type,
+        "payload": Jsonb(dict(run.payload) if run.payload is not None else {}),
+        "run_at": run.run_at,
+        "idempotency_key": run.idempotency_key,
+        "max_attempts": run.max_attempts,
+    }
+
+
+class RunStore:
+    """Typed access to the pgtick schema through a connection pool."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    @contextlib.contextmanager
+    def _conn(self, operation: str) -> Iterator[db.Connection]:
+        with db.wrap_errors(operation), self.pool.connection() as conn:
+            yield conn
+
+    def _all(self, operation: str, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        with self._conn(operation) as conn:
+            return conn.execute(sqlfile.query(query), params).fetchall()
+
+    # -- clock -----------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The database clock."""
+        value: datetime = self._all("now", "db_now", {})[0][0]
+        return value
+
+    # -- enqueue ---------------------------------------------------------------------------
+
+    def enqueue(self, run: NewRun) -> int:
+        """Add one run (or return the existing one for its idempotency key)."""
+        rows = self._all("enqueue", "enqueue", _enqueue_params(run))
+        return int(rows[0][0])
+
+    def enqueue_many(self, runs: Sequence[NewRun]) -> list[int]:
+        """Add many runs in one statement; ids in input order, existing ids for taken keys."""
+        if not runs:
+            return []
+        # The same key twice in one batch is one run: send it once.
+        first_by_key: dict[str, int] = {}
+        unique: list[NewRun] = []
+        slot: list[int] = []
+        for run in runs:
+            key = run.idempotency_key
+            if key is not None and key in first_by_key:
+                slot.append(first_by_key[key])
+                continue
+            if key is not None:
+                first_by_key[key] = len(unique)
+            slot.append(len(unique))
+            unique.append(run)
+        params = {
+            "job_types": [r.job_type for r in unique],
+            "payloads": [Jsonb(dict(r.payload) if r.payload is not None else {}) for r in unique],
+            "run_ats": [r.run_at for r in unique],
+            "keys": [r.idempotency_key for r in unique],
+            "max_attempts": [r.max_attempts for r in unique],
+        }
+        with self._conn("enqueue") as conn, conn.transaction():
+            rows = conn.execute(sqlfile.query("enqueue_many"), params).fetchall()
+            ids: list[int | None] = [inserted or existing for _, inserted, existing in rows]
+            missing = [unique[i].idempotency_key for i, v in enumerate(ids) if v is None]
+            if missing:
+                found = dict(
+                    conn.execute(sqlfile.query("run_ids_by_keys"), {"keys": missing}).fetchall()
+                )
+                ids = [
+                    v if v is not None else found[unique[i].idempotency_key]
+                    for i, v in enumerate(ids)
+                ]
+            for job_type in sorted({r.job_type for r in unique}):
+                conn.execute(sqlfile.query("notify"), {"job_type": job_type})
+        return [int(ids[i]) for i in slot]  # type: ignore[arg-type]
+
+    # -- claiming and finishing -----------------------------------------------------------
+
+    def claim(self, worker_id: str, types: Sequence[ClaimType], limit: int) -> list[ClaimedRun]:
+        """Claim up to ``limit`` due runs of the given types in one statement."""
+        if limit <= 0 or not types:
+            return []
+        params = {
+            "worker_id": worker_id,
+            "job_types": [t.job_type for t in types],
+            "leases": [t.lease_seconds for t in types],
+            "max_attempts": [t.max_attempts for t in types],
+            "limit": limit,
+        }
+        return [ClaimedRun(*row) for row in self._all("claim", "claim", params)]
+
+    def next_due(self, job_types: Sequence[str]) -> datetime | None:
+        """When the earliest runnable run of these types is due (None: nothing queued)."""
+        rows = self._all("next_due", "next_due", {"job_types": list(job_types)})
+        return rows[0][0] if rows else None
+
+    def heartbeat(self, worker_id: str, leases: Mapping[int, float]) -> set[int]:
+        """Extend the given leases; returns the ids still held (the others are lost)."""
+        params = {
+            "worker_id": worker_id,
+            "ids": list(leases),
+            "leases": list(leases.values()),
+        }
+        return {row[0] for row in self._all("heartbeat", "heartbeat", params)}
+
+    def succeed(self, worker_id: str, run_ids: Sequence[int]) -> set[int]:
+        """Mark runs succeeded if this worker still holds them; returns those it did."""
+        with self._conn("succeed") as conn:
+            return self.succeed_on(conn, worker_id, run_ids)
+
+    @staticmethod
+    def succeed_on(conn: db.Connection, worker_id: str, run_ids: Sequence[int]) -> set[int]:
+        """``succeed`` on a given connection (inside a handler's transaction)."""
+        with db.wrap_errors("succeed"):
+            rows = conn.execute(
+                sqlfile.query("succeed"), {"worker_id": worker_id, "ids": list(run_ids)}
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def fail(self, worker_id: str, failures: Sequence[Failure]) -> list[FailResult]:
+        """Record failed attempts: ``failed`` with a retry time, or ``dead``."""
+        if not failures:
+            return []
+        params = {
+            "worker_id": worker_id,
+            "ids": [f.run_id for f in failures],
+            "errors": [f.error for f in failures],
+            "error_types": [f.error_type for f in failures],
+            "details": [f.detail for f in failures],
+            "delays": [f.retry_in_seconds for f in failures],
+        }
+        return [FailResult(*row) for row in self._all("fail", "fail", params)]
+
+    def release(self, worker_id: str, run_ids: Sequence[int]) -> set[int]:
+        """Give held runs back (queued, attempt not counted); returns those released."""
+        if not run_ids:
+            return set()
+        rows = self._all("release", "release", {"worker_id": worker_id, "ids": list(run_ids)})
+        return {row[0] for row in rows}
+
+    def reap(
+        self,
+        delay_for: Callable[[str, int], float],
+        limit: int = REAP_BATCH_ROWS,
+    ) -> list[ReapedRun]:
+        """Fail or kill runs whose lease expired (SPEC §2 rule 6), one short transaction."""
+        with self._conn("reap") as conn, conn.transaction():
+            rows = conn.execute(sqlfile.query("reap_select"), {"limit": limit}).fetchall()
+            if not rows:
+                return []
+            ids = [row[0] for row in rows]
+            delays = [
+                None if attempts >= (max_attempts or 1) else delay_for(job_type, attempts)
+                for _, job_type, attempts, max_attempts, _ in rows
+            ]
+            done = conn.execute(
+                sqlfile.query("reap_mark"), {"ids": ids, "delays": delays}
+            ).fetchall()
+        return [ReapedRun(*row) for row in done]
+
+    # -- operator actions -----------------------------------------------------------------
+
+    def retry(self, run_ids: Sequence[int]) -> list[int]:
+        """failed/dead/cancelled -> queued now; returns the ids that changed."""
+        with self._conn("retry") as conn, conn.transaction():
+            rows = conn.execute(sqlfile.query("retry"), {"ids": list(run_ids)}).fetchall()
+            for job_type in sorted({row[1] for row in rows}):
+                conn.execute(sqlfile.query("notify"), {"job_type": job_type})
+        return sorted(row[0] for row in rows)
+
+    def cancel(self, run_ids: Sequence[int]) -> list[int]:
+        """Non-terminal -> cancelled; returns the ids that changed."""
+        return sorted(row[0] for row in self._all("cancel", "cancel", {"ids": list(run_ids)}))
+
+    def prune(self, status: str, older_than_seconds: float, batch: int = PRUNE_BATCH_ROWS) -> int:
+        """Delete terminal runs of ``status`` finished longer ago than given, in batches."""
+        if status not in TERMINAL_STATUSES:
+            raise ValueError(f"only terminal runs are pruned, not {status!r}")
+        total = 0
+        while True:
+            with self._conn("prune") as conn:
+                cur = conn.execute(
+                    sqlfile.query("prune"),
+                    {"status": status, "older_than": older_than_seconds, "batch": batch},
+                )
+                deleted = cur.rowcount
+            total += deleted
+            if deleted < batch:
+                return total
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def get_run(self, run_id: int) -> Run | None:
+        rows = self._all("get_run", "get_run", {"id": run_id})
+        return Run(*rows[0]) if rows else None
+
+    def get_attempts(self, run_id: int) -> list[Attempt]:
+        return [Attempt(*row) for row in self._all("get_attempts", "get_attempts", {"id": run_id})]
+
+    # -- workers and effects ----------------------------------------------------------------
+
+    def register_worker(self, info: WorkerInfo) -> None:
+        with self._conn("register_worker") as conn:
+            conn.execute(
+                sqlfile.query("register_worker"),
+                {
+                    "id": info.id,
+                    "hostname": info.hostname,
+                    "pid": info.pid,
+                    "version": info.version,
+                    "threads": info.threads,
+                    "job_types": list(info.job_types),
+                },
+            )
+
+    def deregister_worker(self, worker_id: str) -> None:
+        with self._conn("deregister_worker") as conn:
+            conn.execute(sqlfile.query("deregister_worker"), {"id": worker_id})
+
+    def reap_workers(self, older_than_seconds: float) -> list[str]:
+        rows = self._all("reap_workers", "reap_workers", {"older_than": older_than_seconds})
+        return [row[0] for row in rows]
+
+    @staticmethod
+    def effect_once_on(conn: db.Connection, key: str, run_id: int | None) -> bool:
+        """True only the first time ``key`` is recorded (on the given connection)."""
+        with db.wrap_errors("effect_once"):
+            row = conn.execute(
+                sqlfile.query("effect_once"), {"key": key, "run_id": run_id}
+            ).fetchone()
+        return row is not None
+
+    def effect_once(self, key: str, run_id: int | None) -> bool:
+        with self._conn("effect_once") as conn:
+            return self.effect_once_on(conn, key, run_id)
+
+    @contextlib.contextmanager
+    def connection(self, operation: str = "connection") -> Iterator[db.Connection]:
+        """A pooled connection for callers that need a transaction of their own."""
+        with self._conn(operation) as conn:
+            yield conn
+
+
+def identifier(schema: str) -> sql.Identifier:
+    """The schema as a quoted SQL identifier."""
+    return sql.Identifier(schema)
