@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
 from pgtick.errors import (
     ConfigError,
     DatabaseError,
@@ -13,6 +18,32 @@ from pgtick.errors import (
 
 __version__ = "0.1.0"
 
+DEFAULT_SCHEMA = "pgtick"
+
+
+def enqueue(
+    conn: psycopg.Connection[Any],
+    job_type: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    run_at: datetime | None = None,
+    idempotency_key: str | None = None,
+    max_attempts: int | None = None,
+    schema: str = DEFAULT_SCHEMA,
+) -> int:
+    """Enqueue a run inside the caller's own transaction; returns its id.
+
+    Nothing is visible to daemons until the caller commits, so a job is enqueued exactly when
+    the business change that needs it is. An ``idempotency_key`` that already exists returns
+    the existing run's id and changes nothing.
+    """
+    from pgtick.store import NewRun, enqueue_on
+
+    return enqueue_on(
+        conn, schema, NewRun(job_type, payload, run_at, idempotency_key, max_attempts)
+    )
+
+
 __all__ = [
     "ConfigError",
     "DatabaseError",
@@ -21,4 +52,5 @@ __all__ = [
     "PgtickError",
     "Retry",
     "__version__",
+    "enqueue",
 ]

@@ -1,0 +1,116 @@
+"""Must show 6: migrations are idempotent, refuse edited files, and the indexes serve."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgtick import db, migrate, sqlfile
+from pgtick.errors import MigrationError, SchemaOutdatedError
+
+EXPECTED_TABLES = {"schedules", "runs", "attempts", "workers", "effects", "schema_migrations"}
+
+
+def test_apply_twice_is_a_no_op(empty_dsn: str) -> None:
+    first = migrate.migrate(empty_dsn, "pgtick")
+    assert first == [f"{m.version}_{m.name}" for m in migrate.available()]
+    assert migrate.migrate(empty_dsn, "pgtick") == []
+    with db.connect(empty_dsn, "pgtick") as conn:
+        tables = {
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'pgtick'"
+            )
+        }
+        assert tables == EXPECTED_TABLES
+        migrate.check_current(conn, "pgtick")
+
+
+def test_custom_schema_is_self_contained(empty_dsn: str) -> None:
+    migrate.migrate(empty_dsn, "jobs_2")
+    with db.connect_raw(empty_dsn) as conn:
+        # The SQL function finds its tables whatever the caller's search_path is.
+        row = conn.execute("SELECT jobs_2.enqueue('x')").fetchone()
+        assert row is not None
+        count = conn.execute("SELECT count(*) FROM jobs_2.runs").fetchone()
+        assert count == (1,)
+        missing = conn.execute("SELECT to_regclass('pgtick.runs')").fetchone()
+        assert missing == (None,)
+
+
+def test_outdated_schema_is_refused_with_the_command_to_run(empty_dsn: str) -> None:
+    with (
+        db.connect(empty_dsn, "pgtick") as conn,
+        pytest.raises(SchemaOutdatedError, match="pgtick migrate"),
+    ):
+        migrate.check_current(conn, "pgtick")
+
+
+def test_modified_applied_file_is_refused(empty_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    migrate.migrate(empty_dsn, "pgtick")
+    original = migrate.available()
+    edited = [
+        migrate.Migration(m.version, m.name, m.sql + "\n-- edited\n", "0" * 64) for m in original
+    ]
+    monkeypatch.setattr(migrate, "available", lambda: edited)
+    with pytest.raises(MigrationError, match="changed after it was applied"):
+        migrate.migrate(empty_dsn, "pgtick")
+    with db.connect(empty_dsn, "pgtick") as conn, pytest.raises(MigrationError):
+        migrate.check_current(conn, "pgtick")
+
+
+def test_concurrent_migrators_apply_once(empty_dsn: str) -> None:
+    import threading
+
+    results: list[list[str]] = []
+
+    def run() -> None:
+        results.append(migrate.migrate(empty_dsn, "pgtick"))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(len(r) for r in results) == [0, 0, 0, len(migrate.available())]
+
+
+def _plan(conn: db.Connection, name: str, params: dict[str, object]) -> str:
+    rows = conn.execute(b"EXPLAIN " + sqlfile.queries()[name].encode(), params).fetchall()
+    return "\n".join(r[0] for r in rows)
+
+
+@pytest.mark.timeout(300)
+def test_claim_and_reaper_use_their_partial_indexes(conn: db.Connection) -> None:
+    conn.execute(
+        """
+        INSERT INTO runs (job_type, status, run_at, attempts, max_attempts, finished_at)
+        SELECT 'noop', (ARRAY['succeeded','dead','cancelled','skipped'])[1 + g % 4],
+               now() - interval '1 day', 1, 10, now() - interval '1 hour'
+        FROM generate_series(1, 1000000) g
+        """
+    )
+    conn.execute(
+        "INSERT INTO runs (job_type, run_at) "
+        "SELECT 'noop', now() - g * interval '1 second' FROM generate_series(1, 1000) g"
+    )
+    conn.execute(
+        "INSERT INTO runs (job_type, status, locked_by, locked_until) "
+        "SELECT 'noop', 'running', 'w', now() + interval '1 minute' FROM generate_series(1, 50)"
+    )
+    conn.execute("ANALYZE runs")
+    claim = _plan(
+        conn,
+        "claim",
+        {
+            "worker_id": "w",
+            "job_types": ["noop"],
+            "leases": [60.0],
+            "max_attempts": [10],
+            "limit": 10,
+        },
+    )
+    assert "runs_claim_idx" in claim, claim
+    assert "Seq Scan on runs" not in claim, claim
+    reap = _plan(conn, "reap_select", {"limit": 500})
+    assert "runs_lease_idx" in reap, reap
+    assert "Seq Scan on runs" not in reap, reap
