@@ -246,10 +246,10 @@ class RunStore:
         }
         return [ClaimedRun(*row) for row in self._all("claim", "claim", params)]
 
-    def next_due(self, job_types: Sequence[str]) -> datetime | None:
-        """When the earliest runnable run of these types is due (None: nothing queued)."""
+    def next_due_in(self, job_types: Sequence[str]) -> float | None:
+        """Seconds until the earliest runnable run of these types is due (None: none)."""
         rows = self._all("next_due", "next_due", {"job_types": list(job_types)})
-        return rows[0][0] if rows else None
+        return float(rows[0][0]) if rows else None
 
     def heartbeat(self, worker_id: str, leases: Mapping[int, float]) -> set[int]:
         """Extend the given leases; returns the ids still held (the others are lost)."""

@@ -1,7 +1,8 @@
 """A claiming process for the claim-race test: N threads claim until nothing is left.
 
-Usage: python claimer.py DSN THREADS GO_FILE OUT_FILE. Connections run with lock_timeout=1ms,
-so a claimer that ever waits on another's row lock fails loudly instead of waiting.
+Usage: python claimer.py DSN THREADS GO_FILE OUT_FILE. Connections run with a 5 s
+statement_timeout: the test holds row locks on some runs for longer than that, so a claimer
+that waited on another's lock instead of skipping it would fail loudly.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ CLAIM_BATCH = 10
 
 def main() -> None:
     dsn, threads, go_file, out_file = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    pool = db.make_pool(make_conninfo(dsn, options="-c lock_timeout=1ms"), "pgtick", size=threads)
+    pool = db.make_pool(
+        make_conninfo(dsn, options="-c statement_timeout=5000"), "pgtick", size=threads
+    )
     store = RunStore(pool)
     claimed: dict[int, list[int]] = {i: [] for i in range(threads)}
     errors: list[str] = []

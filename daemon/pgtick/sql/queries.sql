@@ -88,8 +88,9 @@ WITH types AS (
 SELECT * FROM claimed;
 
 -- next_due --
--- When the earliest runnable run of these job types comes due: how long an idle worker sleeps.
-SELECT run_at
+-- Seconds until the earliest runnable run of these job types comes due (negative: overdue),
+-- on the database clock: how long an idle dispatcher may sleep.
+SELECT extract(epoch FROM run_at - now())::float8
 FROM runs
 WHERE status IN ('queued', 'failed') AND job_type = ANY(%(job_types)s::text[])
 ORDER BY run_at

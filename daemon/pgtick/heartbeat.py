@@ -1,0 +1,69 @@
+"""Lease renewal for everything this process holds, in one statement per beat (SPEC §2 rule 3).
+
+The same loop enforces Python handlers' timeouts, since it already wakes on a timer. After a
+database outage the first successful beat re-checks every held lease: runs that came back
+missing were lost while we were away, and their handlers are told to stop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import structlog
+
+from pgtick.errors import DatabaseError
+from pgtick.metrics import Metrics
+from pgtick.store import RunStore
+from pgtick.worker import Worker, retry_delay
+
+MIN_WAIT_SECONDS = 0.05
+
+log = structlog.get_logger("pgtick.heartbeat")
+
+
+class Heartbeat:
+    """Renews leases every ``interval`` seconds until stopped."""
+
+    def __init__(
+        self, store: RunStore, worker: Worker, interval_seconds: float, metrics: Metrics
+    ) -> None:
+        self._store = store
+        self._worker = worker
+        self._interval = interval_seconds
+        self._metrics = metrics
+        self.stop_event = threading.Event()
+        self.alive_at = time.monotonic()
+        self.last_success_at: float | None = None
+
+    def beat(self) -> None:
+        """One heartbeat: extend every held lease and report the ones found gone."""
+        leases = self._worker.leases()
+        still = self._store.heartbeat(self._worker.worker_id, leases)
+        gone = set(leases) - still
+        if gone:
+            self._worker.lost(gone)
+        self.last_success_at = time.monotonic()
+
+    def run(self) -> None:
+        failures = 0
+        next_beat = time.monotonic() + self._interval
+        while not self.stop_event.is_set():
+            now = time.monotonic()
+            self.alive_at = now
+            if now >= next_beat:
+                try:
+                    self.beat()
+                    if failures:
+                        log.info("heartbeat_recovered", after_failures=failures)
+                    failures = 0
+                    next_beat = now + self._interval
+                except DatabaseError as exc:
+                    failures += 1
+                    self._metrics.db_error("heartbeat")
+                    delay = min(self._interval, retry_delay(failures))
+                    log.warning("heartbeat_failed", error=str(exc), retry_in=delay)
+                    next_beat = now + delay
+            deadline = self._worker.expire_timeouts()
+            wake_at = next_beat if deadline is None else min(next_beat, deadline)
+            self.stop_event.wait(max(MIN_WAIT_SECONDS, wake_at - time.monotonic()))

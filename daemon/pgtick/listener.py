@@ -1,0 +1,74 @@
+"""The LISTEN connection: an enqueue's NOTIFY wakes idle workers within milliseconds.
+
+A dedicated connection outside the pool. NOTIFYs sent while it was disconnected are lost, so
+every (re)connect is followed by a wake-up: the dispatcher's claim is the catch-up poll.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import psycopg
+import structlog
+from psycopg import sql
+
+from pgtick import db
+from pgtick.errors import DatabaseError
+from pgtick.metrics import Metrics
+from pgtick.worker import retry_delay
+
+NOTIFY_POLL_SECONDS = 1.0
+
+log = structlog.get_logger("pgtick.listener")
+
+
+class Listener:
+    """Calls ``on_wake`` for every NOTIFY about a job type this daemon handles."""
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        job_types: set[str],
+        on_wake: Callable[[], None],
+        metrics: Metrics,
+    ) -> None:
+        self._dsn = dsn
+        self._schema = schema
+        self._job_types = job_types
+        self._on_wake = on_wake
+        self._metrics = metrics
+        self.stop_event = threading.Event()
+        self.alive_at = time.monotonic()
+        self.connected = False
+
+    def run(self) -> None:
+        failures = 0
+        while not self.stop_event.is_set():
+            try:
+                with db.connect_raw(self._dsn, application_name="pgtick-listener") as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._schema)))
+                    self.connected = True
+                    if failures:
+                        log.info("listener_reconnected", after_failures=failures)
+                    failures = 0
+                    self._on_wake()  # catch up on what was enqueued while we were away
+                    self._listen(conn)
+            except (DatabaseError, psycopg.Error) as exc:
+                self.connected = False
+                failures += 1
+                self._metrics.db_error("listen")
+                log.warning("listener_failed", error=str(exc), retry_in=retry_delay(failures))
+                self.stop_event.wait(retry_delay(failures))
+        self.connected = False
+
+    def _listen(self, conn: db.Connection) -> None:
+        while not self.stop_event.is_set():
+            self.alive_at = time.monotonic()
+            for notify in conn.notifies(timeout=NOTIFY_POLL_SECONDS):
+                if notify.payload in self._job_types:
+                    self._on_wake()
+                if self.stop_event.is_set():
+                    return

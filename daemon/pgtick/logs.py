@@ -1,0 +1,143 @@
+"""Logging setup: structlog is the API, the standard library carries every line to stdout.
+
+Both structlog events and plain ``logging`` records (psycopg, psycopg_pool) end in one
+``structlog.stdlib.ProcessorFormatter``: the same processors add ``timestamp``, ``level``,
+``logger`` and the context bound with ``structlog.contextvars.bound_contextvars`` to each, so
+every line has one shape whoever logged it. In JSON mode python-json-logger's ``JsonFormatter``
+serializes the finished event dict (one line per event, exceptions in an ``exception`` field);
+in console mode structlog's ``ConsoleRenderer`` prints it for humans.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import TextIO
+
+import structlog
+from pythonjsonlogger.json import JsonFormatter
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+FORMATS = ("auto", "json", "console")
+LEVELS: dict[str, int] = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+# Keys every JSON line starts with, in this order; context fields follow.
+LEADING_KEYS = ("timestamp", "level", "event", "logger")
+
+
+# What every LogRecord carries, plus what other formatters may already have set on it.
+_RECORD_ATTRIBUTES = frozenset(
+    logging.LogRecord("", logging.INFO, "", 0, "", (), None).__dict__
+) | {"message", "asctime"}
+
+
+class _PgtickHandler(logging.StreamHandler[TextIO]):
+    """Marks the handler configure_logging installed, so a second call replaces it."""
+
+
+class _JsonLineRenderer:
+    """Last processor in JSON mode: python-json-logger turns the event dict into one line."""
+
+    def __init__(self) -> None:
+        self._formatter = JsonFormatter()
+
+    def __call__(self, _logger: WrappedLogger, _method: str, event_dict: EventDict) -> str:
+        ordered = {key: event_dict.pop(key) for key in LEADING_KEYS if key in event_dict}
+        ordered.update(event_dict)
+        return self._formatter.serialize_log_record(ordered)
+
+
+def _add_record_extras(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    """Keep ``extra={...}`` fields of stdlib records, never overriding the standard keys."""
+    record = event_dict.get("_record")
+    if record is not None:
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_ATTRIBUTES and not key.startswith("_"):
+                event_dict.setdefault(key, value)
+    return event_dict
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or already closed
+        return False
+
+
+def _renderer_chain(use_json: bool, colors: bool) -> list[Processor]:
+    """The processors that finish every record, structlog's or a foreign one."""
+    if use_json:
+        return [
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            _JsonLineRenderer(),
+        ]
+    return [
+        structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+        structlog.dev.ConsoleRenderer(colors=colors),
+    ]
+
+
+def _unbuffer_stdout_under_journald() -> None:
+    """journald timestamps lines on arrival, so stdout must not sit in a block buffer."""
+    if not os.environ.get("JOURNAL_STREAM"):
+        return
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(line_buffering=True)
+
+
+def configure_logging(
+    format: str = "auto",
+    level: str = "info",
+    stream: TextIO | None = None,
+) -> None:
+    """Route structlog and stdlib logging to one stream in one shape; safe to call again.
+
+    Call it before the first log line: structlog caches each logger on first use, so a logger
+    already used keeps the level it was created with (its output still follows the new setup).
+    """
+    if format not in FORMATS:
+        raise ValueError(f"logging format must be one of {', '.join(FORMATS)}, not {format!r}")
+    level_number = LEVELS.get(level.lower())
+    if level_number is None:
+        raise ValueError(f"logging level must be one of {', '.join(LEVELS)}, not {level!r}")
+
+    _unbuffer_stdout_under_journald()
+    target = sys.stdout if stream is None else stream
+    tty = _is_tty(target)
+    use_json = format == "json" or (format == "auto" and not tty)
+
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, _add_record_extras],
+        processors=_renderer_chain(use_json, colors=tty),
+    )
+    handler = _PgtickHandler(target)
+    handler.setFormatter(formatter)
+
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _PgtickHandler)]:
+        root.removeHandler(old)
+        old.close()
+    root.addHandler(handler)
+    root.setLevel(level_number)
+
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        context_class=dict,
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        # Below-level calls return before any processor runs.
+        wrapper_class=structlog.make_filtering_bound_logger(level_number),
+        cache_logger_on_first_use=True,
+    )

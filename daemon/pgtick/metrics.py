@@ -1,0 +1,121 @@
+"""Prometheus collectors on a dedicated registry (SPEC §7).
+
+This module holds the series the daemon's own loops update; label values are pre-initialised
+for every configured job type so series never vanish. Per-run updates go through cached label
+children: the hot path is a dict lookup and an increment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+
+ATTEMPT_OUTCOMES = ("succeeded", "failed", "lost", "released")
+DURATION_BUCKETS_SECONDS = (
+    0.001,
+    0.005,
+    0.01,
+    0.05,
+    0.1,
+    0.5,
+    1.0,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+)
+START_DELAY_BUCKETS_SECONDS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+)
+
+
+class Metrics:
+    """The process-local series; one instance per daemon."""
+
+    def __init__(self, job_types: Iterable[str], version: str, threads: int) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=self.registry)
+        r = self.registry
+        self.attempts = Counter(
+            "pgtick_run_attempts",
+            "Attempts finished by this daemon",
+            ["job_type", "outcome"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "pgtick_run_duration_seconds",
+            "Handler wall time",
+            ["job_type", "outcome"],
+            buckets=DURATION_BUCKETS_SECONDS,
+            registry=r,
+        )
+        self.start_delay = Histogram(
+            "pgtick_run_start_delay_seconds",
+            "Start minus run_at",
+            ["job_type"],
+            buckets=START_DELAY_BUCKETS_SECONDS,
+            registry=r,
+        )
+        self.leases_lost = Counter(
+            "pgtick_leases_lost", "Heartbeats that found the lease gone", ["job_type"], registry=r
+        )
+        self.db_errors = Counter(
+            "pgtick_db_errors", "Database errors seen", ["operation"], registry=r
+        )
+        self.worker_threads = Gauge("pgtick_worker_threads", "Worker pool size", registry=r)
+        self.busy_threads = Gauge("pgtick_worker_busy_threads", "Workers in use", registry=r)
+        self.draining = Gauge("pgtick_draining", "1 while shutting down", registry=r)
+        self.last_tick = Gauge(
+            "pgtick_ticker_last_tick_timestamp_seconds", "Liveness of the ticker", registry=r
+        )
+        self.build_info = Gauge("pgtick_build_info", "Always 1", ["version"], registry=r)
+        self.build_info.labels(version).set(1)
+        self.worker_threads.set(threads)
+        self._attempts: dict[tuple[str, str], Counter] = {}
+        self._durations: dict[tuple[str, str], Histogram] = {}
+        self._delays: dict[str, Histogram] = {}
+        for job_type in job_types:
+            self.leases_lost.labels(job_type)
+            self.start_delay.labels(job_type)
+            for outcome in ATTEMPT_OUTCOMES:
+                self.attempts.labels(job_type, outcome)
+                self.duration.labels(job_type, outcome)
+
+    def attempt_finished(self, job_type: str, outcome: str, seconds: float | None) -> None:
+        key = (job_type, outcome)
+        counter = self._attempts.get(key)
+        if counter is None:
+            counter = self._attempts[key] = self.attempts.labels(job_type, outcome)
+            self._durations[key] = self.duration.labels(job_type, outcome)
+        counter.inc()
+        if seconds is not None:
+            self._durations[key].observe(seconds)
+
+    def run_started(self, job_type: str, delay_seconds: float) -> None:
+        histogram = self._delays.get(job_type)
+        if histogram is None:
+            histogram = self._delays[job_type] = self.start_delay.labels(job_type)
+        histogram.observe(max(0.0, delay_seconds))
+
+    def lease_lost(self, job_type: str) -> None:
+        self.leases_lost.labels(job_type).inc()
+
+    def db_error(self, operation: str) -> None:
+        self.db_errors.labels(operation).inc()
