@@ -4,6 +4,8 @@ and a fresh database per test created from it (no rollback-per-test: workers com
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,17 +28,20 @@ def _admin_execute(admin_dsn: str, statement: sql.Composable) -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_admin_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_admin_dsn() -> Iterator[str]:
     """DSN of a superuser on the test server's maintenance database."""
     given = os.environ.get("PGTICK_TEST_DSN")
     if given:
         yield given
         return
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pgdata"), throwaway=True)
+    # Not under pytest's basetemp: another pytest session may prune that while we run.
+    data_dir = Path(tempfile.mkdtemp(prefix="pgtick-test-pg-"))
+    server = EmbeddedPostgres(data_dir, throwaway=True)
     try:
         yield server.dsn
     finally:
         server.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

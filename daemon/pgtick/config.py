@@ -21,6 +21,7 @@ from datetime import date, time
 from typing import Any
 
 from pgtick.errors import ConfigError, ScheduleError
+from pgtick.schedule import load_zone, validate_cron
 
 # --- Where the config and the DSN come from -------------------------------------------------------
 
@@ -644,9 +645,6 @@ def _job_type(name: str, value: Any, worker: WorkerConfig) -> JobTypeConfig:
 
 
 def _schedule(name: str, value: Any) -> ScheduleConfig:
-    # Imported here, not at the top: schedule.py may well import this module's dataclasses.
-    from pgtick import schedule
-
     prefix = f"schedules.{name}"
     _name(prefix, name)
     values = _fields(prefix, _table(prefix, value), _SCHEDULE_KEYS)
@@ -654,11 +652,11 @@ def _schedule(name: str, value: Any) -> ScheduleConfig:
         if required not in values:
             raise ConfigError(f"{prefix}.{required}: missing (every schedule needs one)")
     try:
-        schedule.validate_cron(values["cron"], name)
+        validate_cron(values["cron"], name)
     except ScheduleError as exc:
         raise ConfigError(f"{prefix}.cron: {exc}") from exc
     try:
-        schedule.load_zone(values.get("timezone", DEFAULT_TIMEZONE))
+        load_zone(values.get("timezone", DEFAULT_TIMEZONE))
     except ScheduleError as exc:
         raise ConfigError(f"{prefix}.timezone: {exc}") from exc
     return ScheduleConfig(name=name, **values)

@@ -49,10 +49,14 @@ class Reaper:
         self._next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
 
     def _delay_for(self, job_type: str, attempt: int) -> float:
+        """Retry delay after lost attempt ``attempt``: none after an isolated crash, so the
+        run is running again within lease + reaper interval; then the job type's backoff
+        one step behind, so a run that keeps killing its daemon is throttled."""
+        if attempt <= 1:
+            return 0.0
         jt = self._job_types.get(job_type)
-        if jt is None:  # a run of a type this daemon does not know: default policy
-            return Backoff().delay(attempt)
-        return jt.backoff.delay(attempt)
+        policy = jt.backoff if jt is not None else Backoff()
+        return policy.delay(attempt - 1)
 
     def reap_once(self) -> int:
         """One pass; returns how many runs were recovered."""

@@ -187,7 +187,8 @@ WITH input AS (
 ), done AS (
     UPDATE runs r
     SET status = CASE WHEN f.delay IS NULL THEN 'dead' ELSE 'failed' END,
-        run_at = CASE WHEN f.delay IS NULL THEN r.run_at
+        -- No delay: keep run_at, so the recovered run goes to the front of the queue.
+        run_at = CASE WHEN f.delay IS NULL OR f.delay = 0 THEN r.run_at
                       ELSE now() + make_interval(secs => f.delay) END,
         finished_at = CASE WHEN f.delay IS NULL THEN now() END,
         last_error = 'lease expired while running on ' || r.locked_by,

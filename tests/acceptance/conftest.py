@@ -1,0 +1,174 @@
+"""`pgtick run` as real processes on a real PostgreSQL: write a config, start, signal, wait."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pgtick import db
+
+HERE = Path(__file__).resolve().parent
+START_TIMEOUT_SECONDS = 20.0
+
+BASE_CONFIG = """
+[worker]
+threads = {threads}
+lease = "{lease}"
+heartbeat = "{heartbeat}"
+poll_interval = "{poll_interval}"
+shutdown_grace = "{grace}"
+imports = ["jobs"]
+
+[ticker]
+reaper_interval = "{reaper}"
+
+[metrics]
+listen = ""
+
+[logging]
+format = "json"
+level = "{level}"
+"""
+
+
+class Daemon:
+    """One `pgtick run` process."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+        self.proc = proc
+        self.log_path = log_path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log().splitlines():
+            if line.startswith("{"):
+                out.append(json.loads(line))
+        return out
+
+
+class Cluster:
+    """Starts daemons against one database and reads what their handlers recorded."""
+
+    def __init__(self, dsn: str, tmp_path: Path) -> None:
+        self.dsn = dsn
+        self.tmp_path = tmp_path
+        self.jobs_log = tmp_path / "jobs.log"
+        self.jobs_log.touch()
+        self.daemons: list[Daemon] = []
+
+    def config(self, extra: str = "", **settings: Any) -> Path:
+        values = {
+            "threads": 8,
+            "lease": "60s",
+            "heartbeat": "20s",
+            "poll_interval": "5s",
+            "grace": "30s",
+            "reaper": "10s",
+            "level": "info",
+        }
+        values.update(settings)
+        path = self.tmp_path / f"config-{len(self.daemons)}-{time.monotonic_ns()}.toml"
+        path.write_text(BASE_CONFIG.format(**values) + extra)
+        return path
+
+    def start(
+        self,
+        config: Path | None = None,
+        *,
+        wait: bool = True,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> Daemon:
+        config = config or self.config()
+        log_path = self.tmp_path / f"daemon-{len(self.daemons)}.log"
+        full_env = {
+            **os.environ,
+            "PGTICK_DSN": self.dsn,
+            "JOBS_LOG": str(self.jobs_log),
+            "PYTHONPATH": str(HERE),
+            **(env or {}),
+        }
+        with log_path.open("wb") as log_file:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "pgtick", "run", "--config", str(config), *args],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+            )
+        daemon = Daemon(proc, log_path)
+        self.daemons.append(daemon)
+        if wait:
+            self.wait_registered(daemon)
+        return daemon
+
+    def wait_registered(self, daemon: Daemon) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            if daemon.proc.poll() is not None:
+                raise AssertionError(f"daemon exited {daemon.proc.returncode}:\n{daemon.log()}")
+            if '"daemon_started"' in daemon.log():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"daemon did not start:\n{daemon.log()}")
+
+    def records(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.jobs_log.read_text().splitlines() if line]
+
+    def executions(self, event: str = "run") -> Counter[int]:
+        return Counter(r["run_id"] for r in self.records() if r["event"] == event)
+
+    def stop_all(self) -> None:
+        for daemon in self.daemons:
+            if daemon.proc.poll() is None:
+                daemon.proc.send_signal(signal.SIGKILL)
+                daemon.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def cluster(dsn: str, tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(dsn, tmp_path)
+    try:
+        yield c
+    finally:
+        c.stop_all()
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = ""
+) -> Any:
+    """Poll until ``predicate()`` is truthy; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def status_counts(conn: db.Connection) -> dict[str, int]:
+    return dict(conn.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())

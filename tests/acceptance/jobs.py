@@ -1,0 +1,79 @@
+"""Handlers used by the acceptance tests, imported by real `pgtick run` processes through
+``worker.imports = ["jobs"]``. Every execution appends one line to $JOBS_LOG (O_APPEND, one
+write per line), so the record survives database outages and SIGKILL alike."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import pgtick
+from pgtick.handlers import JobContext, job
+
+
+def record(ctx: JobContext, event: str = "run", **extra: Any) -> None:
+    line = json.dumps(
+        {
+            "run_id": ctx.run_id,
+            "attempt": ctx.attempt,
+            "pid": os.getpid(),
+            "event": event,
+            "t": time.time(),
+            **extra,
+        }
+    )
+    fd = os.open(os.environ["JOBS_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+@job("record")
+def record_run(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Record the execution, optionally take a while."""
+    record(ctx)
+    if payload.get("sleep"):
+        time.sleep(payload["sleep"])
+
+
+@job("stubborn")
+def stubborn(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Ignores cancellation: sleeps its full time whatever happens."""
+    record(ctx)
+    time.sleep(payload["seconds"])
+    record(ctx, "done")
+
+
+@job("polite")
+def polite(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Waits until told to stop (or `seconds`), recording when it saw the cancellation."""
+    record(ctx)
+    if ctx.cancelled.wait(payload.get("seconds", 60)):
+        record(ctx, "cancelled")
+        raise pgtick.Retry(message="cancelled")
+    record(ctx, "done")
+
+
+@job("effect")
+def effect(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Records what effect_once answered for the shared key."""
+    record(ctx, "effect", first=ctx.effect_once(payload["key"]))
+
+
+@job("tx_fail")
+def tx_fail(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Writes inside ctx.transaction(), then fails: neither the write nor success may stay."""
+    with ctx.transaction() as conn:
+        conn.execute("INSERT INTO public.side_effects (run_id) VALUES (%s)", [ctx.run_id])
+        if payload.get("fail"):
+            raise RuntimeError("failed after writing")
+    record(ctx)
+
+
+@job("pickup")
+def pickup(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Records when the handler started, for the pickup-latency test."""
+    record(ctx, "started")

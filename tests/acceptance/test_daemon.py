@@ -1,0 +1,324 @@
+"""Issue 3 "Must show": `pgtick run` as real processes on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from pgtick import db
+from pgtick.store import NewRun, RunStore
+
+from .conftest import Cluster, status_counts, wait_for
+
+
+@pytest.mark.timeout(180)
+def test_three_daemons_drain_5000_runs_each_exactly_once(
+    cluster: Cluster, store: RunStore, conn: db.Connection
+) -> None:
+    """Must show 1."""
+    daemons = [cluster.start() for _ in range(3)]
+    ids = store.enqueue_many([NewRun("record", {"n": i}) for i in range(5000)])
+    wait_for(lambda: status_counts(conn) == {"succeeded": 5000}, 90, 0.2, "all succeeded")
+    executions = cluster.executions()
+    assert set(executions) == set(ids)
+    assert set(executions.values()) == {1}
+    pids = {r["pid"] for r in cluster.records()}
+    assert pids == {d.pid for d in daemons}  # all three took part
+    for daemon in daemons:
+        daemon.signal(signal.SIGTERM)
+    assert [d.wait(20) for d in daemons] == [0, 0, 0]
+    assert conn.execute("SELECT count(*) FROM workers").fetchone() == (0,)
+    attempts = conn.execute("SELECT outcome, count(*) FROM attempts GROUP BY outcome").fetchall()
+    assert attempts == [("succeeded", 5000)]
+
+
+@pytest.mark.timeout(180)
+def test_sigkill_mid_way_only_the_killed_daemons_runs_run_twice(
+    cluster: Cluster, store: RunStore, conn: db.Connection
+) -> None:
+    """Must show 2: lease 3 s, reaper 1 s; runs held by the killed daemon run again soon."""
+    lease, reaper = 3.0, 1.0
+    config = cluster.config(lease="3s", heartbeat="1s", reaper="1s")
+    victim, *others = [cluster.start(config) for _ in range(3)]
+    store.enqueue_many([NewRun("record", {"sleep": 0.05}) for _ in range(2000)])
+    wait_for(lambda: len(cluster.executions()) > 300, 30, what="work under way")
+    victim_id = conn.execute("SELECT id FROM workers WHERE pid = %s", [victim.pid]).fetchone()
+    assert victim_id is not None
+    victim.signal(signal.SIGKILL)
+    victim.wait(10)
+    killed_at = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    held = {
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM runs WHERE status = 'running' AND locked_by = %s", [victim_id[0]]
+        )
+    }
+    assert held, "the victim held runs when it was killed"
+
+    wait_for(lambda: status_counts(conn) == {"succeeded": 2000}, 120, 0.2, "all succeeded")
+    twice = {run_id for run_id, n in cluster.executions().items() if n > 1}
+    assert twice <= held
+    assert max(cluster.executions().values()) <= 2
+    # Runs that were the victim's ran again elsewhere within lease + reaper interval (+ slack).
+    rows = conn.execute(
+        "SELECT run_id, min(started_at) FROM attempts "
+        "WHERE run_id = ANY(%s) AND worker_id <> %s GROUP BY run_id",
+        [list(held), victim_id[0]],
+    ).fetchall()
+    assert {r[0] for r in rows} == held
+    worst = max((started - killed_at).total_seconds() for _, started in rows)
+    assert worst <= lease + reaper + 1.5, worst
+    lost = conn.execute(
+        "SELECT count(*) FROM attempts WHERE worker_id = %s AND outcome = 'lost'", [victim_id[0]]
+    ).fetchone()
+    assert lost == (len(held),)
+    for daemon in others:
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(20) == 0
+
+
+def test_sigterm_lets_short_runs_finish(
+    cluster: Cluster, store: RunStore, conn: db.Connection
+) -> None:
+    """Must show 3, first half: runs that finish inside the grace all succeed; exit 0."""
+    daemon = cluster.start(cluster.config(grace="10s"))
+    store.enqueue_many([NewRun("polite", {"seconds": 1.0}) for _ in range(8)])
+    wait_for(lambda: len(cluster.executions()) == 8, 10, what="all started")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(15) == 0
+    assert status_counts(conn) == {"succeeded": 8}
+    assert len(cluster.executions("done")) == 8
+    assert conn.execute("SELECT count(*) FROM workers").fetchone() == (0,)
+
+
+def test_sigterm_past_grace_releases_runs_for_another_daemon(
+    cluster: Cluster, store: RunStore, conn: db.Connection
+) -> None:
+    """Must show 3, second half: stubborn handlers past the grace -> exit 0 within grace + 5 s,
+    runs queued with attempts unchanged and an attempt row 'released'; another daemon
+    completes them."""
+    grace = 2.0
+    daemon = cluster.start(cluster.config(grace="2s"))
+    ids = store.enqueue_many([NewRun("stubborn", {"seconds": 30}) for _ in range(3)])
+    wait_for(lambda: len(cluster.executions()) == 3, 10, what="all started")
+    started = time.monotonic()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(grace + 10) == 0
+    assert time.monotonic() - started <= grace + 5
+    rows = conn.execute(
+        "SELECT status, attempts, locked_by FROM runs WHERE id = ANY(%s)", [ids]
+    ).fetchall()
+    assert rows == [("queued", 0, None)] * 3
+    outcomes = conn.execute(
+        "SELECT run_id, attempt, outcome FROM attempts ORDER BY run_id"
+    ).fetchall()
+    assert outcomes == [(i, 1, "released") for i in sorted(ids)]
+    conn.execute("UPDATE runs SET payload = '{\"seconds\": 0.1}'")
+    cluster.start()
+    wait_for(lambda: status_counts(conn) == {"succeeded": 3}, 20, what="completed elsewhere")
+    assert conn.execute("SELECT DISTINCT attempts FROM runs").fetchall() == [(1,)]
+
+
+def test_second_sigterm_skips_the_grace(cluster: Cluster, store: RunStore) -> None:
+    daemon = cluster.start(cluster.config(grace="60s"))
+    store.enqueue(NewRun("polite", {"seconds": 60}))
+    wait_for(lambda: len(cluster.executions()) == 1, 10, what="started")
+    daemon.signal(signal.SIGTERM)
+    time.sleep(0.5)
+    started = time.monotonic()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(15) == 0
+    assert time.monotonic() - started < 6
+
+
+COMMANDS = """
+[job_types.ok]
+command = [
+  "/bin/sh", "-c",
+  "read p; test \\"$p\\" = '{{\\"a\\":1}}' && test \\"$PGTICK_PAYLOAD\\" = \\"$p\\"",
+]
+
+[job_types.bad]
+command = [
+  "/bin/sh", "-c", "echo noise; echo 'first line' >&2; echo 'disk full on /data' >&2; exit 3",
+]
+max_attempts = 1
+
+[job_types.hang]
+command = ["/bin/sh", "-c", "sleep 1000 & echo $! > {pidfile}; sleep 1000"]
+timeout = "1s"
+max_attempts = 1
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1].startswith("Z")  # a zombie no one reaped is gone
+    except FileNotFoundError:
+        return True
+
+
+def test_command_handlers_exit_codes_stderr_and_timeout_kill_the_group(
+    cluster: Cluster, store: RunStore, tmp_path: Path
+) -> None:
+    """Must show 5."""
+    pidfile = tmp_path / "grandchild.pid"
+    cluster.start(cluster.config(COMMANDS.format(pidfile=pidfile)))
+    ok = store.enqueue(NewRun("ok", {"a": 1}))
+    bad = store.enqueue(NewRun("bad"))
+    hang = store.enqueue(NewRun("hang"))
+
+    def finished(run_id: int) -> bool:
+        run = store.get_run(run_id)
+        return run is not None and run.status in ("succeeded", "dead")
+
+    wait_for(lambda: all(finished(i) for i in (ok, bad, hang)), 20, what="commands finished")
+    assert store.get_run(ok).status == "succeeded"  # type: ignore[union-attr]
+    bad_run = store.get_run(bad)
+    assert bad_run is not None
+    assert (bad_run.status, bad_run.error_type) == ("dead", "exit_status")
+    assert bad_run.last_error == "exit status 3: disk full on /data"
+    assert "first line" in (store.get_attempts(bad)[0].error or "")
+    hang_run = store.get_run(hang)
+    assert hang_run is not None
+    assert (hang_run.status, hang_run.error_type) == ("dead", "timeout")
+    grandchild = int(pidfile.read_text())
+    wait_for(lambda: _gone(grandchild), 5, what="grandchild killed")
+
+
+def test_lost_lease_cancels_the_handler_and_drops_its_success(
+    cluster: Cluster, store: RunStore, conn: db.Connection
+) -> None:
+    """Must show 6: a test takes the run away; the handler sees ctx.cancelled within one
+    heartbeat and its success is not recorded."""
+    heartbeat = 1.0
+    cluster.start(cluster.config(heartbeat="1s", lease="30s"))
+    run_id = store.enqueue(NewRun("polite", {"seconds": 30}))
+    wait_for(lambda: cluster.executions().get(run_id), 10, what="started")
+    conn.execute("UPDATE runs SET locked_by = 'thief' WHERE id = %s", [run_id])
+    taken = time.time()
+    cancelled = wait_for(
+        lambda: [r for r in cluster.records() if r["event"] == "cancelled"],
+        heartbeat + 3,
+        what="handler saw the cancellation",
+    )
+    assert cancelled[0]["t"] - taken <= heartbeat + 0.5
+    time.sleep(0.5)  # give a wrongly written result time to land
+    run = store.get_run(run_id)
+    assert run is not None and (run.status, run.locked_by) == ("running", "thief")
+    assert [a.outcome for a in store.get_attempts(run_id)] == [None]
+
+
+def test_sd_notify_ready_watchdog_status_stopping(
+    cluster: Cluster, store: RunStore, tmp_path: Path
+) -> None:
+    """Must show 7."""
+    path = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(10)
+    try:
+        daemon = cluster.start(env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "1000000"}, wait=False)
+        messages: list[str] = []
+
+        def receive_until(needle: str) -> None:
+            while not any(needle in m for m in messages):
+                messages.append(sock.recv(4096).decode())
+
+        receive_until("READY=1")
+        ready_at = time.monotonic()
+        receive_until("WATCHDOG=1")
+        count = sum("WATCHDOG=1" in m for m in messages)
+        while time.monotonic() - ready_at < 2.2:
+            messages.append(sock.recv(4096).decode())
+        assert sum("WATCHDOG=1" in m for m in messages) >= count + 3  # every 0.5 s
+        assert any(m.startswith("STATUS=") or "\nSTATUS=" in m for m in messages)
+        daemon.signal(signal.SIGTERM)
+        receive_until("STOPPING=1")
+        assert daemon.wait(10) == 0
+    finally:
+        sock.close()
+
+
+@pytest.mark.timeout(60)
+def test_effect_once_is_true_exactly_once_under_concurrency(
+    cluster: Cluster, store: RunStore, conn: db.Connection
+) -> None:
+    """Must show 8, first half."""
+    cluster.start()
+    cluster.start()
+    store.enqueue_many([NewRun("effect", {"key": f"k{i % 5}"}) for i in range(200)])
+    wait_for(lambda: status_counts(conn) == {"succeeded": 200}, 30, what="all succeeded")
+    firsts = [r for r in cluster.records() if r["event"] == "effect" and r["first"]]
+    assert len(firsts) == 5
+    assert conn.execute("SELECT count(*) FROM effects").fetchone() == (5,)
+
+
+def test_transaction_is_atomic_with_success(
+    cluster: Cluster, store: RunStore, conn: db.Connection
+) -> None:
+    """Must show 8, second half: write then fail leaves no write and no success; write then
+    return commits both."""
+    conn.execute("CREATE TABLE public.side_effects (run_id bigint)")
+    cluster.start()
+    failing = store.enqueue(NewRun("tx_fail", {"fail": True}, max_attempts=1))
+    passing = store.enqueue(NewRun("tx_fail", {"fail": False}))
+    wait_for(
+        lambda: (
+            {store.get_run(failing).status, store.get_run(passing).status}  # type: ignore[union-attr]
+            == {"dead", "succeeded"}
+        ),
+        15,
+        what="both finished",
+    )
+    assert store.get_run(failing).status == "dead"  # type: ignore[union-attr]
+    written = [r[0] for r in conn.execute("SELECT run_id FROM public.side_effects")]
+    assert written == [passing]
+    assert [a.outcome for a in store.get_attempts(passing)] == ["succeeded"]
+
+
+def test_pickup_with_idle_workers_is_fast(
+    cluster: Cluster, store: RunStore, conn: db.Connection
+) -> None:
+    """Must show 9: enqueue -> handler start, median of 20, under 50 ms (poll interval 5 s)."""
+    cluster.start()
+    time.sleep(0.5)
+    delays = []
+    for _ in range(20):
+        run_id = store.enqueue(NewRun("pickup"))
+        created = conn.execute(
+            "SELECT extract(epoch FROM created_at) FROM runs WHERE id = %s", [run_id]
+        ).fetchone()[0]  # type: ignore[index]
+        record = wait_for(
+            lambda rid=run_id: [r for r in cluster.records() if r["run_id"] == rid], 5
+        )
+        delays.append(record[0]["t"] - float(created))
+        time.sleep(0.1)
+    assert statistics.median(delays) < 0.050, delays
+
+
+def test_run_refuses_an_outdated_schema_unless_migrate(cluster: Cluster, empty_dsn: str) -> None:
+    cluster.dsn = empty_dsn
+    daemon = cluster.start(wait=False)
+    assert daemon.wait(20) == 2
+    assert "pgtick migrate" in daemon.log()
+    assert "Traceback" not in daemon.log()
+    migrated = cluster.start(args=("--migrate",))
+    migrated.signal(signal.SIGTERM)
+    assert migrated.wait(20) == 0
+
+
+def test_unknown_job_types_wait_instead_of_failing(
+    cluster: Cluster, store: RunStore, conn: db.Connection
+) -> None:
+    cluster.start()
+    other = store.enqueue(NewRun("nobody_handles_this"))
+    mine = store.enqueue(NewRun("record"))
+    wait_for(lambda: store.get_run(mine).status == "succeeded", 10)  # type: ignore[union-attr]
+    assert store.get_run(other).status == "queued"  # type: ignore[union-attr]
