@@ -28,6 +28,7 @@ from pgtick.metrics import Metrics
 from pgtick.reaper import Reaper
 from pgtick.store import RunStore, WorkerInfo
 from pgtick.systemd import Notifier
+from pgtick.ticker import Ticker
 from pgtick.worker import Worker
 
 EXTRA_CONNECTIONS = 4  # heartbeat, reaper, ticker, completer beside the worker threads
@@ -84,17 +85,16 @@ class Service:
         *,
         apply_migrations: bool = False,
         notifier: Notifier | None = None,
-        extra_loops: Callable[[RunStore, Metrics, Worker], list[Any]] | None = None,
     ) -> None:
         self.config = config
         self.dsn = dsn
         self.apply_migrations = apply_migrations
         self.notifier = notifier or Notifier()
-        self._extra_loops = extra_loops
         self._stop = threading.Event()
         self._force = threading.Event()
         self._signals = 0
         self.worker_id = worker_id()
+        self._stop_ticking: Callable[[], None] = lambda: None
 
     # -- signals --------------------------------------------------------------------------------
 
@@ -162,12 +162,14 @@ class Service:
             cfg.retention,
             metrics,
         )
-        extra: list[Any] = self._extra_loops(store, metrics, worker) if self._extra_loops else []
+        ticker = Ticker(store, list(cfg.schedules.values()), worker.handled, cfg.ticker, metrics)
+        ticker.sync()
+        ticker.tick()  # READY=1 means the first tick is done
         loops = [
             LoopThread("heartbeat", heartbeat.run),
             LoopThread("listener", listener.run),
             LoopThread("reaper", reaper.run),
-            *[LoopThread(type(x).__name__.lower(), x.run) for x in extra],
+            LoopThread("ticker", ticker.run),
         ]
         for loop in loops:
             loop.thread.start()
@@ -179,9 +181,10 @@ class Service:
             job_types=handlers.handler_summary(job_types),
         )
         self.notifier.ready(self._status(worker))
+        self._stop_ticking = ticker.stop_event.set
         crashed = self._supervise(worker, worker_threads, loops, heartbeat)
         self._drain(store, worker, metrics)
-        for side in (listener, reaper, *extra):
+        for side in (listener, reaper, ticker):
             side.stop_event.set()
         heartbeat.stop_event.set()
         for loop in loops:
@@ -228,6 +231,7 @@ class Service:
         metrics.draining.set(1)
         self.notifier.stopping(f"draining: {worker.busy} running, grace {grace:g}s")
         log.info("draining", running=worker.busy, grace_seconds=grace)
+        self._stop_ticking()
         worker.stop_claiming()
         released = worker.release_unstarted()
         finished = worker.wait_idle(grace, interrupt=self._force)

@@ -135,6 +135,69 @@ class WorkerInfo:
     job_types: Sequence[str]
 
 
+@dataclass(frozen=True)
+class ScheduleDef:
+    """A schedule as declared in the config file."""
+
+    name: str
+    job_type: str
+    payload: Mapping[str, Any]
+    cron: str
+    timezone: str
+    max_attempts: int | None
+    catchup: str
+    catchup_limit: int
+    overlap: str
+    jitter_seconds: float
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """A row of ``schedules`` as the ticker sees it (with the database clock's now)."""
+
+    id: int
+    name: str
+    job_type: str
+    payload: Any
+    cron: str
+    timezone: str
+    max_attempts: int | None
+    catchup: str
+    catchup_limit: int
+    overlap: str
+    jitter_seconds: float
+    materialized_until: datetime | None
+    db_now: datetime
+
+
+@dataclass(frozen=True)
+class ScheduleListing:
+    """A schedule with its latest run, for ``pgtick schedules``."""
+
+    id: int
+    name: str
+    job_type: str
+    cron: str
+    timezone: str
+    paused: bool
+    paused_reason: str | None
+    overlap: str
+    catchup: str
+    materialized_until: datetime | None
+    last_status: str | None
+    last_scheduled_for: datetime | None
+    last_finished_at: datetime | None
+    last_success_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One run to materialize: the cron instant and when it should run (jitter applied)."""
+
+    scheduled_for: datetime
+    run_at: datetime
+
+
 Pool = psycopg_pool.ConnectionPool[db.Connection]
 
 
@@ -390,6 +453,119 @@ class RunStore:
     def effect_once(self, key: str, run_id: int | None) -> bool:
         with self._conn("effect_once") as conn:
             return self.effect_once_on(conn, key, run_id)
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    def sync_schedules(
+        self, defs: Sequence[ScheduleDef], job_types: Sequence[str]
+    ) -> tuple[list[str], list[str]]:
+        """Upsert the config's schedules; pause vanished ones of these job types.
+
+        Returns (names created or changed, names paused).
+        """
+        with self._conn("sync_schedules") as conn, conn.transaction():
+            changed = []
+            for d in defs:
+                row = conn.execute(
+                    sqlfile.query("sync_schedule"),
+                    {
+                        "name": d.name,
+                        "job_type": d.job_type,
+                        "payload": Jsonb(dict(d.payload)),
+                        "cron": d.cron,
+                        "timezone": d.timezone,
+                        "max_attempts": d.max_attempts,
+                        "catchup": d.catchup,
+                        "catchup_limit": d.catchup_limit,
+                        "overlap": d.overlap,
+                        "jitter_seconds": d.jitter_seconds,
+                    },
+                ).fetchone()
+                if row is not None:
+                    changed.append(row[0])
+            paused = conn.execute(
+                sqlfile.query("pause_vanished_schedules"),
+                {"job_types": list(job_types), "names": [d.name for d in defs]},
+            ).fetchall()
+        return changed, sorted(r[0] for r in paused)
+
+    @contextlib.contextmanager
+    def materializing(self) -> Iterator[tuple[db.Connection, list[ScheduleRow]]]:
+        """A transaction holding the enabled schedules that no other daemon holds now."""
+        with self._conn("tick") as conn, conn.transaction():
+            rows = conn.execute(sqlfile.query("lock_due_schedules")).fetchall()
+            yield conn, [ScheduleRow(*row) for row in rows]
+
+    @staticmethod
+    def materialize_on(
+        conn: db.Connection,
+        schedule: ScheduleRow,
+        occurrences: Sequence[Occurrence],
+        until: datetime,
+    ) -> dict[str, int]:
+        """Insert occurrences and move the cursor to ``until``; returns {status: count}."""
+        with db.wrap_errors("materialize"):
+            rows = conn.execute(
+                sqlfile.query("materialize"),
+                {
+                    "schedule_id": schedule.id,
+                    "job_type": schedule.job_type,
+                    "payload": Jsonb(schedule.payload),
+                    "max_attempts": schedule.max_attempts,
+                    "skip": schedule.overlap == "skip",
+                    "scheduled_for": [o.scheduled_for for o in occurrences],
+                    "run_at": [o.run_at for o in occurrences],
+                    "until": until,
+                },
+            ).fetchall()
+            if any(status == "queued" for status, _ in rows):
+                conn.execute(sqlfile.query("notify"), {"job_type": schedule.job_type})
+        return {status: int(n) for status, n in rows}
+
+    def list_schedules(self) -> list[ScheduleListing]:
+        return [ScheduleListing(*r) for r in self._all("schedules", "list_schedules", {})]
+
+    def get_schedule(self, name: str) -> dict[str, Any] | None:
+        """One schedule's definition and state, or None."""
+        with self._conn("schedules") as conn:
+            cur = conn.execute(sqlfile.query("get_schedule"), {"name": name})
+            row = cur.fetchone()
+            if row is None:
+                return None
+            columns = [c.name for c in cur.description or []]
+        return dict(zip(columns, row, strict=True))
+
+    def pause_schedule(self, name: str) -> bool:
+        return bool(self._all("pause_schedule", "pause_schedule", {"name": name}))
+
+    def resume_schedule(self, name: str) -> bool:
+        return bool(self._all("resume_schedule", "resume_schedule", {"name": name}))
+
+    def trigger_schedule(self, name: str) -> int | None:
+        """Enqueue a run of the schedule now; its id, or None if there is no such schedule."""
+        with self._conn("trigger") as conn, conn.transaction():
+            row = conn.execute(sqlfile.query("trigger_schedule"), {"name": name}).fetchone()
+            if row is None:
+                return None
+            conn.execute(sqlfile.query("notify"), {"job_type": row[1]})
+        return int(row[0])
+
+    def backfill_schedule(self, name: str, occurrences: Sequence[datetime]) -> list[int]:
+        """Create runs for past occurrences that have none; returns the new ids."""
+        with self._conn("backfill") as conn, conn.transaction():
+            rows = conn.execute(
+                sqlfile.query("backfill_schedule"),
+                {"name": name, "occurrences": list(occurrences)},
+            ).fetchall()
+            job = self.get_schedule_job_type(conn, name)
+            if rows and job:
+                conn.execute(sqlfile.query("notify"), {"job_type": job})
+        return [int(r[0]) for r in rows]
+
+    @staticmethod
+    def get_schedule_job_type(conn: db.Connection, name: str) -> str | None:
+        row = conn.execute(sqlfile.query("get_schedule"), {"name": name}).fetchone()
+        return None if row is None else str(row[2])
 
     @contextlib.contextmanager
     def connection(self, operation: str = "connection") -> Iterator[db.Connection]:

@@ -282,6 +282,130 @@ INSERT INTO effects (key, run_id) VALUES (%(key)s, %(run_id)s)
 ON CONFLICT (key) DO NOTHING
 RETURNING key;
 
+-- sync_schedule --
+-- Upsert one schedule from the config file by name. A schedule paused because it had vanished
+-- from the config comes back un-paused and continues from now; an operator's pause stays.
+INSERT INTO schedules (name, job_type, payload, cron, timezone, max_attempts, catchup,
+                       catchup_limit, overlap, jitter_seconds, materialized_until)
+VALUES (%(name)s, %(job_type)s, %(payload)s, %(cron)s, %(timezone)s, %(max_attempts)s,
+        %(catchup)s, %(catchup_limit)s, %(overlap)s, %(jitter_seconds)s, now())
+ON CONFLICT (name) DO UPDATE
+SET job_type = excluded.job_type, payload = excluded.payload, cron = excluded.cron,
+    timezone = excluded.timezone, max_attempts = excluded.max_attempts,
+    catchup = excluded.catchup, catchup_limit = excluded.catchup_limit,
+    overlap = excluded.overlap, jitter_seconds = excluded.jitter_seconds,
+    paused = schedules.paused AND schedules.paused_reason IS DISTINCT FROM 'removed',
+    paused_reason = CASE WHEN schedules.paused_reason = 'removed' THEN NULL
+                         ELSE schedules.paused_reason END,
+    materialized_until = CASE WHEN schedules.paused_reason = 'removed' THEN now()
+                              ELSE schedules.materialized_until END,
+    updated_at = now()
+WHERE (schedules.job_type, schedules.payload, schedules.cron, schedules.timezone,
+       schedules.max_attempts, schedules.catchup, schedules.catchup_limit, schedules.overlap,
+       schedules.jitter_seconds, schedules.paused_reason)
+      IS DISTINCT FROM
+      (excluded.job_type, excluded.payload, excluded.cron, excluded.timezone,
+       excluded.max_attempts, excluded.catchup, excluded.catchup_limit, excluded.overlap,
+       excluded.jitter_seconds, NULL)
+RETURNING name;
+
+-- pause_vanished_schedules --
+-- Pause (never delete) schedules of this daemon's job types that are gone from its config.
+UPDATE schedules
+SET paused = true, paused_reason = 'removed', updated_at = now()
+WHERE NOT paused AND job_type = ANY(%(job_types)s::text[]) AND name <> ALL(%(names)s::text[])
+RETURNING name;
+
+-- lock_due_schedules --
+-- The enabled schedules, locked for one materialization pass; a schedule another daemon is
+-- materializing right now is skipped (it does the same work).
+SELECT id, name, job_type, payload, cron, timezone, max_attempts, catchup, catchup_limit,
+       overlap, jitter_seconds, materialized_until, now()
+FROM schedules
+WHERE NOT paused
+ORDER BY id
+FOR UPDATE SKIP LOCKED;
+
+-- materialize --
+-- Insert a schedule's occurrences (ON CONFLICT DO NOTHING: the same result however many
+-- daemons tick) and move its cursor in the same transaction. With overlap = skip an
+-- occurrence is recorded as skipped when an earlier run is still queued, running or
+-- failed-awaiting-retry, and only the last of a catch-up batch is queued.
+WITH occ AS (
+    SELECT o.scheduled_for, o.run_at, o.ord, count(*) OVER () AS total
+    FROM unnest(%(scheduled_for)s::timestamptz[], %(run_at)s::timestamptz[])
+         WITH ORDINALITY AS o(scheduled_for, run_at, ord)
+), busy AS (
+    SELECT EXISTS (
+        SELECT 1 FROM runs
+        WHERE schedule_id = %(schedule_id)s AND status IN ('queued', 'running', 'failed')
+    ) AS busy
+), inserted AS (
+    INSERT INTO runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts,
+                      status, finished_at)
+    SELECT %(schedule_id)s, occ.scheduled_for, %(job_type)s, %(payload)s, occ.run_at,
+           %(max_attempts)s,
+           CASE WHEN %(skip)s AND (busy.busy OR occ.ord < occ.total)
+                THEN 'skipped' ELSE 'queued' END,
+           CASE WHEN %(skip)s AND (busy.busy OR occ.ord < occ.total) THEN now() END
+    FROM occ, busy
+    ORDER BY occ.ord
+    ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+    RETURNING status
+), moved AS (
+    UPDATE schedules SET materialized_until = %(until)s WHERE id = %(schedule_id)s
+)
+SELECT status, count(*) FROM inserted GROUP BY status;
+
+-- list_schedules --
+-- Every schedule with its latest run and latest success, for `pgtick schedules`.
+SELECT s.id, s.name, s.job_type, s.cron, s.timezone, s.paused, s.paused_reason, s.overlap,
+       s.catchup, s.materialized_until,
+       last.status, last.scheduled_for, last.finished_at, ok.finished_at
+FROM schedules s
+LEFT JOIN LATERAL (
+    SELECT r.status, r.scheduled_for, r.finished_at FROM runs r
+    WHERE r.schedule_id = s.id ORDER BY r.id DESC LIMIT 1
+) last ON true
+LEFT JOIN LATERAL (
+    SELECT r.finished_at FROM runs r
+    WHERE r.schedule_id = s.id AND r.status = 'succeeded'
+    ORDER BY r.finished_at DESC LIMIT 1
+) ok ON true
+ORDER BY s.name;
+
+-- get_schedule --
+SELECT id, name, job_type, payload, cron, timezone, max_attempts, catchup, catchup_limit,
+       overlap, jitter_seconds, paused, materialized_until
+FROM schedules WHERE name = %(name)s;
+
+-- pause_schedule --
+UPDATE schedules SET paused = true, paused_reason = 'operator', updated_at = now()
+WHERE name = %(name)s
+RETURNING id;
+
+-- resume_schedule --
+-- Resuming continues from now: the paused period is not caught up.
+UPDATE schedules
+SET paused = false, paused_reason = NULL, materialized_until = now(), updated_at = now()
+WHERE name = %(name)s
+RETURNING id;
+
+-- trigger_schedule --
+-- Run a schedule now, outside its cron: an extra run (scheduled_for NULL never conflicts).
+INSERT INTO runs (schedule_id, job_type, payload, max_attempts)
+SELECT id, job_type, payload, max_attempts FROM schedules WHERE name = %(name)s
+RETURNING id, job_type;
+
+-- backfill_schedule --
+-- Create runs for given past occurrences; existing occurrences are left alone.
+INSERT INTO runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts)
+SELECT s.id, o.t, s.job_type, s.payload, now(), s.max_attempts
+FROM schedules s, unnest(%(occurrences)s::timestamptz[]) AS o(t)
+WHERE s.name = %(name)s
+ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+RETURNING id;
+
 -- migrations_lock --
 -- Serialize migrators (any number of daemons may start with --migrate at once).
 SELECT pg_advisory_lock(hashtext('pgtick.migrate.' || %(schema)s));

@@ -14,6 +14,9 @@ CREATE TABLE schedules (
     overlap             text NOT NULL DEFAULT 'skip' CHECK (overlap IN ('skip', 'allow')),
     jitter_seconds      double precision NOT NULL DEFAULT 0 CHECK (jitter_seconds >= 0),
     paused              boolean NOT NULL DEFAULT false,
+    -- Why it is paused: 'operator' (pgtick schedules pause) or 'removed' (gone from the
+    -- config file; un-paused if it comes back).
+    paused_reason       text CHECK (paused_reason IN ('operator', 'removed')),
     -- The materialization cursor: every occurrence <= this instant has been turned into a run
     -- (or deliberately not, per catchup). Pruning runs never moves it back (SPEC §2 rule 5).
     materialized_until  timestamptz,

@@ -1,0 +1,241 @@
+"""The internal ticker (SPEC §3): turns schedules into runs; there is no external cron.
+
+Every tick (aligned to the wall clock, every ``ticker.interval``) and at an early wake before
+the next occurrence, each enabled schedule's occurrences in ``(materialized_until, horizon]``
+become runs, and the cursor moves in the same transaction. The cursor, not the presence of
+rows, remembers what was created, so pruning runs never re-creates anything (SPEC §2 rule 5).
+
+* ``overlap = allow``: the horizon is ``now + lookahead``; runs exist before they are due.
+* ``overlap = skip``: whether an occurrence overlaps a previous run can only be known when it
+  comes due, so the horizon is ``now`` and the ticker wakes at each occurrence; the run is
+  inserted as ``queued`` or ``skipped`` in that instant.
+
+After downtime, occurrences older than ``MISSED_AFTER_TICKS`` ticks are "missed" and handled
+per ``catchup``: ``latest`` keeps the most recent, ``all`` the most recent ``catchup_limit``,
+``none`` none. Occurrences that came due within that window are simply on time.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import structlog
+
+from pgtick.config import ScheduleConfig, TickerConfig
+from pgtick.errors import DatabaseError
+from pgtick.metrics import Metrics
+from pgtick.schedule import Cron, jitter_offset
+from pgtick.store import Occurrence, RunStore, ScheduleDef, ScheduleRow
+from pgtick.worker import retry_delay
+
+MISSED_AFTER_TICKS = 2
+MIN_WAIT_SECONDS = 0.05
+EPSILON = timedelta(microseconds=1)
+
+log = structlog.get_logger("pgtick.ticker")
+
+
+@functools.lru_cache(maxsize=1024)
+def cron_for(expr: str, timezone: str, name: str) -> Cron:
+    """Parsed crons are cached: the ticker asks for the same ones every tick."""
+    return Cron.parse(expr, timezone, name)
+
+
+def schedule_def(cfg: ScheduleConfig) -> ScheduleDef:
+    """The database form of a ``[schedules.NAME]`` table."""
+    return ScheduleDef(
+        name=cfg.name,
+        job_type=cfg.job_type,
+        payload=dict(cfg.payload),
+        cron=cfg.cron,
+        timezone=cfg.timezone,
+        max_attempts=cfg.max_attempts,
+        catchup=cfg.catchup,
+        catchup_limit=cfg.catchup_limit,
+        overlap=cfg.overlap,
+        jitter_seconds=cfg.jitter_seconds,
+    )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one tick does for one schedule."""
+
+    occurrences: list[Occurrence]
+    until: datetime  # the new cursor
+    missed: int  # missed occurrences found (at least; capped by the search)
+    next_wake: datetime | None  # database time at which this schedule needs a tick
+
+
+def with_jitter(cron: Cron, name: str, jitter_seconds: float, at: datetime) -> Occurrence:
+    """The run for occurrence ``at``: run_at delayed by the schedule's deterministic jitter."""
+    if jitter_seconds <= 0:
+        return Occurrence(at, at)
+    offset = jitter_offset(name, at, jitter_seconds, cron.next_after(at))
+    return Occurrence(at, at + timedelta(seconds=offset))
+
+
+def _missed(
+    cron: Cron, cursor: datetime, cut: datetime, catchup: str, limit: int
+) -> tuple[list[datetime], int]:
+    """Occurrences in (cursor, cut] to create per ``catchup``, and how many were missed."""
+    if catchup == "none":
+        first = cron.next_after(cursor)
+        return [], int(first <= cut)
+    wanted = 1 if catchup == "latest" else limit
+    found: list[datetime] = []
+    at = cut
+    while len(found) <= wanted:
+        latest = cron.latest_at_or_before(at)
+        if latest is None or latest <= cursor:
+            break
+        found.append(latest)
+        at = latest - EPSILON
+    more = len(found) > wanted
+    return sorted(found[:wanted]), len(found) + (1 if more else 0)
+
+
+def plan(
+    row: ScheduleRow,
+    *,
+    lookahead_seconds: float,
+    tick_seconds: float,
+) -> Plan:
+    """Decide which occurrences to create for one schedule at the database time ``row.db_now``.
+
+    Pure: the same function serves the ticker, the tests and ``pgtick schedules next``'s
+    agreement test.
+    """
+    cron = cron_for(row.cron, row.timezone, row.name)
+    now = row.db_now
+    cursor = row.materialized_until or now
+    skip = row.overlap == "skip"
+    horizon = now if skip else now + timedelta(seconds=lookahead_seconds)
+    cut = now - timedelta(seconds=MISSED_AFTER_TICKS * tick_seconds)
+    times: list[datetime] = []
+    missed = 0
+    if cursor < cut:
+        times, missed = _missed(cron, cursor, cut, row.catchup, row.catchup_limit)
+        if row.catchup == "latest" and any(t <= now for t in cron.occurrences(cut, now)):
+            times = []  # an on-time occurrence is the most recent one
+        cursor = cut
+    times += list(cron.occurrences(cursor, horizon)) if horizon > cursor else []
+    occurrences = [with_jitter(cron, row.name, row.jitter_seconds, t) for t in times]
+    until = max(horizon, row.materialized_until or horizon)
+    if skip:
+        # Only what is due now; a jittered occurrence not yet due waits, cursor before it.
+        pending = [o for o in occurrences if o.run_at > now]
+        occurrences = [o for o in occurrences if o.run_at <= now]
+        if pending:
+            until = pending[0].scheduled_for - EPSILON
+    upcoming = with_jitter(cron, row.name, row.jitter_seconds, cron.next_after(until))
+    next_wake = upcoming.run_at
+    if not skip:
+        next_wake = upcoming.run_at - timedelta(seconds=lookahead_seconds)
+    return Plan(occurrences, until, missed, next_wake)
+
+
+@dataclass(frozen=True)
+class TickResult:
+    schedules: int
+    created: int
+    skipped: int
+    next_wake: datetime | None  # database time of the earliest early wake needed
+
+
+class Ticker:
+    """Materializes schedules on every tick and at early wakes, until stopped."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        schedules: Sequence[ScheduleConfig],
+        job_types: Sequence[str],
+        cfg: TickerConfig,
+        metrics: Metrics,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._defs = [schedule_def(s) for s in schedules]
+        self._job_types = list(job_types)
+        self._cfg = cfg
+        self._metrics = metrics
+        self._clock = wall_clock
+        self.stop_event = threading.Event()
+        self.alive_at = time.monotonic()
+        self.last_tick_at: float | None = None
+        self._db_offset = 0.0  # database clock minus wall clock, seconds
+        self._next_wake: datetime | None = None
+
+    def sync(self) -> None:
+        """Upsert the config's schedules; pause those of our job types that vanished."""
+        changed, paused = self._store.sync_schedules(self._defs, self._job_types)
+        if changed:
+            log.info("schedules_synced", changed=changed)
+        if paused:
+            log.warning("schedules_paused_gone_from_config", names=paused)
+
+    def tick(self) -> TickResult:
+        """One materialization pass over every enabled schedule no other daemon is doing."""
+        created = skipped = 0
+        next_wake: datetime | None = None
+        with self._store.materializing() as (conn, rows):
+            for row in rows:
+                p = plan(
+                    row,
+                    lookahead_seconds=self._cfg.lookahead_seconds,
+                    tick_seconds=self._cfg.interval_seconds,
+                )
+                if p.missed > len(p.occurrences) and row.catchup != "none":
+                    log.warning(
+                        "schedule_missed_occurrences",
+                        schedule=row.name,
+                        missed=p.missed,
+                        catching_up=len(p.occurrences),
+                    )
+                elif p.missed and row.catchup == "none":
+                    log.info("schedule_missed_occurrences", schedule=row.name, catchup="none")
+                counts = RunStore.materialize_on(conn, row, p.occurrences, p.until)
+                created += counts.get("queued", 0)
+                skipped += counts.get("skipped", 0)
+                if p.next_wake is not None and (next_wake is None or p.next_wake < next_wake):
+                    next_wake = p.next_wake
+            if rows:
+                self._db_offset = rows[0].db_now.timestamp() - self._clock()
+        self.last_tick_at = time.monotonic()
+        self._metrics.last_tick.set(self._clock())
+        self._next_wake = next_wake
+        if created or skipped:
+            log.debug("ticked", created=created, skipped=skipped)
+        return TickResult(len(rows), created, skipped, next_wake)
+
+    def seconds_to_next_tick(self) -> float:
+        """Until the next aligned tick or the earliest early wake, whichever is first."""
+        now = self._clock()
+        interval = self._cfg.interval_seconds
+        aligned = math.floor(now / interval + 1) * interval
+        wake = aligned
+        if self._next_wake is not None:
+            wake = min(wake, self._next_wake.timestamp() - self._db_offset)
+        return max(MIN_WAIT_SECONDS, wake - now)
+
+    def run(self) -> None:
+        failures = 0
+        while not self.stop_event.wait(self.seconds_to_next_tick() if not failures else 0):
+            self.alive_at = time.monotonic()
+            try:
+                self.tick()
+                failures = 0
+            except DatabaseError as exc:
+                failures += 1
+                self._metrics.db_error("tick")
+                delay = retry_delay(failures)
+                log.warning("tick_failed", error=str(exc), retry_in=delay)
+                if self.stop_event.wait(delay):
+                    return
