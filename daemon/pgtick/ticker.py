@@ -97,8 +97,8 @@ def _missed(
             break
         found.append(latest)
         at = latest - EPSILON
-    more = len(found) > wanted
-    return sorted(found[:wanted]), len(found) + (1 if more else 0)
+    # Searching stops one past the limit: a count above the limit means "more were missed".
+    return sorted(found[:wanted]), len(found)
 
 
 def plan(
