@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
+# Lint what exists: git keeps no empty directories, so bench/ may be missing from a clone.
+LINT    = $(wildcard daemon tests bench)
 
 .PHONY: demo test lint typecheck check clean
 
@@ -13,17 +15,17 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)   ## run the daemon on an embedded PostgreSQL with config.example.toml
-	$(BIN)/pgtick demo --config config.example.toml
+	@$(BIN)/pgtick demo --config config.example.toml
 
 test: $(STAMP)   ## lint, type-check and run the whole test suite
-	$(BIN)/ruff check daemon tests bench
-	$(BIN)/ruff format --check daemon tests bench
+	$(BIN)/ruff check $(LINT)
+	$(BIN)/ruff format --check $(LINT)
 	$(BIN)/mypy
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check daemon tests bench
-	$(BIN)/ruff format --check daemon tests bench
+	$(BIN)/ruff check $(LINT)
+	$(BIN)/ruff format --check $(LINT)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -34,7 +34,8 @@ def pg_admin_dsn() -> Iterator[str]:
     if given:
         yield given
         return
-    # Not under pytest's basetemp: another pytest session may prune that while we run.
+    # Not under pytest's basetemp: each pytest session run as root resets it to mode 0700,
+    # which locks out the unprivileged user the embedded server runs as.
     data_dir = Path(tempfile.mkdtemp(prefix="pgtick-test-pg-"))
     server = EmbeddedPostgres(data_dir, throwaway=True)
     try:

@@ -18,6 +18,8 @@ from pgtick.errors import (
 
 __version__ = "0.1.0"
 
+from pgtick.handlers import JobContext, job
+
 DEFAULT_SCHEMA = "pgtick"
 
 
@@ -48,9 +50,11 @@ __all__ = [
     "ConfigError",
     "DatabaseError",
     "Fail",
+    "JobContext",
     "NotFoundError",
     "PgtickError",
     "Retry",
     "__version__",
     "enqueue",
+    "job",
 ]

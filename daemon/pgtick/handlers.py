@@ -258,16 +258,19 @@ def _short(text: str) -> str:
     return text if len(text) <= LAST_ERROR_MAX_CHARS else text[: LAST_ERROR_MAX_CHARS - 1] + "…"
 
 
-def _tail_bytes(text: str, limit: int = DETAIL_MAX_BYTES) -> str:
+def _bounded(text: str, limit: int = DETAIL_MAX_BYTES) -> str:
+    """At most ``limit`` bytes: the start (where it began) and the end (what was raised)."""
     data = text.encode("utf-8", "replace")
     if len(data) <= limit:
         return text
-    return "…" + data[-(limit - 3) :].decode("utf-8", "ignore")
+    head = limit // 8
+    tail = limit - head - len(" … ".encode())
+    return data[:head].decode("utf-8", "ignore") + " … " + data[-tail:].decode("utf-8", "ignore")
 
 
 def _failure(ctx: JobContext, jt: JobType, exc: BaseException) -> Outcome:
     """Map a handler's exception to failed (with backoff), or dead."""
-    detail = _tail_bytes("".join(traceback.format_exception(exc)))
+    detail = _bounded("".join(traceback.format_exception(exc)))
     error_type = type(exc).__name__
     message = _short(f"{error_type}: {exc}" if str(exc) else error_type)
     if isinstance(exc, Fail):
@@ -319,7 +322,7 @@ def _run_command(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
         message = f"exit status {result.returncode}"
     if last_line:
         message = f"{message}: {last_line}"
-    detail = _tail_bytes(stderr or message)
+    detail = _bounded(stderr or message)
     if ctx.attempt >= ctx.max_attempts:
         return Outcome(ctx.run_id, "dead", _short(message), error_type, detail, None)
     delay = jt.backoff.delay(ctx.attempt)

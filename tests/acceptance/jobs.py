@@ -77,3 +77,24 @@ def tx_fail(ctx: JobContext, payload: dict[str, Any]) -> None:
 def pickup(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Records when the handler started, for the pickup-latency test."""
     record(ctx, "started")
+
+
+@job("retry_after")
+def retry_after(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Asks for a retry after a chosen delay."""
+    record(ctx)
+    raise pgtick.Retry(after=payload["after"], message="not yet")
+
+
+@job("give_up")
+def give_up(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Fails for good: no retries left to try."""
+    record(ctx)
+    raise pgtick.Fail("invoice 42 does not exist")
+
+
+@job("boom")
+def boom(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """An ordinary bug."""
+    record(ctx)
+    raise ValueError("unexpected input " + "x" * 20_000)

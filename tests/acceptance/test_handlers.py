@@ -1,0 +1,113 @@
+"""Handler outcomes through a real daemon: Retry, Fail, exceptions, Python timeouts, config."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import timedelta
+
+from pgtick import db
+from pgtick.store import NewRun, RunStore
+
+from .conftest import Cluster, wait_for
+
+TYPES = """
+[job_types.boom]
+backoff = "fixed"
+backoff_base = "1h"
+jitter = 0.0
+
+[job_types.stubborn]
+timeout = "1s"
+max_attempts = 1
+"""
+
+
+def _status(store: RunStore, run_id: int) -> str | None:
+    run = store.get_run(run_id)
+    return None if run is None else run.status
+
+
+def test_retry_fail_exception_and_timeout(
+    cluster: Cluster, store: RunStore, conn: db.Connection
+) -> None:
+    cluster.start(cluster.config(TYPES, heartbeat="1s"))
+    retry = store.enqueue(NewRun("retry_after", {"after": 300}))
+    fail = store.enqueue(NewRun("give_up"))
+    bug = store.enqueue(NewRun("boom"))
+    slow = store.enqueue(NewRun("stubborn", {"seconds": 30}))
+    wait_for(
+        lambda: (
+            [_status(store, i) for i in (retry, fail, bug, slow)]
+            == ["failed", "dead", "failed", "dead"]
+        ),
+        15,
+        what="all four outcomes",
+    )
+    # Retry(after=300): the handler's own delay, on the database clock.
+    row = conn.execute(
+        "SELECT r.run_at - a.finished_at, r.last_error, r.error_type FROM runs r "
+        "JOIN attempts a ON a.run_id = r.id WHERE r.id = %s",
+        [retry],
+    ).fetchone()
+    assert row == (timedelta(seconds=300), "Retry: not yet", "Retry")
+    # Fail: dead at once, whatever max_attempts says.
+    dead = store.get_run(fail)
+    assert dead is not None
+    assert (dead.attempts, dead.error_type, dead.last_error) == (
+        1, "Fail", "Fail: invoice 42 does not exist")  # fmt: skip
+    # An exception: failed with the job type's backoff; short last_error, bounded traceback.
+    failed = store.get_run(bug)
+    assert failed is not None and failed.error_type == "ValueError"
+    assert failed.last_error is not None and len(failed.last_error) <= 500
+    [attempt] = store.get_attempts(bug)
+    assert attempt.error is not None and "Traceback" in attempt.error
+    assert len(attempt.error.encode()) <= 8192
+    delay = conn.execute(
+        "SELECT r.run_at - a.finished_at FROM runs r JOIN attempts a ON a.run_id = r.id "
+        "WHERE r.id = %s",
+        [bug],
+    ).fetchone()
+    assert delay == (timedelta(hours=1),)
+    # A Python handler past its timeout is failed (here: dead, max_attempts 1) although its
+    # thread is still sleeping; the run's wall time is bounded.
+    timed_out = store.get_run(slow)
+    assert timed_out is not None and timed_out.error_type == "timeout"
+    assert timed_out.finished_at is not None and timed_out.started_at is not None
+    assert timed_out.finished_at - timed_out.started_at < timedelta(seconds=3)
+
+
+def test_a_bad_handler_config_is_refused_with_the_key(cluster: Cluster) -> None:
+    bad = cluster.config('\n[job_types.x]\nhandler = "no_such_module:fn"\n')
+    daemon = cluster.start(bad, wait=False)
+    assert daemon.wait(20) == 2
+    assert "job_types.x.handler: cannot import module 'no_such_module'" in daemon.log()
+    assert "Traceback" not in daemon.log()
+
+
+def test_migrate_cli_is_idempotent_and_refuses_an_edited_file(empty_dsn: str) -> None:
+    def migrate() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pgtick", "migrate", "--dsn", empty_dsn],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    first = migrate()
+    assert (first.returncode, first.stdout) == (0, "applied 0001_create_schema\n")
+    second = migrate()
+    assert (second.returncode, second.stdout) == (0, "schema 'pgtick' is up to date\n")
+    with db.connect(empty_dsn, "pgtick") as conn:
+        conn.execute("UPDATE schema_migrations SET sha256 = repeat('0', 64)")
+    third = migrate()
+    assert third.returncode == 2
+    assert third.stderr.count("\n") == 1
+    assert "migration 0001_create_schema.sql was changed after it was applied" in third.stderr
+
+
+def test_unreachable_database_exits_3(cluster: Cluster) -> None:
+    cluster.dsn = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"
+    daemon = cluster.start(wait=False)
+    assert daemon.wait(40) == 3
+    assert "Traceback" not in daemon.log()
