@@ -7,27 +7,31 @@ Exit codes (SPEC §8), mapped from the exception tree in one place (``exit_code`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 
 import pgtick
 from pgtick import config as config_mod
-from pgtick import db, handlers, logs, migrate
+from pgtick import db, handlers, logs, migrate, ticker
 from pgtick.errors import (
     ConfigError,
     DatabaseError,
     MigrationError,
     NotFoundError,
     PgtickError,
+    ScheduleError,
     SchemaOutdatedError,
 )
-from pgtick.store import NewRun, RunStore
+from pgtick.schedule import Cron
+from pgtick.store import NewRun, RunStore, ScheduleListing
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -44,6 +48,12 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (PgtickError, EXIT_FAILURE),
 )
 DEMO_DATA_DIR = ".pgdata"
+DEFAULT_NEXT_COUNT = 5
+# `schedules next --count` and `schedules backfill` refuse more occurrences than this: a typo in
+# a range ("2016" for "2026") should not enqueue ten years of runs.
+MAX_OCCURRENCES = 10_000
+# schedules.paused_reason of a schedule the daemon paused because it vanished from its config.
+PAUSED_REASON_REMOVED = "removed"
 
 
 def exit_code(exc: BaseException) -> int:
@@ -76,6 +86,16 @@ def _quiet_logging(args: argparse.Namespace) -> None:
 
 def _store(dsn: str, schema: str) -> RunStore:
     return RunStore(db.make_pool(dsn, schema, size=1, name="pgtick-cli"))
+
+
+@contextlib.contextmanager
+def _opened_store(dsn: str, schema: str) -> Iterator[RunStore]:
+    """A one-connection store for one command, closed however the command ends."""
+    store = _store(dsn, schema)
+    try:
+        yield store
+    finally:
+        store.pool.close()
 
 
 def parse_time(text: str, option: str) -> datetime:
@@ -178,7 +198,246 @@ def cmd_demo(args: argparse.Namespace) -> int:
         server.close()
 
 
+# -- schedules -------------------------------------------------------------------------------------
+
+
+def _iso(value: datetime | None, *, whole_seconds: bool = False) -> str | None:
+    """An instant as UTC ISO 8601 (None stays None); ``whole_seconds`` for aligned tables."""
+    if value is None:
+        return None
+    utc = value.astimezone(UTC)
+    return (utc.replace(microsecond=0) if whole_seconds else utc).isoformat()
+
+
+def _offset_text(offset: timedelta | None) -> str:
+    """A UTC offset the way ISO 8601 writes it: ``+02:00``, ``+05:45``, ``-03:30``."""
+    total = round((offset or timedelta(0)).total_seconds())
+    hours, rest = divmod(abs(total), 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = f"{'-' if total < 0 else '+'}{hours:02d}:{minutes:02d}"
+    return f"{text}:{seconds:02d}" if seconds else text
+
+
+def _local_text(at: datetime, cron: Cron) -> str:
+    """What the schedule's wall clock shows at ``at``: ``2026-10-25 02:30:00 CEST (+02:00)``;
+    the offset tells the two passes of a repeated hour apart."""
+    local = at.astimezone(cron.zone)
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()} ({_offset_text(local.utcoffset())})"
+
+
+def _seconds_text(seconds: float) -> str:
+    return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
+
+
+def _cron(name: str, expr: str, timezone: str) -> Cron:
+    """The ticker's own parsed cron, so that what is printed is what gets materialized."""
+    try:
+        return ticker.cron_for(expr, timezone, name)
+    except ScheduleError as exc:
+        raise ScheduleError(f"schedule {name!r}: {exc}") from None
+
+
+def _not_found(name: str) -> NotFoundError:
+    return NotFoundError(f"schedule {name!r} not found")
+
+
+def _state(listing: ScheduleListing) -> str:
+    if not listing.paused:
+        return "active"
+    if listing.paused_reason == PAUSED_REASON_REMOVED:
+        return "paused (gone from config)"
+    return "paused"
+
+
+def _next_at(listing: ScheduleListing, now: datetime) -> datetime | None:
+    """An active schedule's next occurrence after the database's now; None when paused (or
+    when a newer pgtick stored an expression this one refuses: the listing still prints)."""
+    if listing.paused:
+        return None
+    try:
+        return ticker.cron_for(listing.cron, listing.timezone, listing.name).next_after(now)
+    except ScheduleError:
+        return None
+
+
+def _listing_fields(listing: ScheduleListing, now: datetime) -> dict[str, Any]:
+    return {
+        "name": listing.name,
+        "job_type": listing.job_type,
+        "cron": listing.cron,
+        "timezone": listing.timezone,
+        "state": _state(listing),
+        "next_at": _iso(_next_at(listing, now)),
+        "last_status": listing.last_status,
+        "last_scheduled_for": _iso(listing.last_scheduled_for),
+        "last_success_at": _iso(listing.last_success_at),
+    }
+
+
+SCHEDULE_COLUMNS = ("NAME", "JOB TYPE", "CRON", "TIMEZONE", "STATE", "NEXT", "LAST RUN", "LAST OK")
+
+
+def _listing_cells(listing: ScheduleListing, now: datetime) -> tuple[str, ...]:
+    last_run = "-"
+    if listing.last_status is not None:
+        # A triggered run has no occurrence.
+        when = _iso(listing.last_scheduled_for, whole_seconds=True) or "(triggered)"
+        last_run = f"{listing.last_status} {when}"
+    return (
+        listing.name,
+        listing.job_type,
+        listing.cron,
+        listing.timezone,
+        _state(listing),
+        _iso(_next_at(listing, now), whole_seconds=True) or "-",
+        last_run,
+        _iso(listing.last_success_at, whole_seconds=True) or "-",
+    )
+
+
+def _print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    lines = [header, *rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for line in lines:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+
+
+def cmd_schedules(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
+        listings = store.list_schedules()
+        now = store.now()
+    if args.json:
+        print(json.dumps([_listing_fields(s, now) for s in listings], indent=2))
+    elif not listings:
+        print("no schedules")
+    else:
+        _print_table(SCHEDULE_COLUMNS, [_listing_cells(s, now) for s in listings])
+    return EXIT_OK
+
+
+def cmd_schedules_pause(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
+        found = store.pause_schedule(args.name)
+    if not found:
+        raise _not_found(args.name)
+    print(f"paused {args.name}")
+    return EXIT_OK
+
+
+def cmd_schedules_resume(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
+        found = store.resume_schedule(args.name)
+    if not found:
+        raise _not_found(args.name)
+    print(f"resumed {args.name} (continues from now; the paused period is not caught up)")
+    return EXIT_OK
+
+
+def cmd_schedules_trigger(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
+        run_id = store.trigger_schedule(args.name)
+    if run_id is None:
+        raise _not_found(args.name)
+    print(run_id)
+    return EXIT_OK
+
+
+def _schedule_for_next(args: argparse.Namespace, cfg: config_mod.Config) -> tuple[Cron, float]:
+    """The cron and jitter of the schedule to show: from the config file when it is declared
+    there, with no database at all (SPEC §3); else from the database."""
+    declared = cfg.schedules.get(args.name)
+    if declared is not None:
+        return _cron(declared.name, declared.cron, declared.timezone), declared.jitter_seconds
+    try:
+        dsn = _dsn(args, cfg)
+    except ConfigError as exc:
+        where = cfg.path or "the config file"
+        raise ConfigError(
+            f"schedule {args.name!r} is not declared in {where}; to look it up in the "
+            f"database: {exc}"
+        ) from None
+    with _opened_store(dsn, cfg.database.schema) as store:
+        row = store.get_schedule(args.name)
+    if row is None:
+        where = f" ({cfg.path})" if cfg.path else ""
+        raise NotFoundError(
+            f"schedule {args.name!r} not found in the config file{where} or the database"
+        )
+    jitter = float(row["jitter_seconds"] or 0.0)
+    return _cron(args.name, str(row["cron"]), str(row["timezone"])), jitter
+
+
+def cmd_schedules_next(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    start = datetime.now(UTC) if args.from_ is None else parse_time(args.from_, "--from")
+    if args.count > MAX_OCCURRENCES:
+        raise UsageError(f"--count: at most {MAX_OCCURRENCES}, got {args.count}")
+    cron, jitter = _schedule_for_next(args, cfg)
+    for at in cron.next_n(start, args.count):
+        line = f"{_iso(at)}  {_local_text(at, cron)}"
+        delay = (ticker.with_jitter(cron, args.name, jitter, at).run_at - at).total_seconds()
+        if delay > 0:
+            line += f"  run_at +{_seconds_text(delay)}"
+        print(line)
+    return EXIT_OK
+
+
+def _backfill_range(args: argparse.Namespace) -> tuple[datetime, datetime]:
+    """The range as ``Cron.occurrences`` takes it, (after, until]: --from is inclusive too."""
+    start = parse_time(args.from_, "--from")
+    end = parse_time(args.to, "--to")
+    if start >= end:
+        raise UsageError(f"--from must be before --to (got --from {_iso(start)}, --to {_iso(end)})")
+    try:
+        return start - ticker.EPSILON, end  # occurrences are whole seconds
+    except OverflowError:
+        raise UsageError(f"--from: too early: {args.from_!r}") from None
+
+
+def cmd_schedules_backfill(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    after, end = _backfill_range(args)
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
+        row = store.get_schedule(args.name)
+        if row is None:
+            raise _not_found(args.name)
+        now = store.now()
+        if end > now:
+            raise UsageError(
+                f"--to: {_iso(end)} is after the database's now ({_iso(now, whole_seconds=True)})"
+                "; backfill creates past occurrences, the ticker creates the rest"
+            )
+        cron = _cron(args.name, str(row["cron"]), str(row["timezone"]))
+        occurrences = list(islice(cron.occurrences(after, end), MAX_OCCURRENCES + 1))
+        if len(occurrences) > MAX_OCCURRENCES:
+            raise UsageError(
+                f"--from/--to: more than {MAX_OCCURRENCES} occurrences of {args.name} in that "
+                "range; backfill it in parts"
+            )
+        created = store.backfill_schedule(args.name, occurrences) if occurrences else []
+    existing = len(occurrences) - len(created)
+    print(f"created {len(created)} runs for {args.name} ({existing} occurrences already had one)")
+    return EXIT_OK
+
+
 # -- parsing ---------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a mistake in one stderr line (SPEC §8), not usage plus error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def _positive_int(text: str) -> int:
@@ -191,8 +450,41 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_schedules(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``schedules`` lists; its verbs manage and inspect one schedule."""
+    text = "list schedules (verbs: pause, resume, trigger, next, backfill)"
+    p = sub.add_parser("schedules", parents=[common], help=text, description=text)
+    p.set_defaults(func=cmd_schedules)
+    p.add_argument("--json", action="store_true", help="a JSON list instead of a table")
+    verbs = p.add_subparsers(dest="action", metavar="VERB")
+
+    def verb(name: str, fn: Callable[[argparse.Namespace], int], help: str) -> Any:
+        v = verbs.add_parser(name, parents=[common], help=help, description=help)
+        v.set_defaults(func=fn)
+        v.add_argument("name", metavar="NAME", help="the schedule's name ([schedules.NAME])")
+        return v
+
+    verb("pause", cmd_schedules_pause, "stop creating runs for a schedule")
+    verb("resume", cmd_schedules_resume, "resume a schedule from now (no catching up)")
+    verb("trigger", cmd_schedules_trigger, "run a schedule now, once; prints the run id")
+    v = verb("next", cmd_schedules_next, "print upcoming occurrences, in UTC and local time")
+    v.add_argument(
+        "--count",
+        type=_positive_int,
+        default=DEFAULT_NEXT_COUNT,
+        metavar="N",
+        help=f"how many (default {DEFAULT_NEXT_COUNT})",
+    )
+    v.add_argument("--from", dest="from_", metavar="TIME", help="ISO 8601 time (default: now)")
+    v = verb("backfill", cmd_schedules_backfill, "create runs for past occurrences in a range")
+    v.add_argument(
+        "--from", dest="from_", required=True, metavar="TIME", help="ISO 8601, inclusive"
+    )
+    v.add_argument("--to", required=True, metavar="TIME", help="ISO 8601, inclusive")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--config",
         default=argparse.SUPPRESS,
@@ -207,7 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="debug logging, tracebacks on error",
     )
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pgtick",
         description="Scheduled and deferred jobs out of the PostgreSQL you already have.",
         parents=[common],
@@ -233,6 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--in", dest="in_", metavar="DURATION", help="e.g. 90s, 5m, 2h")
     p.add_argument("--key", metavar="KEY", help="idempotency key")
     p.add_argument("--max-attempts", type=_positive_int, metavar="N")
+    _add_schedules(sub, common)
     p = add("demo", cmd_demo, "run the daemon on an embedded PostgreSQL, for a first look")
     p.add_argument("--data-dir", default=DEMO_DATA_DIR, help="where the embedded server lives")
     return parser

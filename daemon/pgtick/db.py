@@ -93,6 +93,9 @@ def make_pool(
         timeout=open_timeout,
     )
     with wrap_errors("connect"):
+        # One plain connection first: if the server is unreachable this fails at once with
+        # the real cause, where the pool would retry quietly and report only a timeout.
+        psycopg.connect(dsn, **_connect_kwargs(name)).close()
         try:
             pool.open(wait=wait, timeout=open_timeout)
         except BaseException:

@@ -228,11 +228,27 @@ def _enqueue_params(run: NewRun) -> dict[str, Any]:
 class RunStore:
     """Typed access to the pgtick schema through a connection pool."""
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, pinned: db.Connection | None = None) -> None:
         self.pool = pool
+        self._pinned = pinned
+
+    @contextlib.contextmanager
+    def pinned(self, operation: str) -> Iterator[RunStore]:
+        """A store bound to one pooled connection, for a hot loop.
+
+        The pool checks a connection when it is handed out; a loop that keeps one saves that
+        round trip on every statement. After a DatabaseError the loop leaves this block, the
+        pool drops the broken connection, and the loop pins a fresh one.
+        """
+        with db.wrap_errors(operation), self.pool.connection() as conn:
+            yield RunStore(self.pool, conn)
 
     @contextlib.contextmanager
     def _conn(self, operation: str) -> Iterator[db.Connection]:
+        if self._pinned is not None:
+            with db.wrap_errors(operation):
+                yield self._pinned
+            return
         with db.wrap_errors(operation), self.pool.connection() as conn:
             yield conn
 

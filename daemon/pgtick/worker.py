@@ -28,6 +28,7 @@ from pgtick.store import ClaimedRun, ClaimType, Failure, RunStore
 COMPLETE_BATCH_MAX = 500
 COMPLETE_BATCH_WINDOW_SECONDS = 0.002
 MIN_IDLE_WAIT_SECONDS = 0.02
+BACKLOG_WAIT_SECONDS = 0.005
 DB_RETRY_MIN_SECONDS = 0.2
 DB_RETRY_MAX_SECONDS = 5.0
 
@@ -92,13 +93,31 @@ class Completer:
         return True
 
     def run(self) -> None:
+        """Write outcomes until closed, on a pinned connection (re-pinned after errors)."""
         failures = 0
+        while True:
+            try:
+                with self._store.pinned("complete") as store:
+                    if self._loop(store):
+                        return
+            except DatabaseError as exc:
+                failures += 1
+                self._metrics.db_error("complete")
+                log.warning("complete_failed", error=str(exc), retry_in=retry_delay(failures))
+                with self._cond:
+                    closing = self._closing
+                if closing and failures > 3:
+                    return
+                time.sleep(retry_delay(failures))
+
+    def _loop(self, store: RunStore) -> bool:
+        """Write batches until closed (True) or until the database fails (raises)."""
         while True:
             with self._cond:
                 while not self._items and not self._closing:
                     self._cond.wait()
                 if not self._items and self._closing:
-                    return
+                    return True
             # Let a batch gather for a moment when it is small.
             if len(self._items) < COMPLETE_BATCH_MAX:
                 time.sleep(COMPLETE_BATCH_WINDOW_SECONDS)
@@ -106,36 +125,28 @@ class Completer:
                 batch = [self._items.popleft() for _ in range(min(len(self._items), 500))]
                 self._in_flight = len(batch)
             try:
-                self._write(batch)
-                failures = 0
-            except DatabaseError as exc:
-                failures += 1
-                self._metrics.db_error("complete")
-                log.warning("complete_failed", error=str(exc), retry_in=retry_delay(failures))
-                with self._cond:
+                self._write(store, batch)
+            except DatabaseError:
+                with self._cond:  # keep the batch: it is written after reconnecting
                     self._items.extendleft(reversed(batch))
                     self._in_flight = 0
-                    closing = self._closing
-                if closing and failures > 3:
-                    return
-                time.sleep(retry_delay(failures))
-                continue
+                raise
             with self._cond:
                 self._in_flight = 0
                 self._cond.notify_all()
 
-    def _write(self, batch: list[tuple[Held, Outcome, float | None]]) -> None:
+    def _write(self, store: RunStore, batch: list[tuple[Held, Outcome, float | None]]) -> None:
         succeed = [h for h, o, _ in batch if o.kind == "succeeded"]
         fail = [(h, o) for h, o, _ in batch if o.kind in ("failed", "dead")]
         written: set[int] = set()
         if succeed:
-            written |= self._store.succeed(self._worker_id, [h.run.id for h in succeed])
+            written |= store.succeed(self._worker_id, [h.run.id for h in succeed])
         if fail:
             failures = [
                 Failure(h.run.id, o.error, o.error_type, o.detail, o.retry_in_seconds)
                 for h, o in fail
             ]
-            written |= {r.id for r in self._store.fail(self._worker_id, failures)}
+            written |= {r.id for r in store.fail(self._worker_id, failures)}
         done = []
         for held, outcome, duration in batch:
             job_type = held.run.job_type
@@ -233,34 +244,47 @@ class Worker:
             return self._cfg.threads + self._cfg.prefetch - self._busy - len(self._local)
 
     def _dispatch_loop(self) -> None:
+        """Claim until told to stop, on a pinned connection (re-pinned after errors)."""
         failures = 0
         while not self._stop_claiming.is_set():
-            self.dispatcher_alive_at = time.monotonic()
-            capacity = self._capacity()
-            if capacity <= 0:
-                self._wake.wait(self._cfg.poll_interval_seconds)
-                self._wake.clear()
-                continue
-            self._wake.clear()
             try:
-                runs = self._store.claim(self.worker_id, self._claim_types, capacity)
-                wait = None
-                if len(runs) < capacity:
-                    due_in = self._store.next_due_in(self.handled)
-                    wait = self._cfg.poll_interval_seconds
-                    if due_in is not None:
-                        wait = max(MIN_IDLE_WAIT_SECONDS, min(wait, due_in))
-                failures = 0
+                with self._store.pinned("claim") as store:
+                    self._claim_loop(store)
             except DatabaseError as exc:
                 failures += 1
                 self._metrics.db_error("claim")
                 log.warning("claim_failed", error=str(exc), retry_in=retry_delay(failures))
                 self._stop_claiming.wait(retry_delay(failures))
+            else:
+                failures = 0
+
+    def _claim_loop(self, store: RunStore) -> None:
+        backlog = False
+        min_batch = max(1, (self._cfg.threads + self._cfg.prefetch) // 2)
+        while not self._stop_claiming.is_set():
+            self.dispatcher_alive_at = time.monotonic()
+            capacity = self._capacity()
+            # With a backlog, wait for a real batch of free threads: one claim per freed
+            # thread would make every run pay a round trip of its own.
+            if capacity <= 0 or (backlog and capacity < min_batch):
+                self._wake.wait(
+                    BACKLOG_WAIT_SECONDS if backlog else self._cfg.poll_interval_seconds
+                )
+                self._wake.clear()
+                backlog = backlog and self._capacity() < min_batch
                 continue
+            self._wake.clear()
+            runs = store.claim(self.worker_id, self._claim_types, capacity)
             if runs:
                 self._accept(runs)
-            if wait is not None and not self._stop_claiming.is_set():
-                self._wake.wait(wait)
+            backlog = len(runs) == capacity
+            if backlog:
+                continue
+            due_in = store.next_due_in(self.handled)
+            wait = self._cfg.poll_interval_seconds
+            if due_in is not None:
+                wait = max(MIN_IDLE_WAIT_SECONDS, min(wait, due_in))
+            self._wake.wait(wait)
 
     def _accept(self, runs: list[ClaimedRun]) -> None:
         fresh = []
@@ -309,11 +333,12 @@ class Worker:
             self._wake.set()
 
     def _forget(self, done: list[Held]) -> None:
+        # No notify: idle handler threads wait on this condition, and waking them all for
+        # every batch of results costs more than the work itself (wait_idle polls).
         with self._cond:
             for held in done:
                 if self._held.get(held.run.id) is held:
                     del self._held[held.run.id]
-            self._cond.notify_all()
 
     # -- for the heartbeat --------------------------------------------------------------------
 

@@ -387,7 +387,8 @@ RETURNING id;
 -- resume_schedule --
 -- Resuming continues from now: the paused period is not caught up.
 UPDATE schedules
-SET paused = false, paused_reason = NULL, materialized_until = now(), updated_at = now()
+SET paused = false, paused_reason = NULL, updated_at = now(),
+    materialized_until = CASE WHEN paused THEN now() ELSE materialized_until END
 WHERE name = %(name)s
 RETURNING id;
 
