@@ -182,7 +182,7 @@ class Service:
         )
         self.notifier.ready(self._status(worker))
         self._stop_ticking = ticker.stop_event.set
-        crashed = self._supervise(worker, worker_threads, loops, heartbeat)
+        crashed = self._supervise(worker, worker_threads, loops, heartbeat, ticker)
         self._drain(store, worker, metrics)
         for side in (listener, reaper, ticker):
             side.stop_event.set()
@@ -207,6 +207,7 @@ class Service:
         worker_threads: list[threading.Thread],
         loops: list[LoopThread],
         heartbeat: Heartbeat,
+        ticker: Ticker,
     ) -> bool:
         """Watch the loops until asked to stop; True if one of them died."""
         interval = self.notifier.watchdog_interval_seconds or MAIN_LOOP_SECONDS
@@ -217,13 +218,33 @@ class Service:
             if dead:
                 log.error("loop_died", loops=dead)
                 return True
-            stale = time.monotonic() - heartbeat.alive_at > LOOP_STALE_FACTOR * max(
-                self.config.worker.heartbeat_seconds, 1.0
-            )
-            if not stale:
+            stale = self._stale_loops(worker, heartbeat, ticker)
+            if stale:
+                log.warning("loops_stalled", loops=stale)
+            else:
                 self.notifier.watchdog()
             self.notifier.status(self._status(worker))
         return False
+
+    def _stale_loops(self, worker: Worker, heartbeat: Heartbeat, ticker: Ticker) -> list[str]:
+        """Loops that made no progress for several of their own intervals (stuck, e.g. on a
+        hung connection): systemd's watchdog should then restart us. A loop that is merely
+        retrying a database that went away still makes progress."""
+        now = time.monotonic()
+        cfg = self.config
+        limits = {
+            "heartbeat": (heartbeat.alive_at, cfg.worker.heartbeat_seconds),
+            "dispatcher": (
+                worker.dispatcher_alive_at,
+                cfg.worker.poll_interval_seconds + db.POOL_OPEN_TIMEOUT_SECONDS,
+            ),
+            "ticker": (ticker.alive_at, cfg.ticker.interval_seconds),
+        }
+        return [
+            name
+            for name, (alive_at, interval) in limits.items()
+            if now - alive_at > LOOP_STALE_FACTOR * max(interval, MAIN_LOOP_SECONDS)
+        ]
 
     def _drain(self, store: RunStore, worker: Worker, metrics: Metrics) -> None:
         """SIGTERM: stop claiming, let handlers finish within the grace, release the rest."""

@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Any
 
 import psycopg_pool
-from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgtick import db, sqlfile
@@ -588,8 +587,3 @@ class RunStore:
         """A pooled connection for callers that need a transaction of their own."""
         with self._conn(operation) as conn:
             yield conn
-
-
-def identifier(schema: str) -> sql.Identifier:
-    """The schema as a quoted SQL identifier."""
-    return sql.Identifier(schema)

@@ -233,10 +233,6 @@ class Worker:
     def busy(self) -> int:
         return self._busy
 
-    def held_count(self) -> int:
-        with self._cond:
-            return len(self._held)
-
     # -- claiming -----------------------------------------------------------------------------
 
     def _capacity(self) -> int:
@@ -251,6 +247,7 @@ class Worker:
                 with self._store.pinned("claim") as store:
                     self._claim_loop(store)
             except DatabaseError as exc:
+                self.dispatcher_alive_at = time.monotonic()  # retrying is progress
                 failures += 1
                 self._metrics.db_error("claim")
                 log.warning("claim_failed", error=str(exc), retry_in=retry_delay(failures))
