@@ -14,7 +14,7 @@ import collections
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 
@@ -51,7 +51,6 @@ class Held:
     deadline: float | None = None  # monotonic, Python handlers with a timeout
     finishing: bool = False  # an outcome is on its way to the database
     abandoned: bool = False  # timed out: the handler's eventual result is ignored
-    claimed_at: float = field(default_factory=time.monotonic)
 
 
 class Completer:
