@@ -21,11 +21,13 @@ test: $(STAMP)   ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check $(LINT)
 	$(BIN)/ruff format --check $(LINT)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT)
 	$(BIN)/ruff format --check $(LINT)
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

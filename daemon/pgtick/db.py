@@ -20,6 +20,8 @@ from pgtick.errors import DatabaseError
 CONNECT_TIMEOUT_SECONDS = 10
 POOL_OPEN_TIMEOUT_SECONDS = 15.0
 APPLICATION_NAME = "pgtick"
+DB_RETRY_MIN_SECONDS = 0.2
+DB_RETRY_MAX_SECONDS = 5.0
 
 Connection = psycopg.Connection[Any]
 
@@ -30,6 +32,11 @@ def _connect_kwargs(application_name: str) -> dict[str, Any]:
         "connect_timeout": CONNECT_TIMEOUT_SECONDS,
         "application_name": application_name,
     }
+
+
+def retry_delay(failures: int) -> float:
+    """Back-off between attempts to reach the database again (every loop uses it)."""
+    return float(min(DB_RETRY_MAX_SECONDS, DB_RETRY_MIN_SECONDS * 2 ** max(0, failures - 1)))
 
 
 def set_search_path(conn: Connection, schema: str) -> None:

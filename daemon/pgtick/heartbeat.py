@@ -12,10 +12,11 @@ import time
 
 import structlog
 
+from pgtick.db import retry_delay
 from pgtick.errors import DatabaseError
 from pgtick.metrics import Metrics
-from pgtick.store import RunStore
-from pgtick.worker import Worker, retry_delay
+from pgtick.store import RunStore, WorkerInfo
+from pgtick.worker import Worker
 
 MIN_WAIT_SECONDS = 0.05
 
@@ -26,9 +27,15 @@ class Heartbeat:
     """Renews leases every ``interval`` seconds until stopped."""
 
     def __init__(
-        self, store: RunStore, worker: Worker, interval_seconds: float, metrics: Metrics
+        self,
+        store: RunStore,
+        worker: Worker,
+        interval_seconds: float,
+        metrics: Metrics,
+        info: WorkerInfo,
     ) -> None:
         self._store = store
+        self._info = info
         self._worker = worker
         self._interval = interval_seconds
         self._metrics = metrics
@@ -39,7 +46,11 @@ class Heartbeat:
     def beat(self) -> None:
         """One heartbeat: extend every held lease and report the ones found gone."""
         leases = self._worker.leases()
-        still = self._store.heartbeat(self._worker.worker_id, leases)
+        still, registered = self._store.heartbeat(self._worker.worker_id, leases)
+        if not registered:
+            # Silent for long (an outage): another daemon's reaper forgot us. Come back.
+            self._store.register_worker(self._info)
+            log.info("worker_registered_again", worker_id=self._info.id)
         gone = set(leases) - still
         if gone:
             self._worker.lost(gone)

@@ -15,9 +15,9 @@ import structlog
 from psycopg import sql
 
 from pgtick import db
+from pgtick.db import retry_delay
 from pgtick.errors import DatabaseError
 from pgtick.metrics import Metrics
-from pgtick.worker import retry_delay
 
 NOTIFY_POLL_SECONDS = 1.0
 

@@ -14,11 +14,11 @@ import structlog
 
 from pgtick.backoff import Backoff
 from pgtick.config import RetentionConfig
+from pgtick.db import retry_delay
 from pgtick.errors import DatabaseError
 from pgtick.handlers import JobType
 from pgtick.metrics import Metrics
 from pgtick.store import RunStore
-from pgtick.worker import retry_delay
 
 PRUNE_EVERY_SECONDS = 300.0
 WORKER_GONE_AFTER_HEARTBEATS = 10  # a workers row is stale after this many missed beats

@@ -140,17 +140,16 @@ class Service:
         cfg = self.config
         metrics = Metrics(job_types, pgtick.__version__, cfg.worker.threads)
         worker = Worker(store, self.worker_id, cfg.worker, job_types, metrics)
-        store.register_worker(
-            WorkerInfo(
-                self.worker_id,
-                handlers.hostname(),
-                os.getpid(),
-                pgtick.__version__,
-                cfg.worker.threads,
-                worker.handled,
-            )
+        info = WorkerInfo(
+            self.worker_id,
+            handlers.hostname(),
+            os.getpid(),
+            pgtick.__version__,
+            cfg.worker.threads,
+            worker.handled,
         )
-        heartbeat = Heartbeat(store, worker, cfg.worker.heartbeat_seconds, metrics)
+        store.register_worker(info)
+        heartbeat = Heartbeat(store, worker, cfg.worker.heartbeat_seconds, metrics, info)
         listener = Listener(
             self.dsn, cfg.database.schema, set(worker.handled), worker.wake, metrics
         )

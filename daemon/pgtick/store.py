@@ -329,14 +329,16 @@ class RunStore:
         rows = self._all("next_due", "next_due", {"job_types": list(job_types)})
         return float(rows[0][0]) if rows else None
 
-    def heartbeat(self, worker_id: str, leases: Mapping[int, float]) -> set[int]:
-        """Extend the given leases; returns the ids still held (the others are lost)."""
+    def heartbeat(self, worker_id: str, leases: Mapping[int, float]) -> tuple[set[int], bool]:
+        """Extend the given leases; returns the ids still held (the others are lost) and
+        whether this worker's ``workers`` row still exists."""
         params = {
             "worker_id": worker_id,
             "ids": list(leases),
             "leases": list(leases.values()),
         }
-        return {row[0] for row in self._all("heartbeat", "heartbeat", params)}
+        [(held, registered)] = self._all("heartbeat", "heartbeat", params)
+        return set(held), bool(registered)
 
     def succeed(self, worker_id: str, run_ids: Sequence[int]) -> set[int]:
         """Mark runs succeeded if this worker still holds them; returns those it did."""

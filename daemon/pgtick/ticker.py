@@ -28,11 +28,11 @@ from datetime import datetime, timedelta
 import structlog
 
 from pgtick.config import ScheduleConfig, TickerConfig
+from pgtick.db import retry_delay
 from pgtick.errors import DatabaseError
 from pgtick.metrics import Metrics
 from pgtick.schedule import Cron, jitter_offset
 from pgtick.store import Occurrence, RunStore, ScheduleDef, ScheduleRow
-from pgtick.worker import retry_delay
 
 MISSED_AFTER_TICKS = 2
 MIN_WAIT_SECONDS = 0.05

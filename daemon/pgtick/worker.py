@@ -20,6 +20,7 @@ import structlog
 
 from pgtick import handlers
 from pgtick.config import WorkerConfig
+from pgtick.db import retry_delay
 from pgtick.errors import DatabaseError
 from pgtick.handlers import JobContext, JobType, Outcome
 from pgtick.metrics import Metrics
@@ -29,15 +30,8 @@ COMPLETE_BATCH_MAX = 500
 COMPLETE_BATCH_WINDOW_SECONDS = 0.002
 MIN_IDLE_WAIT_SECONDS = 0.02
 BACKLOG_WAIT_SECONDS = 0.005
-DB_RETRY_MIN_SECONDS = 0.2
-DB_RETRY_MAX_SECONDS = 5.0
 
 log = structlog.get_logger("pgtick.worker")
-
-
-def retry_delay(failures: int) -> float:
-    """Back-off between attempts to reach the database again."""
-    return float(min(DB_RETRY_MAX_SECONDS, DB_RETRY_MIN_SECONDS * 2 ** max(0, failures - 1)))
 
 
 @dataclass(eq=False)

@@ -11,6 +11,7 @@ import pytest
 import pgtick
 from pgtick import db
 from pgtick.backoff import Backoff
+from pgtick.config import WorkerConfig
 from pgtick.store import ClaimType, Failure, NewRun, RunStore
 
 NOOP = [ClaimType("noop", 60.0, 10)]
@@ -60,7 +61,7 @@ def test_lease_guard_after_expiry_and_takeover(store: RunStore, conn: db.Connect
     assert [(r.id, r.status) for r in reaped] == [(run_id, "failed")]
     assert _claim_one(store, "B") == run_id
 
-    assert store.heartbeat("A", {run_id: 60.0}) == set()
+    assert store.heartbeat("A", {run_id: 60.0})[0] == set()
     assert store.succeed("A", [run_id]) == set()
     assert store.fail("A", [Failure(run_id, "late", "Exception", "tb", 5.0)]) == []
     assert store.release("A", [run_id]) == set()
@@ -76,7 +77,7 @@ def test_lease_guard_after_expiry_and_takeover(store: RunStore, conn: db.Connect
     outcomes = [(a.worker_id, a.outcome) for a in store.get_attempts(run_id)]
     assert outcomes == [("A", "lost"), ("B", None)]
     # B, the rightful holder, can heartbeat and finish.
-    assert store.heartbeat("B", {run_id: 60.0}) == {run_id}
+    assert store.heartbeat("B", {run_id: 60.0})[0] == {run_id}
     assert store.succeed("B", [run_id]) == {run_id}
     assert [(a.worker_id, a.outcome) for a in store.get_attempts(run_id)] == [
         ("A", "lost"),
@@ -261,7 +262,7 @@ def test_operator_retry_and_cancel(store: RunStore) -> None:
     assert {c.id for c in claimed} == {queued, running}
     store.fail("w", [Failure(queued, "x", "E", "", None)])  # now dead
     assert store.cancel([dead, running, 999_999]) == sorted([dead, running])
-    assert store.heartbeat("w", {running: 60.0}) == set()  # the worker learns it lost the run
+    assert store.heartbeat("w", {running: 60.0})[0] == set()  # the worker learns it lost it
     assert store.cancel([dead]) == []  # terminal already
     assert store.retry([queued, dead, running]) == sorted([queued, dead, running])
     for run_id in (queued, dead, running):
@@ -304,8 +305,9 @@ def test_worker_registry(store: RunStore, conn: db.Connection) -> None:
     store.register_worker(WorkerInfo("w1", "host", 123, "0.1.0", 8, ["noop"]))
     store.register_worker(WorkerInfo("w2", "host", 124, "0.1.0", 8, ["noop"]))
     conn.execute("UPDATE workers SET heartbeat_at = now() - interval '1 hour' WHERE id = 'w2'")
-    assert store.heartbeat("w1", {}) == set()
+    assert store.heartbeat("w1", {}) == (set(), True)
     assert store.reap_workers(600) == ["w2"]
+    assert store.heartbeat("w2", {}) == (set(), False)  # forgotten: it must register again
     store.deregister_worker("w1")
     assert conn.execute("SELECT count(*) FROM workers").fetchone() == (0,)
 
@@ -313,3 +315,18 @@ def test_worker_registry(store: RunStore, conn: db.Connection) -> None:
 def test_effect_once(store: RunStore) -> None:
     assert store.effect_once("email:1", 1) is True
     assert store.effect_once("email:1", 2) is False
+
+
+def test_heartbeat_registers_a_forgotten_worker_again(store: RunStore, conn: db.Connection) -> None:
+    from pgtick.heartbeat import Heartbeat
+    from pgtick.metrics import Metrics
+    from pgtick.store import WorkerInfo
+    from pgtick.worker import Worker
+
+    info = WorkerInfo("w1", "host", 1, "0.1.0", 1, ["noop"])
+    store.register_worker(info)
+    conn.execute("DELETE FROM workers")  # another daemon's reaper forgot us during an outage
+    metrics = Metrics(["noop"], "test", 1)
+    worker = Worker(store, "w1", WorkerConfig(threads=1), {}, metrics)
+    Heartbeat(store, worker, 20.0, metrics, info).beat()
+    assert conn.execute("SELECT id FROM workers").fetchall() == [("w1",)]

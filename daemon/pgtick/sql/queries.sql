@@ -97,16 +97,19 @@ ORDER BY run_at
 LIMIT 1;
 
 -- heartbeat --
--- Extend the leases this worker still holds (SPEC §2 rule 3) and mark the worker alive.
--- A run missing from the result has been lost.
+-- Extend the leases this worker still holds (SPEC §2 rule 3) and mark the worker alive, in
+-- one round trip. Returns the ids still held (a run missing from them has been lost) and
+-- whether the workers row still exists (other daemons forget a worker silent for long).
 WITH alive AS (
-    UPDATE workers SET heartbeat_at = now() WHERE id = %(worker_id)s
+    UPDATE workers SET heartbeat_at = now() WHERE id = %(worker_id)s RETURNING id
+), held AS (
+    UPDATE runs r
+    SET locked_until = now() + make_interval(secs => h.lease)
+    FROM unnest(%(ids)s::bigint[], %(leases)s::float8[]) AS h(id, lease)
+    WHERE r.id = h.id AND r.locked_by = %(worker_id)s AND r.status = 'running'
+    RETURNING r.id
 )
-UPDATE runs r
-SET locked_until = now() + make_interval(secs => h.lease)
-FROM unnest(%(ids)s::bigint[], %(leases)s::float8[]) AS h(id, lease)
-WHERE r.id = h.id AND r.locked_by = %(worker_id)s AND r.status = 'running'
-RETURNING r.id;
+SELECT ARRAY(SELECT id FROM held), EXISTS (SELECT 1 FROM alive);
 
 -- succeed --
 -- Finish runs as succeeded, guarded by the lease (SPEC §2 rule 4); returns those finished.
