@@ -67,6 +67,8 @@ _MIN_UTC = datetime.min.replace(tzinfo=UTC)
 # Same split as croniter: ASCII whitespace only (a no-break space is not a field separator).
 _FIELD_SPLIT_RE = re.compile(r"\S+", re.ASCII)
 # croniter's R (random) syntax: a new value at every parse, i.e. at every daemon restart.
+# "5-5" or "mon-mon/2": croniter reads a range with equal ends as the whole field.
+_SAME_ENDS_RE = re.compile(r"^(\w+)-(\w+)(/\d+)?$", re.ASCII)
 _RANDOM_RE = re.compile(r"^r(\(\d+-\d+\))?(/\d+)?$", re.IGNORECASE | re.ASCII)
 # croniter echoes the expression in its messages: "[61 * * * *] is not acceptable, out of range".
 _CRONITER_ECHO_RE = re.compile(r"^\[[^\]]*\]\s*(is not acceptable)?[\s,.:]*")
@@ -112,6 +114,14 @@ def _compile(expr: str, name: str) -> tuple[str, bool]:
     if count != CRON_FIELD_COUNT:
         raise ScheduleError(f"{count} field{'s' if count != 1 else ''}: {FIVE_FIELDS_HINT}")
     for field_name, value in zip(CRON_FIELD_NAMES, fields, strict=True):
+        for item in value.split(","):
+            same = _SAME_ENDS_RE.match(item)
+            if same and same.group(1).lower() == same.group(2).lower():
+                raise ScheduleError(
+                    f"{field_name} field {item!r}: a range with equal ends means the whole "
+                    f"field to croniter (every value), not just {same.group(1)}; "
+                    f"write {same.group(1)}"
+                )
         if any(_RANDOM_RE.match(item) for item in value.split(",")):
             raise ScheduleError(
                 f"R in the {field_name} field is not supported: it picks a new random value at "

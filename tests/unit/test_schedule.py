@@ -963,3 +963,15 @@ def test_jitter_refusals() -> None:
         jitter_offset("job", occurrence, math.nan, occurrence + ONE_MINUTE)
     with pytest.raises(ValueError, match="after"):
         jitter_offset("job", occurrence, 10, occurrence)
+
+
+@pytest.mark.parametrize(
+    ("expr", "field"),
+    [("5-5 * * * *", "minute field '5-5'"), ("0 3-3 * * *", "hour field '3-3'"),
+     ("0 0 * * mon-MON", "day-of-week field 'mon-MON'"), ("1-1/3 * * * *", "minute field")],
+)  # fmt: skip
+def test_ranges_with_equal_ends_are_refused(expr: str, field: str) -> None:
+    # croniter 7 reads "3-3" as the whole field: `0 3-3 * * *` would run every hour.
+    with pytest.raises(ScheduleError, match="range with equal ends") as refused:
+        validate_cron(expr, "s")
+    assert field in str(refused.value)
