@@ -172,14 +172,11 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     run_at: datetime | None = None
     if args.run_at is not None:
         run_at = parse_time(args.run_at, "--run-at")
-    store = _store(_dsn(args, cfg), cfg.database.schema)
-    try:
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
         if args.in_ is not None:
             delay = config_mod.parse_duration(args.in_, "--in")
             run_at = store.now() + timedelta(seconds=delay)
         run_id = store.enqueue(NewRun(args.job_type, payload, run_at, args.key, args.max_attempts))
-    finally:
-        store.pool.close()
     print(run_id)
     return EXIT_OK
 

@@ -268,6 +268,23 @@ def _bounded(text: str, limit: int = DETAIL_MAX_BYTES) -> str:
     return data[:head].decode("utf-8", "ignore") + " … " + data[-tail:].decode("utf-8", "ignore")
 
 
+def failed(
+    ctx: JobContext,
+    jt: JobType,
+    message: str,
+    error_type: str,
+    detail: str,
+    delay: float | None = None,
+) -> Outcome:
+    """A failed attempt: retried after ``delay`` (default: the job type's backoff), or dead
+    when the run's attempts are used up."""
+    if ctx.attempt >= ctx.max_attempts:
+        return Outcome(ctx.run_id, "dead", message, error_type, detail, None)
+    if delay is None:
+        delay = jt.backoff.delay(ctx.attempt)
+    return Outcome(ctx.run_id, "failed", message, error_type, detail, delay)
+
+
 def _failure(ctx: JobContext, jt: JobType, exc: BaseException) -> Outcome:
     """Map a handler's exception to failed (with backoff), or dead."""
     detail = _bounded("".join(traceback.format_exception(exc)))
@@ -275,13 +292,8 @@ def _failure(ctx: JobContext, jt: JobType, exc: BaseException) -> Outcome:
     message = _short(f"{error_type}: {exc}" if str(exc) else error_type)
     if isinstance(exc, Fail):
         return Outcome(ctx.run_id, "dead", message, "Fail", detail, None)
-    if isinstance(exc, Retry) and exc.after is not None:
-        delay: float | None = max(0.0, exc.after)
-    else:
-        delay = jt.backoff.delay(ctx.attempt)
-    if ctx.attempt >= ctx.max_attempts:
-        return Outcome(ctx.run_id, "dead", message, error_type, detail, None)
-    return Outcome(ctx.run_id, "failed", message, error_type, detail, delay)
+    after = exc.after if isinstance(exc, Retry) else None
+    return failed(ctx, jt, message, error_type, detail, None if after is None else max(0.0, after))
 
 
 def command_env(ctx: JobContext, payload_json: str) -> dict[str, str]:
@@ -322,11 +334,7 @@ def _run_command(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
         message = f"exit status {result.returncode}"
     if last_line:
         message = f"{message}: {last_line}"
-    detail = _bounded(stderr or message)
-    if ctx.attempt >= ctx.max_attempts:
-        return Outcome(ctx.run_id, "dead", _short(message), error_type, detail, None)
-    delay = jt.backoff.delay(ctx.attempt)
-    return Outcome(ctx.run_id, "failed", _short(message), error_type, detail, delay)
+    return failed(ctx, jt, _short(message), error_type, _bounded(stderr or message))
 
 
 def execute(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:

@@ -94,7 +94,6 @@ class Service:
         self._force = threading.Event()
         self._signals = 0
         self.worker_id = worker_id()
-        self._stop_ticking: Callable[[], None] = lambda: None
 
     # -- signals --------------------------------------------------------------------------------
 
@@ -180,9 +179,8 @@ class Service:
             job_types=handlers.handler_summary(job_types),
         )
         self.notifier.ready(self._status(worker))
-        self._stop_ticking = ticker.stop_event.set
         crashed = self._supervise(worker, worker_threads, loops, heartbeat, ticker)
-        self._drain(store, worker, metrics)
+        self._drain(worker, ticker, metrics)
         for side in (listener, reaper, ticker):
             side.stop_event.set()
         heartbeat.stop_event.set()
@@ -245,13 +243,13 @@ class Service:
             if now - alive_at > LOOP_STALE_FACTOR * max(interval, MAIN_LOOP_SECONDS)
         ]
 
-    def _drain(self, store: RunStore, worker: Worker, metrics: Metrics) -> None:
+    def _drain(self, worker: Worker, ticker: Ticker, metrics: Metrics) -> None:
         """SIGTERM: stop claiming, let handlers finish within the grace, release the rest."""
         grace = self.config.worker.shutdown_grace_seconds
         metrics.draining.set(1)
         self.notifier.stopping(f"draining: {worker.busy} running, grace {grace:g}s")
         log.info("draining", running=worker.busy, grace_seconds=grace)
-        self._stop_ticking()
+        ticker.stop_event.set()
         worker.stop_claiming()
         released = worker.release_unstarted()
         finished = worker.wait_idle(grace, interrupt=self._force)

@@ -574,15 +574,9 @@ class RunStore:
                 sqlfile.query("backfill_schedule"),
                 {"name": name, "occurrences": list(occurrences)},
             ).fetchall()
-            job = self.get_schedule_job_type(conn, name)
-            if rows and job:
-                conn.execute(sqlfile.query("notify"), {"job_type": job})
+            if rows:
+                conn.execute(sqlfile.query("notify"), {"job_type": rows[0][1]})
         return [int(r[0]) for r in rows]
-
-    @staticmethod
-    def get_schedule_job_type(conn: db.Connection, name: str) -> str | None:
-        row = conn.execute(sqlfile.query("get_schedule"), {"name": name}).fetchone()
-        return None if row is None else str(row[2])
 
     @contextlib.contextmanager
     def connection(self, operation: str = "connection") -> Iterator[db.Connection]:

@@ -373,11 +373,7 @@ class Worker:
             held.ctx.cancelled.set()
             jt, ctx = held.job_type, held.ctx
             message = f"timed out after {jt.config.timeout_seconds:g}s"
-            if ctx.attempt >= ctx.max_attempts:
-                outcome = Outcome(ctx.run_id, "dead", message, "timeout", message, None)
-            else:
-                delay = jt.backoff.delay(ctx.attempt)
-                outcome = Outcome(ctx.run_id, "failed", message, "timeout", message, delay)
+            outcome = handlers.failed(ctx, jt, message, "timeout", message)
             log.warning("run_timed_out", run_id=ctx.run_id, job_type=ctx.job_type)
             self.completer.submit(held, outcome, now - (held.started_at or now))
         return next_deadline

@@ -408,7 +408,7 @@ SELECT s.id, o.t, s.job_type, s.payload, now(), s.max_attempts
 FROM schedules s, unnest(%(occurrences)s::timestamptz[]) AS o(t)
 WHERE s.name = %(name)s
 ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
-RETURNING id;
+RETURNING id, job_type;
 
 -- migrations_lock --
 -- Serialize migrators (any number of daemons may start with --migrate at once).
