@@ -1,4 +1,4 @@
-"""Occurrences of a cron expression in an IANA time zone, as UTC instants (SPEC §3).
+"""Occurrences of a cron expression in an IANA time zone, as UTC instants.
 
 The single source of truth for "when does this schedule fire": the ticker materializes runs with
 it and ``pgtick schedules next`` prints with it, so the two can never disagree. Pure: no I/O and
@@ -10,8 +10,10 @@ repeated hour when the clock moves back by other than a whole hour (``*/10 * * *
 Australia/Lord_Howe loses 01:30-01:50 the second time round) and returns both passes of a
 fixed-time schedule. The rules:
 
-- a wall-clock time that falls in a spring-forward gap fires once, at the end of the gap, unless
-  the hour field covers every hour (then the schedule simply keeps its cadence, as croniter 7);
+- a wall-clock time that falls in a spring-forward gap fires once, at the end of the gap, for a
+  fixed-time schedule (Vixie cron: neither minute nor hour field starts with ``*``); a wildcard
+  schedule has no occurrence inside the gap at all (Debian's cron treats both kinds this way,
+  so ``30 2 * * *`` runs at 03:00 and ``*/10 2 * * *`` skips the day);
 - a wall-clock time that happens twice fires at both instants, except that a fixed-time schedule
   (Vixie cron: neither minute nor hour field starts with ``*``) fires at the first only;
 - instants are compared and deduplicated in UTC only.
@@ -92,13 +94,12 @@ def load_zone(name: str) -> zoneinfo.ZoneInfo:
 
 
 def validate_cron(expr: str, name: str) -> None:
-    """Refuse, with a one-line reason, any expression pgtick does not run (SPEC §3)."""
+    """Refuse, with a one-line reason, any expression pgtick does not run."""
     _compile(expr, name)
 
 
-def _compile(expr: str, name: str) -> tuple[str, bool]:
-    """The expression as five fields (macros expanded) and whether its hour field is every hour,
-    after every check of validate_cron."""
+def _compile(expr: str, name: str) -> str:
+    """The expression as five fields (macros expanded), after every check of validate_cron."""
     text = expr.strip()
     if not text:
         raise ScheduleError(f"empty cron expression: {FIVE_FIELDS_HINT}, or @daily etc.")
@@ -130,7 +131,7 @@ def _compile(expr: str, name: str) -> tuple[str, bool]:
     five = " ".join(fields)
     hash_id = name.encode()
     try:
-        expanded, _nth_weekdays = croniter.expand(five, hash_id=hash_id, strict=True)
+        croniter.expand(five, hash_id=hash_id, strict=True)
     except CroniterError as exc:
         raise ScheduleError(_explain_refusal(five, fields, hash_id, exc)) from None
     try:
@@ -139,7 +140,7 @@ def _compile(expr: str, name: str) -> tuple[str, bool]:
         raise ScheduleError(
             f"cron expression {five!r} never fires (no match within {SEARCH_WINDOW_YEARS} years)"
         ) from None
-    return five, expanded[1] == ["*"]
+    return five
 
 
 def _expand_macro(text: str) -> str:
@@ -191,16 +192,14 @@ class Cron:
     _zone: zoneinfo.ZoneInfo = field(init=False, repr=False, compare=False)
     _hash_id: bytes = field(init=False, repr=False, compare=False)
     _fixed: bool = field(init=False, repr=False, compare=False)
-    _every_hour: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        five, every_hour = _compile(self.expr, self.name)
+        five = _compile(self.expr, self.name)
         minute, hour = five.split()[:2]
         object.__setattr__(self, "_zone", load_zone(self.timezone))
         object.__setattr__(self, "_five", five)
         object.__setattr__(self, "_hash_id", self.name.encode())
         object.__setattr__(self, "_fixed", not minute.startswith("*") and not hour.startswith("*"))
-        object.__setattr__(self, "_every_hour", every_hour)
 
     @classmethod
     def parse(cls, expr: str, timezone: str = "UTC", name: str = "") -> Cron:
@@ -214,7 +213,9 @@ class Cron:
 
     @property
     def fixed_time(self) -> bool:
-        """Vixie cron's rule: a repeated wall-clock time fires only at its first instance."""
+        """Vixie cron's rule: a repeated wall-clock time fires only at its first instance, and
+        a wall-clock time in a spring-forward gap fires at the end of the gap (a wildcard
+        schedule does neither)."""
         return self._fixed
 
     def occurrences(self, after: datetime, until: datetime) -> Iterator[datetime]:
@@ -335,7 +336,7 @@ class Cron:
         first = local.astimezone(UTC)
         if first.astimezone(zone).replace(tzinfo=None) != wall:
             # In a spring-forward gap: this wall time never shows on the clock.
-            return (None, None) if self._every_hour else (_gap_end(zone, wall), None)
+            return (_gap_end(zone, wall), None) if self._fixed else (None, None)
         if self._fixed:
             return first, None
         repeat = wall.replace(tzinfo=zone, fold=1)

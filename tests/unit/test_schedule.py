@@ -1,4 +1,4 @@
-"""Cron occurrences in time zones (SPEC §3): DST tables written out by hand, properties checked
+"""Cron occurrences in time zones: DST tables written out by hand, properties checked
 against a minute-by-minute scan of the clock, validation messages, H hashing and jitter."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _transitions(name: str) -> list[datetime]:
 TRANSITIONS = {name: _transitions(name) for name in ZONES}
 
 
-# --- 1. DST tables (SPEC §3), each instant worked out by hand -------------------------------
+# --- 1. DST tables (Debian cron's rules), each instant worked out by hand --------------------
 
 # Europe/Amsterdam: 2026-03-29 01:00Z the clock goes 02:00 CET -> 03:00 CEST (02:xx never shows);
 # 2026-10-25 01:00Z it goes 03:00 CEST -> 02:00 CET (02:xx shows twice: 00:xxZ then 01:xxZ).
@@ -137,8 +137,9 @@ DST_TABLE = [
         "Europe/Amsterdam",
         "2026-03-28T12:00",
         "2026-03-30T00:15",
-        # neither 02:00 nor 02:30 exists on the 29th: one run at 03:00 CEST; 02:00 CEST on the 30th
-        utcs("2026-03-29T01:00", "2026-03-30T00:00"),
+        # neither 02:00 nor 02:30 exists on the 29th, and a wildcard schedule (minute starts
+        # with '*') has no occurrence in the gap: nothing that day; 02:00 CEST on the 30th
+        utcs("2026-03-30T00:00"),
         id="ams-spring-every-30-in-2am",
     ),
     # --- Amsterdam, fall back
@@ -199,6 +200,25 @@ DST_TABLE = [
         # 02:30 does not exist on the 8th: 03:00 EDT; then 02:30 EDT on the 9th
         utcs("2026-03-08T07:00", "2026-03-09T06:30"),
         id="nyc-spring-fixed",
+    ),
+    pytest.param(
+        "*/10 2 * * *",
+        "America/New_York",
+        "2026-03-07T12:00",
+        "2026-03-09T12:00",
+        # wildcard (minute starts with '*'): no run at all on the 8th, not even at 03:00 EDT;
+        # 02:00-02:50 EDT on the 9th
+        utcs(*(f"2026-03-09T06:{m:02d}" for m in range(0, 60, 10))),
+        id="nyc-spring-wildcard-in-2am",
+    ),
+    pytest.param(
+        "30 */2 * * *",
+        "America/New_York",
+        "2026-03-08T04:00",
+        "2026-03-08T12:00",
+        # wildcard hour: 00:30 EST, (02:30 in the gap: nothing), 04:30, 06:30 EDT
+        utcs("2026-03-08T05:30", "2026-03-08T08:30", "2026-03-08T10:30"),
+        id="nyc-spring-wildcard-hour",
     ),
     pytest.param(
         "0 * * * *",
@@ -436,10 +456,6 @@ class Expr:
         minute, hour = self.text.split()[:2]
         return not minute.startswith("*") and not hour.startswith("*")
 
-    @property
-    def every_hour(self) -> bool:
-        return len(self.hours) == 24
-
     def matches(self, wall: datetime) -> bool:
         if wall.minute not in self.minutes or wall.hour not in self.hours:
             return False
@@ -608,7 +624,6 @@ def check_occurrences(
     until: datetime,
     *,
     fixed: bool,
-    every_hour: bool,
 ) -> None:
     zone = ZoneInfo(zone_name)
     assert all(t.tzinfo is UTC for t in got)
@@ -629,7 +644,7 @@ def check_occurrences(
         skipped = _skipped_walls(zone, instant)
         assert skipped, f"{instant} = {local} does not match and is not the end of a gap"
         assert any(matches(w) for w in skipped), f"{local}: no matching time in the gap"
-        assert not every_hour, f"{local}: an every-hour schedule keeps its cadence, no shift"
+        assert fixed, f"{local}: a wildcard schedule has no occurrence in a gap, no shift"
     if fixed:
         assert len(set(walls)) == len(walls), "a fixed-time schedule ran a wall time twice"
 
@@ -642,7 +657,7 @@ def scan_clock(expr: Expr, zone_name: str, after: datetime, until: datetime) -> 
     while instant <= until:
         local = instant.astimezone(zone)
         skipped = _skipped_walls(zone, instant)
-        if not expr.every_hour and any(expr.matches(wall) for wall in skipped):
+        if expr.fixed and any(expr.matches(wall) for wall in skipped):
             found.append(instant)  # the end of a gap that swallowed a matching time
         elif expr.matches(local.replace(tzinfo=None)) and not (expr.fixed and _second_pass(local)):
             found.append(instant)
@@ -663,9 +678,7 @@ def _check_against_scan(expr: Expr, zone: str, after: datetime, until: datetime)
     cron = _parse_or_reject(expr.text, zone)
     assert cron.fixed_time == expr.fixed
     got = list(cron.occurrences(after, until))
-    check_occurrences(
-        got, expr.matches, zone, after, until, fixed=expr.fixed, every_hour=expr.every_hour
-    )
+    check_occurrences(got, expr.matches, zone, after, until, fixed=expr.fixed)
     assert got == scan_clock(expr, zone, after, until)
 
 
@@ -731,7 +744,7 @@ def test_special_expressions_match(
     def matches(wall: datetime) -> bool:
         return bool(croniter.match(text, wall))
 
-    check_occurrences(got, matches, zone, after, until, fixed=fixed, every_hour=every_hour)
+    check_occurrences(got, matches, zone, after, until, fixed=fixed)
 
 
 @PROPERTY_SETTINGS
