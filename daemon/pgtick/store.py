@@ -197,6 +197,20 @@ class Occurrence:
     run_at: datetime
 
 
+@dataclass(frozen=True)
+class JobTypeStats:
+    """One job type's live queue, exact and on the database clock (shared read model)."""
+
+    job_type: str
+    due: int  # queued/failed with run_at <= now(), not claimed
+    oldest_due_seconds: float | None
+    scheduled: int  # queued with run_at > now()
+    running: int
+    stuck: int  # running with locked_until < now()
+    awaiting_retry: int  # failed with run_at > now()
+    dead_recent: int  # dead with finished_at > now() - 24 h
+
+
 Pool = psycopg_pool.ConnectionPool[db.Connection]
 
 
@@ -583,3 +597,21 @@ class RunStore:
         """A pooled connection for callers that need a transaction of their own."""
         with self._conn(operation) as conn:
             yield conn
+
+    # -- observability ---------------------------------------------------------------------
+
+    def job_type_stats(self) -> list[JobTypeStats]:
+        """Per job type with any active or recently dead run, ordered by job type."""
+        return [
+            JobTypeStats(
+                job_type=r[0],
+                due=int(r[1]),
+                oldest_due_seconds=None if r[2] is None else float(r[2]),
+                scheduled=int(r[3]),
+                running=int(r[4]),
+                stuck=int(r[5]),
+                awaiting_retry=int(r[6]),
+                dead_recent=int(r[7]),
+            )
+            for r in self._all("job_type_stats", "job_type_stats", {})
+        ]

@@ -441,3 +441,31 @@ SET LOCAL search_path TO {schema};
 -- record_migration --
 INSERT INTO {schema}.schema_migrations (version, name, sha256)
 VALUES (%(version)s, %(name)s, %(sha256)s);
+
+-- job_type_stats --
+-- Per job type, on the database clock: exact counts of the non-terminal states and of runs
+-- gone dead in the last 24 h (the operator's status, the metrics, the console). It reads only
+-- active rows (the partial index runs_schedule_active_idx covers exactly them) and recent
+-- dead ones (runs_finished_idx), so its cost does not grow with the finished rows kept.
+WITH per_type AS (
+    SELECT job_type,
+           count(*) FILTER (WHERE status IN ('queued', 'failed') AND run_at <= now()) AS due,
+           extract(epoch FROM now() - min(run_at) FILTER (
+               WHERE status IN ('queued', 'failed') AND run_at <= now()))::float8 AS oldest_due,
+           count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS scheduled,
+           count(*) FILTER (WHERE status = 'running') AS running,
+           count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS stuck,
+           count(*) FILTER (WHERE status = 'failed' AND run_at > now()) AS awaiting_retry
+    FROM runs
+    WHERE status IN ('queued', 'running', 'failed')
+    GROUP BY job_type
+), dead AS (
+    SELECT job_type, count(*) AS dead_recent
+    FROM runs
+    WHERE status = 'dead' AND finished_at > now() - interval '24 hours'
+    GROUP BY job_type
+)
+SELECT job_type, coalesce(due, 0), oldest_due, coalesce(scheduled, 0), coalesce(running, 0),
+       coalesce(stuck, 0), coalesce(awaiting_retry, 0), coalesce(dead_recent, 0)
+FROM per_type FULL JOIN dead USING (job_type)
+ORDER BY job_type;
