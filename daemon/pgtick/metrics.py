@@ -1,17 +1,43 @@
-"""Prometheus collectors on a dedicated registry (SPEC §7).
+"""Prometheus series on a dedicated registry, and what ``/readyz`` decides from them.
 
-This module holds the series the daemon's own loops update; label values are pre-initialised
+``Metrics`` holds the series the daemon's own loops update; label values are pre-initialised
 for every configured job type so series never vanish. Per-run updates go through cached label
 children: the hot path is a dict lookup and an increment.
+
+``DatabaseCollector`` renders the database-derived gauges from a snapshot that a caller-given
+function reads with one aggregate query. Scrapes share it: at most one read per cache period
+whatever the number of scrapers, and a scrape waits for it only briefly, so ``/metrics``
+answers within a second even when the database hangs (with ``pgtick_db_collect_success 0``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+import structlog
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
 
 ATTEMPT_OUTCOMES = ("succeeded", "failed", "lost", "released")
+RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped")
+DB_CACHE_SECONDS = 5.0  # one aggregate query per this period, whatever the number of scrapers
+DB_WAIT_SECONDS = 0.8  # a scrape waits this long for a fresh read, then answers without it
+READY_TICK_INTERVALS = 2.0  # /readyz fails once the ticker missed this many intervals
+
+log = structlog.get_logger("pgtick.metrics")
 DURATION_BUCKETS_SECONDS = (
     0.001,
     0.005,
@@ -52,6 +78,8 @@ class Metrics:
     def __init__(self, job_types: Iterable[str], version: str, threads: int) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self.job_types = tuple(job_types)
         r = self.registry
         self.attempts = Counter(
             "pgtick_run_attempts",
@@ -91,7 +119,7 @@ class Metrics:
         self._attempts: dict[tuple[str, str], Counter] = {}
         self._durations: dict[tuple[str, str], Histogram] = {}
         self._delays: dict[str, Histogram] = {}
-        for job_type in job_types:
+        for job_type in self.job_types:
             self.leases_lost.labels(job_type)
             self.start_delay.labels(job_type)
             for outcome in ATTEMPT_OUTCOMES:
@@ -119,3 +147,253 @@ class Metrics:
 
     def db_error(self, operation: str) -> None:
         self.db_errors.labels(operation).inc()
+
+    def exposition(self, accept: str = "") -> tuple[bytes, str]:
+        """The registry in the text format the scraper asked for (OpenMetrics or Prometheus)."""
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type
+
+
+@dataclass(frozen=True)
+class DatabaseSnapshot:
+    """The database-derived gauges' values; keys missing here are shown as 0."""
+
+    runs: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (job_type, status)
+    queue_depth: Mapping[str, int] = field(default_factory=dict)
+    oldest_due_seconds: Mapping[str, float] = field(default_factory=dict)
+    stuck: Mapping[str, int] = field(default_factory=dict)
+    schedule_last_success: Mapping[str, float] = field(default_factory=dict)  # Unix seconds
+    schedule_next_run: Mapping[str, float] = field(default_factory=dict)  # Unix seconds
+    schedules_overdue: int = 0
+    terminal_counted_at: float | None = None  # Unix seconds of the terminal-state recount
+
+
+@dataclass
+class _Read:
+    """One read of the database, shared by every scrape that waits for it."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    snapshot: DatabaseSnapshot | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+class DatabaseCollector(Collector):
+    """The database-derived gauges, read through ``fetch`` at most once per cache period.
+
+    ``fetch`` raises on failure; its message becomes the reason ``/readyz`` gives. A read runs
+    on its own thread, so a scrape never waits longer than ``wait_seconds`` for it.
+    """
+
+    def __init__(
+        self,
+        fetch: Callable[[], DatabaseSnapshot],
+        job_types: Iterable[str],
+        schedules: Iterable[str],
+        *,
+        on_error: Callable[[], None] | None = None,
+        cache_seconds: float = DB_CACHE_SECONDS,
+        wait_seconds: float = DB_WAIT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._fetch = fetch
+        self._job_types = tuple(job_types)
+        self._schedules = tuple(schedules)
+        self._on_error = on_error
+        self._cache_seconds = cache_seconds
+        self._wait_seconds = wait_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._latest: _Read | None = None
+        self._latest_at = -math.inf
+        self._pending: _Read | None = None
+        self._failing = False
+
+    def describe(self) -> list[Metric]:
+        """Nothing up front: describing would otherwise run a query at registration."""
+        return []
+
+    def latest(self) -> _Read:
+        """A read at most ``cache_seconds`` old, starting one if needed and waiting briefly."""
+        with self._lock:
+            latest = self._latest
+            if latest is not None and self._clock() - self._latest_at < self._cache_seconds:
+                return latest
+            pending = self._pending
+            if pending is None:
+                pending = self._pending = _Read()
+                threading.Thread(
+                    target=self._read, args=(pending,), name="pgtick-metrics-read", daemon=True
+                ).start()
+        if pending.done.wait(self._wait_seconds):
+            return pending
+        return _Read(error=f"database read still running after {self._wait_seconds:g}s")
+
+    def error(self) -> str | None:
+        """Why the database-derived gauges are missing now, or None if they were read."""
+        return self.latest().error
+
+    def _read(self, read: _Read) -> None:
+        started = time.perf_counter()
+        try:
+            read.snapshot = self._fetch()
+        except Exception as exc:
+            read.error = str(exc) or type(exc).__name__
+        read.seconds = time.perf_counter() - started
+        with self._lock:
+            self._latest, self._latest_at, self._pending = read, self._clock(), None
+            was_failing, self._failing = self._failing, read.error is not None
+        read.done.set()
+        if read.error is not None:
+            if self._on_error is not None:
+                self._on_error()
+            if not was_failing:
+                log.warning("metrics_database_read_failed", error=read.error)
+        elif was_failing:
+            log.info("metrics_database_read_recovered")
+
+    def collect(self) -> Iterator[Metric]:
+        read = self.latest()
+        yield _gauge(
+            "pgtick_db_collect_success",
+            "0 when the database-derived gauges could not be read",
+            0.0 if read.snapshot is None else 1.0,
+        )
+        yield _gauge(
+            "pgtick_db_collect_duration_seconds", "Time the last database read took", read.seconds
+        )
+        if read.snapshot is not None:
+            yield from self._families(read.snapshot)
+
+    def _families(self, snap: DatabaseSnapshot) -> Iterator[Metric]:
+        job_types = sorted(
+            {*self._job_types, *(t for t, _ in snap.runs), *snap.queue_depth, *snap.stuck}
+        )
+        runs = GaugeMetricFamily(
+            "pgtick_runs",
+            "Rows per state (terminal states from a periodic recount)",
+            labels=["job_type", "status"],
+        )
+        depth = GaugeMetricFamily(
+            "pgtick_queue_depth", "Runs due now and not claimed", labels=["job_type"]
+        )
+        oldest = GaugeMetricFamily(
+            "pgtick_queue_oldest_due_seconds",
+            "Age of the oldest due, unclaimed run (0: none due)",
+            labels=["job_type"],
+        )
+        stuck = GaugeMetricFamily(
+            "pgtick_runs_stuck", "Running with an expired lease", labels=["job_type"]
+        )
+        for job_type in job_types:
+            for status in RUN_STATUSES:
+                runs.add_metric([job_type, status], snap.runs.get((job_type, status), 0))
+            depth.add_metric([job_type], snap.queue_depth.get(job_type, 0))
+            oldest.add_metric([job_type], snap.oldest_due_seconds.get(job_type, 0.0))
+            stuck.add_metric([job_type], snap.stuck.get(job_type, 0))
+        yield from (runs, depth, oldest, stuck)
+        names = sorted({*self._schedules, *snap.schedule_last_success, *snap.schedule_next_run})
+        last = GaugeMetricFamily(
+            "pgtick_schedule_last_success_timestamp_seconds",
+            "Last successful run's finish (0: none kept)",
+            labels=["schedule"],
+        )
+        upcoming = GaugeMetricFamily(
+            "pgtick_schedule_next_run_timestamp_seconds", "Next occurrence", labels=["schedule"]
+        )
+        for name in names:
+            last.add_metric([name], snap.schedule_last_success.get(name, 0.0))
+            upcoming.add_metric([name], snap.schedule_next_run.get(name, 0.0))
+        yield from (last, upcoming)
+        yield _gauge(
+            "pgtick_schedules_overdue",
+            "Enabled schedules whose last due occurrence has no run started",
+            snap.schedules_overdue,
+        )
+        if snap.terminal_counted_at is not None:
+            yield _gauge(
+                "pgtick_runs_terminal_counted_timestamp_seconds",
+                "When the terminal-state counts of pgtick_runs were last recounted",
+                snap.terminal_counted_at,
+            )
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+# psycopg_pool get_stats() keys: current values become gauges, running totals counters.
+_POOL_GAUGES = {
+    "pool_min": ("pgtick_db_pool_min_connections", "Pool minimum size"),
+    "pool_max": ("pgtick_db_pool_max_connections", "Pool maximum size"),
+    "pool_size": ("pgtick_db_pool_connections", "Connections open or being opened"),
+    "pool_available": ("pgtick_db_pool_available_connections", "Idle connections in the pool"),
+    "requests_waiting": ("pgtick_db_pool_requests_waiting", "Callers waiting for a connection"),
+}
+_POOL_COUNTERS = {
+    "requests_num": ("pgtick_db_pool_requests", "Connections requested", 1.0),
+    "requests_queued": ("pgtick_db_pool_requests_queued", "Requests that had to wait", 1.0),
+    "requests_wait_ms": (
+        "pgtick_db_pool_requests_wait_seconds",
+        "Time spent waiting for a connection",
+        0.001,
+    ),
+    "requests_errors": ("pgtick_db_pool_requests_errors", "Requests that failed", 1.0),
+    "returns_bad": ("pgtick_db_pool_returns_bad", "Connections returned broken", 1.0),
+    "connections_num": ("pgtick_db_pool_connection_attempts", "Connection attempts", 1.0),
+    "connections_errors": (
+        "pgtick_db_pool_connection_errors",
+        "Failed connection attempts",
+        1.0,
+    ),
+    "connections_lost": ("pgtick_db_pool_connections_lost", "Connections found broken", 1.0),
+}
+
+
+class PoolStatsCollector(Collector):
+    """Connection pool statistics (psycopg_pool ``get_stats()``) per named pool."""
+
+    def __init__(self, pools: Mapping[str, Callable[[], Mapping[str, int]]]) -> None:
+        self._pools = dict(pools)
+
+    def collect(self) -> Iterator[Metric]:
+        stats = {name: get_stats() for name, get_stats in self._pools.items()}
+        for key, (name, documentation) in _POOL_GAUGES.items():
+            gauge = GaugeMetricFamily(name, documentation, labels=["pool"])
+            for pool, values in stats.items():
+                gauge.add_metric([pool], values.get(key, 0))
+            yield gauge
+        for key, (name, documentation, scale) in _POOL_COUNTERS.items():
+            counter = CounterMetricFamily(name, documentation, labels=["pool"])
+            for pool, values in stats.items():
+                counter.add_metric([pool], values.get(key, 0) * scale)
+            yield counter
+
+
+class Readiness:
+    """``/readyz``: ready while the database answers and the ticker ticked recently."""
+
+    def __init__(
+        self,
+        database: DatabaseCollector,
+        last_tick_at: Callable[[], float | None],
+        tick_interval_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._database = database
+        self._last_tick_at = last_tick_at
+        self._limit = READY_TICK_INTERVALS * tick_interval_seconds
+        self._clock = clock
+
+    def reason_not_ready(self) -> str | None:
+        """None when ready, else one line saying why not."""
+        error = self._database.error()
+        if error is not None:
+            return f"database: {error}"
+        last = self._last_tick_at()
+        if last is None:
+            return "ticker: no tick yet"
+        age = self._clock() - last
+        if age > self._limit:
+            return f"ticker: last tick {age:.0f}s ago (limit {self._limit:g}s)"
+        return None

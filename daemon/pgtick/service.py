@@ -22,9 +22,11 @@ import structlog
 import pgtick
 from pgtick import db, handlers, migrate
 from pgtick.config import Config
+from pgtick.dbstate import METRICS_POOL_SIZE, DatabaseProbe
 from pgtick.heartbeat import Heartbeat
+from pgtick.http import HttpServer, observability_routes
 from pgtick.listener import Listener
-from pgtick.metrics import Metrics
+from pgtick.metrics import DatabaseCollector, Metrics, PoolStatsCollector, Readiness
 from pgtick.reaper import Reaper
 from pgtick.store import RunStore, WorkerInfo
 from pgtick.systemd import Notifier
@@ -94,6 +96,9 @@ class Service:
         self._force = threading.Event()
         self._signals = 0
         self.worker_id = worker_id()
+        self._http: HttpServer | None = None
+        self._metrics_store: RunStore | None = None
+        self._ticker: Ticker | None = None
 
     # -- signals --------------------------------------------------------------------------------
 
@@ -132,12 +137,14 @@ class Service:
         finally:
             for signum, handler in previous_signals.items():
                 signal.signal(signum, handler)
+            self._stop_http()
             pool.close(timeout=2.0)
             self.notifier.close()
 
     def _serve(self, store: RunStore, job_types: dict[str, handlers.JobType]) -> int:
         cfg = self.config
         metrics = Metrics(job_types, pgtick.__version__, cfg.worker.threads)
+        self._start_http(store, metrics)
         worker = Worker(store, self.worker_id, cfg.worker, job_types, metrics)
         info = WorkerInfo(
             self.worker_id,
@@ -161,6 +168,7 @@ class Service:
             metrics,
         )
         ticker = Ticker(store, list(cfg.schedules.values()), worker.handled, cfg.ticker, metrics)
+        self._ticker = ticker
         ticker.sync()
         ticker.tick()  # READY=1 means the first tick is done
         loops = [
@@ -192,6 +200,42 @@ class Service:
             log.warning("deregister_failed", error=str(exc))
         log.info("daemon_stopped", worker_id=self.worker_id, exit_code=1 if crashed else 0)
         return 1 if crashed else 0
+
+    def _start_http(self, store: RunStore, metrics: Metrics) -> None:
+        """Serve /metrics, /healthz and /readyz from before READY=1 until the very end; the
+        database-derived gauges use a small pool of their own so a busy worker pool cannot
+        starve a scrape. ``metrics.listen = ""`` disables all of it."""
+        cfg = self.config
+        pools = {"pgtick": store.pool.get_stats}
+        if not cfg.metrics.enabled:
+            metrics.registry.register(PoolStatsCollector(pools))
+            return
+        metrics_pool = db.make_pool(
+            self.dsn, cfg.database.schema, size=METRICS_POOL_SIZE, name="pgtick-metrics"
+        )
+        self._metrics_store = RunStore(metrics_pool)
+        pools["pgtick-metrics"] = metrics_pool.get_stats
+        metrics.registry.register(PoolStatsCollector(pools))
+        probe = DatabaseProbe(
+            self._metrics_store, list(cfg.schedules.values()), cfg.ticker.interval_seconds
+        )
+        collector = DatabaseCollector(
+            probe, metrics.job_types, cfg.schedules, on_error=lambda: metrics.db_error("metrics")
+        )
+        metrics.registry.register(collector)
+        readiness = Readiness(collector, self._last_tick_at, cfg.ticker.interval_seconds)
+        routes = observability_routes(metrics, readiness)
+        self._http = HttpServer("metrics.listen", cfg.metrics.host, cfg.metrics.port, routes)
+        self._http.start()
+
+    def _last_tick_at(self) -> float | None:
+        return None if self._ticker is None else self._ticker.last_tick_at
+
+    def _stop_http(self) -> None:
+        if self._http is not None:
+            self._http.stop()
+        if self._metrics_store is not None:
+            self._metrics_store.pool.close(timeout=2.0)
 
     def _status(self, worker: Worker) -> str:
         return (

@@ -211,6 +211,40 @@ class JobTypeStats:
     dead_recent: int  # dead with finished_at > now() - 24 h
 
 
+@dataclass(frozen=True)
+class QueueCounts:
+    """One job type's non-terminal runs, counted exactly (metrics)."""
+
+    job_type: str
+    queued: int
+    running: int
+    failed: int
+    due: int
+    oldest_due_seconds: float | None
+    stuck: int
+
+
+@dataclass(frozen=True)
+class ScheduleHealth:
+    """A configured schedule as the metrics see it; times are Unix seconds."""
+
+    name: str
+    paused: bool
+    last_success_at: float | None
+    due_started: bool | None  # None: no occurrence asked about
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """The result of the one aggregate query behind the database-derived metrics."""
+
+    db_now: float
+    queues: list[QueueCounts]
+    terminal: dict[tuple[str, str], int]
+    terminal_counted_at: float | None
+    schedules: list[ScheduleHealth]
+
+
 Pool = psycopg_pool.ConnectionPool[db.Connection]
 
 
@@ -615,3 +649,53 @@ class RunStore:
             )
             for r in self._all("job_type_stats", "job_type_stats", {})
         ]
+
+    def metrics_snapshot(
+        self,
+        due_at: Mapping[str, datetime | None],
+        *,
+        statement_timeout_seconds: float,
+        pool_timeout_seconds: float,
+    ) -> MetricsSnapshot:
+        """The database-derived metrics in one statement, bounded in time both while waiting
+        for a connection and while the statement runs (a scrape must not hang on the database).
+        ``due_at`` maps schedule names to the occurrence that should have started by now."""
+        params = {"names": list(due_at), "due_at": list(due_at.values())}
+        with (
+            db.wrap_errors("metrics"),
+            self.pool.connection(timeout=pool_timeout_seconds) as conn,
+            conn.transaction(),
+        ):
+            conn.execute(
+                sqlfile.query("set_local_statement_timeout"),
+                {"ms": max(1, round(statement_timeout_seconds * 1000))},
+            )
+            row = conn.execute(sqlfile.query("metrics_snapshot"), params).fetchone()
+        assert row is not None
+        db_now, queues, terminal, counted_at, schedules = row
+        return MetricsSnapshot(
+            db_now=float(db_now),
+            queues=[
+                QueueCounts(t, int(q), int(r), int(f), int(d), o, int(s))
+                for t, q, r, f, d, o, s in queues
+            ],
+            terminal={(t, s): int(n) for t, s, n in terminal},
+            terminal_counted_at=None if counted_at is None else float(counted_at),
+            schedules=[ScheduleHealth(n, bool(p), ls, ds) for n, p, ls, ds in schedules],
+        )
+
+    def refresh_terminal_counts(self, max_age_seconds: float, timeout_seconds: float) -> bool:
+        """Recount runs in terminal states if the counts are older than ``max_age_seconds``
+        and no other daemon is recounting; True if this call recounted."""
+        with self._conn("recount") as conn, conn.transaction():
+            claimed = conn.execute(
+                sqlfile.query("claim_terminal_counts_refresh"), {"max_age": max_age_seconds}
+            ).fetchall()
+            if not claimed:
+                return False
+            conn.execute(
+                sqlfile.query("set_local_statement_timeout"),
+                {"ms": max(1, round(timeout_seconds * 1000))},
+            )
+            conn.execute(sqlfile.query("recount_terminal_runs"))
+        return True

@@ -3,10 +3,45 @@
 
 from __future__ import annotations
 
-import pytest
+import signal
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import pgtick
 from pgtick import db
+from pgtick.metrics import RUN_STATUSES
 from pgtick.store import JobTypeStats, NewRun, RunStore
+
+from .conftest import Cluster, Daemon, status_counts, wait_for
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+# Every required series: (type, label names); counters are named without _total here.
+REQUIRED = {
+    "pgtick_runs": ("gauge", {"job_type", "status"}),
+    "pgtick_queue_depth": ("gauge", {"job_type"}),
+    "pgtick_queue_oldest_due_seconds": ("gauge", {"job_type"}),
+    "pgtick_runs_stuck": ("gauge", {"job_type"}),
+    "pgtick_run_attempts": ("counter", {"job_type", "outcome"}),
+    "pgtick_run_duration_seconds": ("histogram", {"job_type", "outcome"}),
+    "pgtick_run_start_delay_seconds": ("histogram", {"job_type"}),
+    "pgtick_schedule_last_success_timestamp_seconds": ("gauge", {"schedule"}),
+    "pgtick_schedule_next_run_timestamp_seconds": ("gauge", {"schedule"}),
+    "pgtick_ticker_last_tick_timestamp_seconds": ("gauge", set()),
+    "pgtick_leases_lost": ("counter", {"job_type"}),
+    "pgtick_worker_threads": ("gauge", set()),
+    "pgtick_worker_busy_threads": ("gauge", set()),
+    "pgtick_db_errors": ("counter", {"operation"}),
+    "pgtick_schedules_overdue": ("gauge", set()),
+    "pgtick_draining": ("gauge", set()),
+    "pgtick_db_collect_success": ("gauge", set()),
+    "pgtick_build_info": ("gauge", {"version"}),
+}
 
 
 def test_job_type_stats_counts_each_state_on_the_database_clock(
@@ -57,3 +92,193 @@ def test_job_type_stats_counts_each_state_on_the_database_clock(
         0,
     )
     assert stats["c"] == JobTypeStats("c", 0, None, 0, 0, 0, 0, 1)
+
+
+# -- a live `pgtick run` -----------------------------------------------------------------------
+
+SCHEDULES = """
+[job_types.boom]
+backoff_base = "1h"
+
+[schedules.yearly_report]
+job_type = "record"
+cron = "0 3 1 1 *"
+
+[schedules.orphan]
+job_type = "record"
+cron = "0 0 1 1 *"
+"""
+METRICS_LISTEN = 'listen = "127.0.0.1:0"'
+
+
+def start_with_metrics(cluster: Cluster, extra: str = "", **settings: Any) -> tuple[Daemon, str]:
+    """A daemon serving metrics on a free port; returns it and its base URL."""
+    path = cluster.config(extra, **settings)
+    path.write_text(path.read_text().replace('listen = ""', METRICS_LISTEN, 1))
+    daemon = cluster.start(path)
+    event = next(e for e in daemon.events() if e.get("event") == "http_listening")
+    assert event["key"] == "metrics.listen"
+    return daemon, f"http://127.0.0.1:{event['port']}"
+
+
+def get(url: str, accept: str = "") -> tuple[int, str, str]:
+    """Status, content type and body; error statuses too."""
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+def scrape(base: str) -> Samples:
+    """Every sample of a scrape, keyed by name and labels, parsed by prometheus_client."""
+    status, content_type, body = get(base + "/metrics")
+    assert status == 200
+    assert content_type.startswith("text/plain; version=0.0.4")
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, frozenset(labels.items()))]
+
+
+def check_declarations(base: str) -> None:
+    """Each required family has its type, and every sample exactly its label names."""
+    families = {f.name: f for f in text_string_to_metric_families(get(base + "/metrics")[2])}
+    for name, (kind, labels) in REQUIRED.items():
+        assert families[name].type == kind, name
+        for s in families[name].samples:
+            assert set(s.labels) - {"le"} == labels, (name, s.labels)
+
+
+@pytest.mark.timeout(120)
+def test_metrics_of_a_running_daemon_match_the_database(
+    cluster: Cluster, store: RunStore, conn: db.Connection
+) -> None:
+    """Must show 1: every required series, with values for a state this test prepared."""
+    now = store.now()
+    # Handled runs, each due 30 s before it can start (start delay) and sleeping 0.2 s.
+    for _ in range(3):
+        store.enqueue(NewRun("record", {"sleep": 0.2}, run_at=now - timedelta(seconds=30)))
+    for _ in range(2):
+        store.enqueue(NewRun("give_up"))  # Fail: dead at once
+    store.enqueue(NewRun("boom"))  # fails, waits for a retry
+    daemon, base = start_with_metrics(cluster, SCHEDULES, reaper="1h", threads=4)
+    wait_for(
+        lambda: status_counts(conn) == {"succeeded": 3, "dead": 2, "failed": 1},
+        30,
+        what="the handled runs to finish",
+    )
+    # A type no daemon handles: two due runs; one more running on a lease about to expire.
+    conn.execute(
+        "INSERT INTO runs (job_type, run_at) VALUES"
+        " ('nobody', now() - interval '120 seconds'), ('nobody', now() - interval '60 seconds')"
+    )
+    conn.execute(
+        "INSERT INTO runs (job_type, status, attempts, locked_by, locked_until, started_at)"
+        " VALUES ('nobody', 'running', 1, 'gone', now() + interval '1 second', now())"
+    )
+    # yearly_report succeeded for its latest occurrence a day ago; orphan never ran.
+    [(last_success, latest)] = conn.execute(
+        "INSERT INTO runs (schedule_id, scheduled_for, job_type, status, started_at, finished_at)"
+        " SELECT id, make_timestamptz(extract(year FROM now())::int, 1, 1, 3, 0, 0, 'UTC'),"
+        "        'record', 'succeeded', now() - interval '1 day', now() - interval '1 day'"
+        " FROM schedules WHERE name = 'yearly_report'"
+        " RETURNING extract(epoch FROM finished_at)::float8, scheduled_for"
+    ).fetchall()
+
+    def settled() -> Samples | None:
+        samples = scrape(base)
+        terminal_counted = sample(samples, "pgtick_runs", job_type="record", status="succeeded")
+        stuck = sample(samples, "pgtick_runs_stuck", job_type="nobody")
+        return samples if terminal_counted == 4 and stuck == 1 else None
+
+    samples = wait_for(settled, 30, 0.5, "the recount and the expired lease")
+    db_now = store.now().timestamp()
+
+    def value(name: str, **labels: str) -> float:
+        return sample(samples, name, **labels)
+
+    assert value("pgtick_db_collect_success") == 1
+    # pgtick_runs: every status of every type, exact for this state.
+    in_db = dict(
+        ((t, s), n)
+        for t, s, n in conn.execute("SELECT job_type, status, count(*) FROM runs GROUP BY 1, 2")
+    )
+    for job_type in ("record", "give_up", "boom", "nobody", "polite"):
+        for status in RUN_STATUSES:
+            assert value("pgtick_runs", job_type=job_type, status=status) == in_db.get(
+                (job_type, status), 0
+            ), (job_type, status)
+    assert value("pgtick_queue_depth", job_type="nobody") == 2
+    assert value("pgtick_queue_depth", job_type="record") == 0
+    oldest = value("pgtick_queue_oldest_due_seconds", job_type="nobody")
+    assert 120 <= oldest <= 120 + (db_now - now.timestamp()) + 1
+    assert value("pgtick_queue_oldest_due_seconds", job_type="record") == 0
+    assert value("pgtick_runs_stuck", job_type="nobody") == 1
+    assert value("pgtick_runs_stuck", job_type="record") == 0
+    # Attempts by outcome as the attempts table has them.
+    attempts = dict(
+        ((t, o), n)
+        for t, o, n in conn.execute(
+            "SELECT r.job_type, a.outcome, count(*) FROM attempts a JOIN runs r ON r.id = a.run_id"
+            " GROUP BY 1, 2"
+        )
+    )
+    assert attempts == {("record", "succeeded"): 3, ("give_up", "failed"): 2, ("boom", "failed"): 1}
+    for job_type in ("record", "give_up", "boom", "polite"):
+        for outcome in ("succeeded", "failed", "lost", "released"):
+            expected = attempts.get((job_type, outcome), 0)
+            labels = {"job_type": job_type, "outcome": outcome}
+            assert value("pgtick_run_attempts_total", **labels) == expected
+            assert value("pgtick_run_duration_seconds_count", **labels) == expected
+    # Durations: each record run slept 0.2 s.
+    record_ok = {"job_type": "record", "outcome": "succeeded"}
+    assert 0.6 <= value("pgtick_run_duration_seconds_sum", **record_ok) < 3
+    assert value("pgtick_run_duration_seconds_bucket", le="0.1", **record_ok) == 0
+    assert value("pgtick_run_duration_seconds_bucket", le="+Inf", **record_ok) == 3
+    # Start delay: the record runs were due 30 s before the daemon started.
+    assert value("pgtick_run_start_delay_seconds_count", job_type="record") == 3
+    assert value("pgtick_run_start_delay_seconds_sum", job_type="record") >= 90
+    assert value("pgtick_run_start_delay_seconds_bucket", job_type="record", le="10.0") == 0
+    assert value("pgtick_run_start_delay_seconds_bucket", job_type="record", le="300.0") == 3
+    assert value("pgtick_run_start_delay_seconds_count", job_type="give_up") == 2
+    # Schedules: last success, next occurrence, overdue (orphan's occurrence never started).
+    assert value(
+        "pgtick_schedule_last_success_timestamp_seconds", schedule="yearly_report"
+    ) == pytest.approx(last_success)
+    assert value("pgtick_schedule_last_success_timestamp_seconds", schedule="orphan") == 0
+    next_year = datetime(latest.year + 1, 1, 1, 3, tzinfo=UTC).timestamp()
+    assert (
+        value("pgtick_schedule_next_run_timestamp_seconds", schedule="yearly_report") == next_year
+    )
+    assert (
+        value("pgtick_schedule_next_run_timestamp_seconds", schedule="orphan")
+        == datetime(latest.year + 1, 1, 1, tzinfo=UTC).timestamp()
+    )
+    assert value("pgtick_schedules_overdue") == 1
+    # Process-local series.
+    assert abs(value("pgtick_ticker_last_tick_timestamp_seconds") - db_now) < 120
+    assert value("pgtick_leases_lost_total", job_type="record") == 0
+    assert value("pgtick_worker_threads") == 4
+    assert value("pgtick_worker_busy_threads") == 0
+    assert value("pgtick_draining") == 0
+    assert value("pgtick_build_info", version=pgtick.__version__) == 1
+    assert value("pgtick_db_pool_max_connections", pool="pgtick") >= 4
+    assert value("pgtick_db_pool_max_connections", pool="pgtick-metrics") == 2
+    assert value("process_resident_memory_bytes") > 0
+    assert any(name == "python_info" for name, _ in samples)
+    check_declarations(base)
+    # OpenMetrics for a scraper that asks for it.
+    code, content_type, body = get(base + "/metrics", "application/openmetrics-text")
+    assert code == 200 and content_type.startswith("application/openmetrics-text")
+    assert body.rstrip().endswith("# EOF")
+    assert get(base + "/healthz")[:1] == (200,)
+    assert get(base + "/readyz")[0::2] == (200, "ready\n")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0

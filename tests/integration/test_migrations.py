@@ -7,7 +7,16 @@ import pytest
 from pgtick import db, migrate, sqlfile
 from pgtick.errors import MigrationError, SchemaOutdatedError
 
-EXPECTED_TABLES = {"schedules", "runs", "attempts", "workers", "effects", "schema_migrations"}
+EXPECTED_TABLES = {
+    "schedules",
+    "runs",
+    "attempts",
+    "workers",
+    "effects",
+    "schema_migrations",
+    "terminal_run_counts",
+    "terminal_run_counts_refresh",
+}
 
 
 def test_apply_twice_is_a_no_op(empty_dsn: str) -> None:

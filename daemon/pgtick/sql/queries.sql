@@ -469,3 +469,74 @@ SELECT job_type, coalesce(due, 0), oldest_due, coalesce(scheduled, 0), coalesce(
        coalesce(stuck, 0), coalesce(awaiting_retry, 0), coalesce(dead_recent, 0)
 FROM per_type FULL JOIN dead USING (job_type)
 ORDER BY job_type;
+
+-- metrics_snapshot --
+-- Everything the database-derived metrics show, in one statement (the metrics collector
+-- sends it at most once per cache period; the comment below lets tests and operators find it
+-- in pg_stat_statements and pg_stat_activity). Non-terminal counts are exact and read only
+-- active rows (runs_schedule_active_idx); terminal counts come from terminal_run_counts;
+-- a schedule's last success uses runs_schedule_success_idx. %(names)s / %(due_at)s give,
+-- per configured schedule, the occurrence that should have started by now (NULL: none);
+-- due_started says whether a run for it started (or was deliberately skipped or cancelled).
+SELECT /* pgtick_metrics_snapshot */
+    extract(epoch FROM now())::float8,
+    (SELECT coalesce(json_agg(json_build_array(
+                job_type, queued, running, failed, due, oldest_due, stuck)), '[]')
+     FROM (SELECT job_type,
+                  count(*) FILTER (WHERE status = 'queued') AS queued,
+                  count(*) FILTER (WHERE status = 'running') AS running,
+                  count(*) FILTER (WHERE status = 'failed') AS failed,
+                  count(*) FILTER (WHERE status IN ('queued', 'failed') AND run_at <= now()) AS due,
+                  extract(epoch FROM now() - min(run_at) FILTER (
+                      WHERE status IN ('queued', 'failed') AND run_at <= now()))::float8
+                      AS oldest_due,
+                  count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS stuck
+           FROM runs
+           WHERE status IN ('queued', 'running', 'failed')
+           GROUP BY job_type) AS active),
+    (SELECT coalesce(json_agg(json_build_array(job_type, status, n)), '[]')
+     FROM terminal_run_counts),
+    (SELECT extract(epoch FROM refreshed_at)::float8 FROM terminal_run_counts_refresh),
+    (SELECT coalesce(json_agg(json_build_array(
+                s.name, s.paused,
+                (SELECT extract(epoch FROM max(r.finished_at))::float8
+                 FROM runs r WHERE r.schedule_id = s.id AND r.status = 'succeeded'),
+                CASE WHEN want.due_at IS NULL THEN NULL ELSE EXISTS (
+                    SELECT FROM runs r
+                    WHERE r.schedule_id = s.id AND r.scheduled_for = want.due_at
+                      AND (r.started_at IS NOT NULL OR r.status IN ('skipped', 'cancelled')))
+                END)), '[]')
+     FROM unnest(%(names)s::text[], %(due_at)s::timestamptz[]) AS want(name, due_at)
+     JOIN schedules s ON s.name = want.name);
+
+-- claim_terminal_counts_refresh --
+-- Take the right to recount terminal runs if the counts are older than %(max_age)s seconds;
+-- SKIP LOCKED: while one daemon recounts, the others go on without waiting. The row lock is
+-- held until the caller's transaction (which recounts) commits.
+UPDATE terminal_run_counts_refresh SET refreshed_at = now()
+WHERE id IN (SELECT id FROM terminal_run_counts_refresh
+             WHERE refreshed_at IS NULL
+                OR refreshed_at < now() - make_interval(secs => %(max_age)s)
+             FOR UPDATE SKIP LOCKED)
+RETURNING refreshed_at;
+
+-- set_local_statement_timeout --
+-- Bounds one transaction's statements; %(ms)s is milliseconds.
+SELECT set_config('statement_timeout', %(ms)s::text, true);
+
+-- recount_terminal_runs --
+-- Replace the terminal counts in one statement: upsert every (job type, status) found and
+-- delete the pairs that no longer have runs. The one full pass over finished rows pgtick makes.
+WITH fresh AS (
+    SELECT job_type, status, count(*) AS n
+    FROM runs
+    WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped')
+    GROUP BY job_type, status
+), upserted AS (
+    INSERT INTO terminal_run_counts (job_type, status, n)
+    SELECT job_type, status, n FROM fresh
+    ON CONFLICT (job_type, status) DO UPDATE SET n = excluded.n
+    RETURNING 1
+)
+DELETE FROM terminal_run_counts t
+WHERE NOT EXISTS (SELECT FROM fresh f WHERE f.job_type = t.job_type AND f.status = t.status);
