@@ -3,17 +3,26 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import shutil
 import signal
+import tempfile
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from psycopg.conninfo import make_conninfo
 
 import pgtick
-from pgtick import db
+from pgtick import db, migrate
+from pgtick.embedded import EmbeddedPostgres
 from pgtick.metrics import RUN_STATUSES
 from pgtick.store import JobTypeStats, NewRun, RunStore
 
@@ -282,3 +291,94 @@ def test_metrics_of_a_running_daemon_match_the_database(
     assert get(base + "/readyz")[0::2] == (200, "ready\n")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0
+
+
+@pytest.fixture
+def own_server() -> Iterator[EmbeddedPostgres]:
+    """A server of this test's own: stopping the shared one would disturb other tests."""
+    data_dir = Path(tempfile.mkdtemp(prefix="pgtick-metrics-pg-"))
+    server = EmbeddedPostgres(data_dir, throwaway=True)
+    try:
+        yield server
+    finally:
+        server.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def timed_get(url: str) -> tuple[float, int, str]:
+    started = time.monotonic()
+    code, _, body = get(url)
+    return time.monotonic() - started, code, body
+
+
+def snapshot_reads(dsn: str) -> int:
+    """How often the aggregate query ran, counted by PostgreSQL itself: it is the only reader
+    of terminal_run_counts while no recount is due."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables"
+            " WHERE schemaname = 'pgtick' AND relname = 'terminal_run_counts'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.timeout(120)
+def test_metrics_and_health_with_the_database_stopped(
+    own_server: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    """Must show 2: 20 concurrent scrapes cost one aggregate query; with PostgreSQL stopped
+    /metrics still answers within 1 s (pgtick_db_collect_success 0), /readyz is 503 and
+    /healthz 200; the gauges come back with the database."""
+    with psycopg.connect(own_server.dsn, autocommit=True) as admin:
+        admin.execute("CREATE DATABASE outage")
+    dsn = make_conninfo(own_server.dsn, dbname="outage")
+    migrate.migrate(dsn, "pgtick")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # Counts fresh for a day: no recount touches terminal_run_counts during this test.
+        conn.execute("UPDATE pgtick.terminal_run_counts_refresh SET refreshed_at = now() + '1 day'")
+    # Building the table's primary key scanned it once; wait until the migration's backend
+    # has reported that, so the count below starts from a settled value.
+    baseline = wait_for(lambda: snapshot_reads(dsn), 15, 0.1, "the migration's statistics")
+    cluster = Cluster(dsn, tmp_path)
+    try:
+        daemon, base = start_with_metrics(cluster)
+        with concurrent.futures.ThreadPoolExecutor(20) as pool:
+            scrapes = list(pool.map(lambda _: scrape(base), range(20)))
+            scrapes += list(pool.map(lambda _: scrape(base), range(20)))
+        assert all(s[("pgtick_db_collect_success", frozenset())] == 1 for s in scrapes)
+
+        # A fast stop ends every backend, which flushes its statistics first.
+        own_server.stop("fast")
+        seen_failure = False
+
+        def scrape_fails_fast() -> bool:
+            nonlocal seen_failure
+            seconds, code, body = timed_get(base + "/metrics")
+            assert code == 200
+            assert seconds < 1.0, f"/metrics took {seconds:.2f}s with the database down"
+            seen_failure = "pgtick_db_collect_success 0.0" in body
+            return seen_failure
+
+        wait_for(scrape_fails_fast, 20, 0.2, "pgtick_db_collect_success 0")
+        for _ in range(3):  # every scrape stays fast while the database is gone
+            assert scrape_fails_fast()
+        samples = scrape(base)
+        assert ("pgtick_queue_depth", frozenset({("job_type", "record")})) not in samples
+        assert sample(samples, "pgtick_worker_threads") == 8  # process series still there
+        assert sample(samples, "pgtick_db_errors_total", operation="metrics") >= 1
+        seconds, code, body = timed_get(base + "/readyz")
+        assert (code, seconds < 1.0) == (503, True)
+        assert body.startswith("database: ") and body.count("\n") == 1
+        assert timed_get(base + "/healthz")[1:] == (200, "ok\n")
+
+        own_server.start()
+        assert snapshot_reads(dsn) - baseline == 1, (
+            "20 + 20 concurrent scrapes made one aggregate query"
+        )
+        wait_for(lambda: get(base + "/readyz")[0] == 200, 30, 0.5, "ready again after the outage")
+        assert sample(scrape(base), "pgtick_db_collect_success") == 1
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(30) == 0
+    finally:
+        cluster.stop_all()
