@@ -6,16 +6,25 @@ Both structlog events and plain ``logging`` records (psycopg, psycopg_pool) end 
 every line has one shape whoever logged it. In JSON mode python-json-logger's ``JsonFormatter``
 serializes the finished event dict (one line per event, exceptions in an ``exception`` field);
 in console mode structlog's ``ConsoleRenderer`` prints it for humans.
+
+Database passwords never reach the stream: the formatter redacts every finished line, whoever
+logged it (psycopg's own messages can quote parts of a connection string). It replaces the
+passwords it was given (``protect_dsn``, and ``$PGTICK_DSN``/``$PGPASSWORD`` at set-up) and
+anything written like a password in a DSN (``user:secret@``, ``password=secret``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import sys
 from typing import TextIO
 
+import psycopg
 import structlog
+from psycopg.conninfo import conninfo_to_dict
 from pythonjsonlogger.json import JsonFormatter
 from structlog.typing import EventDict, Processor, WrappedLogger
 
@@ -28,6 +37,18 @@ LEVELS: dict[str, int] = {
 }
 # Keys every JSON line starts with, in this order; context fields follow.
 LEADING_KEYS = ("timestamp", "level", "event", "logger")
+REDACTED = "***"
+# Shorter known passwords are redacted only where they appear in DSN syntax: replacing every
+# occurrence of two letters would garble the whole log.
+MIN_SECRET_CHARS = 4
+SECRET_ENV_VARS = ("PGTICK_DSN", "PGPASSWORD")
+
+# A password in a URI's user info, and a ``password=`` pair (key/value DSNs, URI queries).
+# Neither runs past a quote or backslash, so a redacted JSON line stays valid JSON.
+_URI_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s\"'\\]*:)[^@\s\"'\\]+@", re.IGNORECASE)
+_PAIR_PASSWORD = re.compile(
+    r"(\b(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s&\"'\\,;]+)", re.IGNORECASE
+)
 
 
 # What every LogRecord carries, plus what other formatters may already have set on it.
@@ -38,6 +59,65 @@ _RECORD_ATTRIBUTES = frozenset(
 
 class _PgtickHandler(logging.StreamHandler[TextIO]):
     """Marks the handler configure_logging installed, so a second call replaces it."""
+
+
+class _RedactingFormatter(structlog.stdlib.ProcessorFormatter):
+    """The last line of defence: no finished line leaves with a password in it."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.secrets: set[str] = set()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record), self.secrets)
+
+
+def redact(line: str, secrets: set[str]) -> str:
+    """``line`` with DSN-style passwords and the given secrets (also JSON-escaped) replaced."""
+    line = _URI_PASSWORD.sub(rf"\1{REDACTED}@", line)
+    line = _PAIR_PASSWORD.sub(rf"\1{REDACTED}", line)
+    for secret in sorted(secrets, key=len, reverse=True):
+        for form in _written_forms(secret):
+            line = line.replace(form, REDACTED)
+    return line
+
+
+def _written_forms(secret: str) -> list[str]:
+    """How a secret can look in a line: as is, in a repr, JSON-escaped, or both; longest
+    first so that a longer form is not broken up by a shorter one."""
+    quoted = repr(secret)[1:-1]
+    forms = {secret, quoted, _json_escaped(secret), _json_escaped(quoted)}
+    return sorted(forms, key=len, reverse=True)
+
+
+def _json_escaped(text: str) -> str:
+    return json.dumps(text)[1:-1]
+
+
+def dsn_password(dsn: str) -> str | None:
+    """The password a connection string carries, if any (None when it does not parse)."""
+    try:
+        return conninfo_to_dict(dsn).get("password") or None  # type: ignore[return-value]
+    except psycopg.Error:
+        return None
+
+
+def protect_dsn(dsn: str) -> None:
+    """Redact this DSN's password from every line from now on."""
+    password = dsn_password(dsn)
+    if password is not None:
+        add_secret(password)
+
+
+def add_secret(secret: str) -> None:
+    """Redact ``secret`` from every line the installed handler writes from now on."""
+    if len(secret) < MIN_SECRET_CHARS:
+        return
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, _PgtickHandler) and isinstance(
+            handler.formatter, _RedactingFormatter
+        ):
+            handler.formatter.secrets.add(secret)
 
 
 class _JsonLineRenderer:
@@ -119,7 +199,7 @@ def configure_logging(
         structlog.stdlib.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    formatter = structlog.stdlib.ProcessorFormatter(
+    formatter = _RedactingFormatter(
         foreign_pre_chain=[*shared, _add_record_extras],
         processors=_renderer_chain(use_json, colors=tty),
     )
@@ -132,6 +212,10 @@ def configure_logging(
         old.close()
     root.addHandler(handler)
     root.setLevel(level_number)
+    for name in SECRET_ENV_VARS:
+        value = os.environ.get(name, "")
+        if value:
+            add_secret(value if name == "PGPASSWORD" else dsn_password(value) or "")
 
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import structlog
 
 import pgtick
-from pgtick import db, handlers, migrate
+from pgtick import db, handlers, logs, migrate
 from pgtick.config import Config
 from pgtick.dbstate import METRICS_POOL_SIZE, DatabaseProbe
 from pgtick.heartbeat import Heartbeat
@@ -90,6 +90,7 @@ class Service:
     ) -> None:
         self.config = config
         self.dsn = dsn
+        logs.protect_dsn(dsn)  # psycopg's messages may quote it; no log line may show it
         self.apply_migrations = apply_migrations
         self.notifier = notifier or Notifier()
         self._stop = threading.Event()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import structlog
 
-from pgtick.logs import configure_logging
+from pgtick.logs import configure_logging, protect_dsn
 
 # psycopg sets its own logger to WARNING on import; a library without that quirk shows INFO.
 LIBRARY_LOGGER = "some.library"
@@ -222,3 +222,68 @@ def test_default_stream_is_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
     configure_logging()
     structlog.get_logger("pgtick").info("to_stdout")
     assert json_lines(fake_stdout)[0]["event"] == "to_stdout"
+
+
+PASSWORD = 'Sup3r"S3cret\\pw'
+
+
+def test_a_protected_password_never_reaches_the_stream_in_any_form() -> None:
+    stream = io.StringIO()
+    configure_logging("json", "info", stream)
+    protect_dsn(f"host=db.internal user=app password='{PASSWORD.replace(chr(92), chr(92) * 2)}'")
+    log = structlog.get_logger("pgtick.db")
+    log.warning("connect_failed", error=f"could not connect with {PASSWORD}")
+    logging.getLogger("psycopg.pool").warning("error connecting: %r", PASSWORD)
+    try:
+        raise RuntimeError(f"bad password {PASSWORD}")
+    except RuntimeError:
+        log.exception("boom")
+    text = stream.getvalue()
+    lines = json_lines(stream)  # still valid JSON after redaction
+    assert len(lines) == 3
+    assert "S3cret" not in text
+    assert [line["level"] for line in lines] == ["warning", "warning", "error"]
+    assert lines[0]["error"] == "could not connect with ***"
+    assert "***" in lines[2]["exception"]
+
+
+@pytest.mark.parametrize(
+    ("logged", "shown"),
+    [
+        ("postgresql://app:hunter2hunter@db:5432/x", "postgresql://app:***@db:5432/x"),
+        ("host=db password=hunter2hunter user=app", "host=db password=*** user=app"),
+        ("host=db password = 'a b c' user=app", "host=db password = *** user=app"),
+        (
+            "postgresql://db/x?sslpassword=k3y&password=pw",
+            "postgresql://db/x?sslpassword=***&password=***",
+        ),
+    ],
+)
+def test_dsn_passwords_are_redacted_even_when_not_registered(logged: str, shown: str) -> None:
+    stream = io.StringIO()
+    configure_logging("console", "info", stream)
+    logging.getLogger("psycopg").warning("%s", logged)
+    structlog.get_logger("pgtick").warning("dsn", dsn=logged)
+    text = stream.getvalue()
+    assert "hunter2" not in text and "a b c" not in text and "k3y" not in text
+    assert text.count(shown) == 2
+
+
+def test_a_password_from_the_environment_is_protected_from_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PGTICK_DSN", "host=db user=app password=fromtheenv")
+    monkeypatch.setenv("PGPASSWORD", "alsosecret")
+    stream = io.StringIO()
+    configure_logging("json", "info", stream)
+    structlog.get_logger("pgtick").info("x", a="fromtheenv alsosecret")
+    assert json_lines(stream)[0]["a"] == "*** ***"
+
+
+def test_short_passwords_are_left_to_the_dsn_patterns() -> None:
+    stream = io.StringIO()
+    configure_logging("json", "info", stream)
+    protect_dsn("host=db password=abc")
+    structlog.get_logger("pgtick").info("abc is a word", dsn="host=db password=abc")
+    [line] = json_lines(stream)
+    assert (line["event"], line["dsn"]) == ("abc is a word", "host=db password=***")
