@@ -1,0 +1,132 @@
+"""Logs of a real `pgtick run` on a pipe, through a database outage: one JSON shape for every
+line (structlog and psycopg records alike), run context on the lines logged during a run, and
+the configured DSN's password nowhere."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from pgtick import db, migrate
+from pgtick.embedded import EmbeddedPostgres
+from pgtick.store import NewRun, RunStore
+
+from .conftest import Cluster, wait_for
+
+PASSWORD = "Pw-7f3c9e-not-in-any-log"
+LEADING_KEYS = ["timestamp", "level", "event", "logger"]
+ISO_UTC = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"
+
+# Handlers that log from inside their run, through structlog and through the standard library.
+CHATTY_JOBS = """
+import logging
+
+import structlog
+
+from pgtick import job
+
+
+@job("chatty")
+def chatty(ctx, payload):
+    structlog.get_logger("chatty").info("chatty_structlog", step=1)
+    logging.getLogger("chatty.stdlib").warning("chatty stdlib line %s", ctx.run_id)
+    if payload.get("fail"):
+        raise RuntimeError("chatty failed")
+"""
+
+
+@pytest.fixture
+def own_server() -> Iterator[EmbeddedPostgres]:
+    """A server of this test's own: stopping the shared one would disturb other tests."""
+    data_dir = Path(tempfile.mkdtemp(prefix="pgtick-logs-pg-"))
+    server = EmbeddedPostgres(data_dir, throwaway=True)
+    try:
+        yield server
+    finally:
+        server.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def parse(text: str) -> list[dict[str, Any]]:
+    """Every line of the daemon's output as JSON; fails on the first line that is not."""
+    lines = []
+    for number, line in enumerate(text.splitlines(), 1):
+        try:
+            lines.append(json.loads(line))
+        except ValueError:
+            raise AssertionError(f"line {number} is not JSON: {line!r}") from None
+    return lines
+
+
+@pytest.mark.timeout(120)
+def test_daemon_logs_on_a_pipe(own_server: EmbeddedPostgres, tmp_path: Path) -> None:
+    """Must show 5: every line JSON with the shared fields, run lines carry the run's fields,
+    the DSN password given in the config never appears, not even around connection errors."""
+    with psycopg.connect(own_server.dsn, autocommit=True) as admin:
+        admin.execute("CREATE DATABASE logs")
+    admin_dsn = make_conninfo(own_server.dsn, dbname="logs")
+    migrate.migrate(admin_dsn, "pgtick")
+    (tmp_path / "chatty_jobs.py").write_text(CHATTY_JOBS)
+    secret_dsn = make_conninfo(admin_dsn, password=PASSWORD)
+    cluster = Cluster(admin_dsn, tmp_path)
+    config = cluster.config(f"\n[database]\ndsn = {json.dumps(secret_dsn)}\n", heartbeat="1s")
+    config.write_text(config.read_text().replace('imports = ["jobs"]', 'imports = ["chatty_jobs"]'))
+    env = {"PGTICK_DSN": "", "PYTHONPATH": str(tmp_path)}  # the DSN comes from the config file
+    try:
+        daemon = cluster.start(config, env=env)
+        store = RunStore(db.make_pool(admin_dsn, "pgtick", size=1))
+        ok = store.enqueue(NewRun("chatty"))
+        bad = store.enqueue(NewRun("chatty", {"fail": True}))
+        store.pool.close()
+
+        def handled() -> bool:
+            events = [e.get("event") for e in daemon.events()]
+            return events.count("chatty_structlog") == 2
+
+        wait_for(handled, 30, what="both runs to log")
+        # An outage: psycopg and the pool log about connections that failed.
+        own_server.stop("fast")
+        wait_for(
+            lambda: any(e.get("logger", "").startswith("psycopg") for e in daemon.events()),
+            30,
+            0.2,
+            "a psycopg record",
+        )
+        own_server.start()
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(30) == 0
+    finally:
+        cluster.stop_all()
+
+    output = daemon.log()
+    assert PASSWORD not in output
+    assert PASSWORD[3:15] not in output
+    lines = parse(output)
+    for line in lines:
+        assert list(line)[:4] == LEADING_KEYS, line
+        assert re.match(ISO_UTC, line["timestamp"]), line
+        assert line["level"] in {"debug", "info", "warning", "error", "critical"}, line
+    loggers = {line["logger"] for line in lines}
+    assert any(name.startswith("psycopg") for name in loggers), loggers
+    assert {"chatty", "chatty.stdlib", "pgtick.service"} <= loggers
+    during_runs = [line for line in lines if line["logger"] in {"chatty", "chatty.stdlib"}]
+    assert len(during_runs) == 4
+    for line in during_runs:
+        assert line["job_type"] == "chatty"
+        assert line["run_id"] in {ok, bad}
+        assert line["attempt"] == 1
+    stdlib_lines = [line for line in during_runs if line["logger"] == "chatty.stdlib"]
+    assert {line["event"] for line in stdlib_lines} == {
+        f"chatty stdlib line {ok}",
+        f"chatty stdlib line {bad}",
+    }
