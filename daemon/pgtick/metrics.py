@@ -243,13 +243,12 @@ class DatabaseCollector(Collector):
         with self._lock:
             self._latest, self._latest_at, self._pending = read, self._clock(), None
             was_failing, self._failing = self._failing, read.error is not None
+        if read.error is not None and self._on_error is not None:
+            self._on_error()
         read.done.set()
-        if read.error is not None:
-            if self._on_error is not None:
-                self._on_error()
-            if not was_failing:
-                log.warning("metrics_database_read_failed", error=read.error)
-        elif was_failing:
+        if read.error is not None and not was_failing:
+            log.warning("metrics_database_read_failed", error=read.error)
+        elif read.error is None and was_failing:
             log.info("metrics_database_read_recovered")
 
     def collect(self) -> Iterator[Metric]:

@@ -1,0 +1,260 @@
+"""The HTTP server and the metrics endpoints without a database: routing, errors, a busy port,
+and the database collector's sharing, caching and time bound (its fetch is a plain function)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pgtick.errors import ConfigError
+from pgtick.http import HttpServer, Request, Response, observability_routes, text
+from pgtick.metrics import DatabaseCollector, DatabaseSnapshot, Metrics, Readiness
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., HttpServer]]:
+    started: list[HttpServer] = []
+
+    def start(
+        routes: dict[tuple[str, str], Callable[[Request], Response]], key: str = "metrics.listen"
+    ) -> HttpServer:
+        server = HttpServer(key, "127.0.0.1", 0, routes)
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def call(
+    server: HttpServer,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        conn.close()
+
+
+def test_routes_get_the_request_and_shape_the_response(serve: Callable[..., HttpServer]) -> None:
+    seen: list[Request] = []
+
+    def echo(request: Request) -> Response:
+        seen.append(request)
+        return Response(201, "application/json", b'{"ok": true}', {"X-Extra": "1"})
+
+    server = serve({("POST", "/runs"): echo})
+    status, headers, body = call(
+        server, "POST", "/runs?state=dead&state=failed", b"payload", {"X-Token": "t"}
+    )
+    assert (status, body) == (201, b'{"ok": true}')
+    assert headers["content-type"] == "application/json"
+    assert headers["x-extra"] == "1"
+    assert headers["content-length"] == "12"
+    [request] = seen
+    assert (request.method, request.path, request.body) == ("POST", "/runs", b"payload")
+    assert request.query == {"state": ["dead", "failed"]}
+    assert request.headers["x-token"] == "t"
+
+
+def test_unknown_path_is_404_and_wrong_method_405(serve: Callable[..., HttpServer]) -> None:
+    server = serve({("GET", "/healthz"): lambda _r: text(200, "ok")})
+    assert call(server, "GET", "/nope")[0] == 404
+    status, headers, _ = call(server, "POST", "/healthz", b"")
+    assert status == 405
+    assert headers["allow"] == "GET, HEAD"
+    status, headers, body = call(server, "HEAD", "/healthz")
+    assert (status, body, headers["content-length"]) == (200, b"", "3")
+
+
+def test_a_failing_handler_is_a_500_and_the_server_goes_on(
+    serve: Callable[..., HttpServer],
+) -> None:
+    def broken(_request: Request) -> Response:
+        raise RuntimeError("bug")
+
+    server = serve({("GET", "/broken"): broken, ("GET", "/ok"): lambda _r: text(200, "ok")})
+    assert call(server, "GET", "/broken")[0] == 500
+    assert call(server, "GET", "/ok")[2] == b"ok\n"
+
+
+def test_a_port_in_use_is_a_config_error_naming_the_key(serve: Callable[..., HttpServer]) -> None:
+    first = serve({})
+    second = HttpServer("web.listen", "127.0.0.1", first.port, {})
+    with pytest.raises(ConfigError) as refused:
+        second.start()
+    assert str(refused.value) == (
+        f"web.listen: cannot listen on 127.0.0.1:{first.port}: address already in use"
+    )
+
+
+def test_two_servers_serve_their_own_routes(serve: Callable[..., HttpServer]) -> None:
+    a = serve({("GET", "/a"): lambda _r: text(200, "a")})
+    b = serve({("GET", "/b"): lambda _r: text(200, "b")}, key="web.listen")
+    assert (call(a, "GET", "/a")[2], call(a, "GET", "/b")[0]) == (b"a\n", 404)
+    assert (call(b, "GET", "/b")[2], call(b, "GET", "/a")[0]) == (b"b\n", 404)
+
+
+def test_stop_releases_the_port() -> None:
+    server = HttpServer("metrics.listen", "127.0.0.1", 0, {})
+    server.start()
+    port = server.port
+    server.stop()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+# -- the database collector ----------------------------------------------------------------
+
+
+class Fetch:
+    """Counts calls; each call waits for ``release`` (set by default) and may fail."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.release = threading.Event()
+        self.release.set()
+        self.error: Exception | None = None
+        self.depth = 3
+
+    def __call__(self) -> DatabaseSnapshot:
+        self.calls += 1
+        self.release.wait(10)
+        if self.error is not None:
+            raise self.error
+        return DatabaseSnapshot(runs={("a", "queued"): self.depth}, queue_depth={"a": self.depth})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def endpoint(
+    fetch: Fetch, clock: Clock, *, last_tick: float | None = 1000.0, wait: float = 0.8
+) -> tuple[Metrics, Readiness, dict[tuple[str, str], Callable[[Request], Response]]]:
+    metrics = Metrics(["a", "b"], "1.2.3", 4)
+    collector = DatabaseCollector(
+        fetch,
+        metrics.job_types,
+        ["nightly"],
+        on_error=lambda: metrics.db_error("metrics"),
+        cache_seconds=5.0,
+        wait_seconds=wait,
+        clock=clock,
+    )
+    metrics.registry.register(collector)
+    readiness = Readiness(collector, lambda: last_tick, 60.0, clock=clock)
+    return metrics, readiness, observability_routes(metrics, readiness)
+
+
+def samples(
+    routes: dict[tuple[str, str], Callable[[Request], Response]],
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = routes[("GET", "/metrics")](Request("GET", "/metrics", {}, {}))
+    assert response.status == 200
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(response.body.decode())
+        for s in f.samples
+    }
+
+
+def test_concurrent_scrapes_share_one_read_per_cache_period() -> None:
+    fetch, clock = Fetch(), Clock()
+    fetch.release.clear()
+    _, _, routes = endpoint(fetch, clock)
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        futures = [pool.submit(samples, routes) for _ in range(20)]
+        deadline = time.monotonic() + 5
+        while fetch.calls == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        fetch.release.set()
+        results = [f.result() for f in futures]
+    assert fetch.calls == 1
+    assert all(r[("pgtick_queue_depth", (("job_type", "a"),))] == 3 for r in results)
+    clock.now += 4.9
+    fetch.depth = 7
+    assert samples(routes)[("pgtick_queue_depth", (("job_type", "a"),))] == 3
+    assert fetch.calls == 1
+    clock.now += 0.2
+    assert samples(routes)[("pgtick_queue_depth", (("job_type", "a"),))] == 7
+    assert fetch.calls == 2
+
+
+def test_labels_are_pre_initialised_for_configured_types_and_schedules() -> None:
+    _, _, routes = endpoint(Fetch(), Clock())
+    s = samples(routes)
+    for job_type in ("a", "b"):
+        for status in ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped"):
+            assert ("pgtick_runs", (("job_type", job_type), ("status", status))) in s
+        assert ("pgtick_runs_stuck", (("job_type", job_type),)) in s
+    assert s[("pgtick_runs", (("job_type", "b"), ("status", "queued")))] == 0
+    assert s[("pgtick_schedule_last_success_timestamp_seconds", (("schedule", "nightly"),))] == 0
+    assert s[("pgtick_db_collect_success", ())] == 1
+
+
+def test_a_hanging_database_does_not_hang_the_scrape() -> None:
+    fetch, clock = Fetch(), Clock()
+    fetch.release.clear()
+    _, readiness, routes = endpoint(fetch, clock, wait=0.2)
+    started = time.monotonic()
+    s = samples(routes)
+    assert time.monotonic() - started < 1.0
+    assert s[("pgtick_db_collect_success", ())] == 0
+    assert ("pgtick_queue_depth", (("job_type", "a"),)) not in s
+    assert s[("pgtick_worker_threads", ())] == 4  # the process series are all there
+    assert readiness.reason_not_ready() == "database: database read still running after 0.2s"
+    assert fetch.calls == 1  # the second caller did not start another read
+    fetch.release.set()
+
+
+def test_a_failed_read_is_counted_cached_and_gives_the_readiness_reason() -> None:
+    fetch, clock = Fetch(), Clock()
+    fetch.error = RuntimeError("metrics: OperationalError: connection refused")
+    _, _, routes = endpoint(fetch, clock)
+    assert samples(routes)[("pgtick_db_collect_success", ())] == 0
+    # The error counter is exposed before the read it counts: the next scrape shows it.
+    s = samples(routes)
+    assert s[("pgtick_db_collect_success", ())] == 0
+    assert s[("pgtick_db_errors_total", (("operation", "metrics"),))] == 1
+    readyz = routes[("GET", "/readyz")](Request("GET", "/readyz", {}, {}))
+    assert (readyz.status, readyz.body) == (
+        503,
+        b"database: metrics: OperationalError: connection refused\n",
+    )
+    assert fetch.calls == 1  # cached: a down database is not asked again within the period
+    fetch.error = None
+    clock.now += 6
+    assert samples(routes)[("pgtick_db_collect_success", ())] == 1
+
+
+def test_readiness_follows_the_ticker() -> None:
+    clock = Clock()
+    _, readiness, routes = endpoint(Fetch(), clock, last_tick=1000.0)
+    assert readiness.reason_not_ready() is None
+    assert routes[("GET", "/readyz")](Request("GET", "/readyz", {}, {})).status == 200
+    clock.now = 1000.0 + 120.5
+    assert readiness.reason_not_ready() == "ticker: last tick 120s ago (limit 120s)"
+    _, never, _ = endpoint(Fetch(), clock, last_tick=None)
+    assert never.reason_not_ready() == "ticker: no tick yet"
+    healthz = routes[("GET", "/healthz")](Request("GET", "/healthz", {}, {}))
+    assert (healthz.status, healthz.body) == (200, b"ok\n")
