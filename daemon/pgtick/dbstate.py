@@ -5,7 +5,8 @@ when the stored counts are older than ``TERMINAL_RECOUNT_SECONDS`` a background 
 recounts them, and only one daemon of a fleet does so at a time.
 
 A schedule is overdue when it is enabled and its most recent occurrence that should have
-started by now has no run that started (or was deliberately skipped or cancelled). "Should have
+started by now has no run that started (or was deliberately skipped or cancelled); an
+occurrence from before the schedule was created does not count. "Should have
 started" allows the schedule's jitter plus a tolerance of one ticker interval (at least
 ``OVERDUE_MIN_TOLERANCE_SECONDS``), since runs of ``overlap = allow`` schedules are created on
 ticks.

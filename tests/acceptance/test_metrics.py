@@ -103,6 +103,45 @@ def test_job_type_stats_counts_each_state_on_the_database_clock(
     assert stats["c"] == JobTypeStats("c", 0, None, 0, 0, 0, 0, 1)
 
 
+def test_metrics_snapshot_says_which_due_occurrences_started(
+    store: RunStore, conn: db.Connection
+) -> None:
+    """Started, skipped or cancelled counts as handled; queued or missing does not; an
+    occurrence from before the schedule existed is not asked about."""
+    conn.execute(
+        "INSERT INTO schedules (name, job_type, cron, created_at) VALUES"
+        " ('started', 'a', '* * * * *', now() - interval '1 day'),"
+        " ('skipped', 'a', '* * * * *', now() - interval '1 day'),"
+        " ('waiting', 'a', '* * * * *', now() - interval '1 day'),"
+        " ('missing', 'a', '* * * * *', now() - interval '1 day'),"
+        " ('new', 'a', '* * * * *', now())"
+    )
+    due = store.now().replace(second=0, microsecond=0) - timedelta(hours=1)
+    conn.execute(
+        "INSERT INTO runs (schedule_id, scheduled_for, job_type, status, started_at, finished_at)"
+        " SELECT id, %(due)s, 'a', st, CASE WHEN st = 'succeeded' THEN now() END,"
+        "        CASE WHEN st <> 'queued' THEN now() END"
+        " FROM schedules JOIN (VALUES ('started', 'succeeded'), ('skipped', 'skipped'),"
+        "                             ('waiting', 'queued')) AS v(n, st) ON v.n = name",
+        {"due": due},
+    )
+    snap = store.metrics_snapshot(
+        {"started": due, "skipped": due, "waiting": due, "missing": due, "new": due},
+        statement_timeout_seconds=5,
+        pool_timeout_seconds=5,
+    )
+    started = {s.name: s.due_started for s in snap.schedules}
+    assert started == {
+        "started": True,
+        "skipped": True,
+        "waiting": False,
+        "missing": False,
+        "new": None,
+    }
+    last = {s.name: s.last_success_at for s in snap.schedules}
+    assert last["started"] is not None and last["skipped"] is None
+
+
 # -- a live `pgtick run` -----------------------------------------------------------------------
 
 SCHEDULES = """
@@ -192,7 +231,9 @@ def test_metrics_of_a_running_daemon_match_the_database(
         "INSERT INTO runs (job_type, status, attempts, locked_by, locked_until, started_at)"
         " VALUES ('nobody', 'running', 1, 'gone', now() + interval '1 second', now())"
     )
-    # yearly_report succeeded for its latest occurrence a day ago; orphan never ran.
+    # Both schedules exist since last year. yearly_report succeeded for its latest occurrence a
+    # day ago; orphan's latest occurrence never started: it is overdue.
+    conn.execute("UPDATE schedules SET created_at = now() - interval '400 days'")
     [(last_success, latest)] = conn.execute(
         "INSERT INTO runs (schedule_id, scheduled_for, job_type, status, started_at, finished_at)"
         " SELECT id, make_timestamptz(extract(year FROM now())::int, 1, 1, 3, 0, 0, 'UTC'),"

@@ -477,7 +477,8 @@ ORDER BY job_type;
 -- active rows (runs_schedule_active_idx); terminal counts come from terminal_run_counts;
 -- a schedule's last success uses runs_schedule_success_idx. %(names)s / %(due_at)s give,
 -- per configured schedule, the occurrence that should have started by now (NULL: none);
--- due_started says whether a run for it started (or was deliberately skipped or cancelled).
+-- due_started says whether a run for it started (or was deliberately skipped or cancelled),
+-- and is NULL for an occurrence from before the schedule existed.
 SELECT /* pgtick_metrics_snapshot */
     extract(epoch FROM now())::float8,
     (SELECT coalesce(json_agg(json_build_array(
@@ -501,7 +502,8 @@ SELECT /* pgtick_metrics_snapshot */
                 s.name, s.paused,
                 (SELECT extract(epoch FROM max(r.finished_at))::float8
                  FROM runs r WHERE r.schedule_id = s.id AND r.status = 'succeeded'),
-                CASE WHEN want.due_at IS NULL THEN NULL ELSE EXISTS (
+                CASE WHEN want.due_at IS NULL OR want.due_at < s.created_at THEN NULL
+                ELSE EXISTS (
                     SELECT FROM runs r
                     WHERE r.schedule_id = s.id AND r.scheduled_for = want.due_at
                       AND (r.started_at IS NOT NULL OR r.status IN ('skipped', 'cancelled')))
