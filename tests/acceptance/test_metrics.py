@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import shutil
 import signal
+import socket
 import tempfile
 import time
 import urllib.error
@@ -423,3 +424,18 @@ def test_metrics_and_health_with_the_database_stopped(
         assert daemon.wait(30) == 0
     finally:
         cluster.stop_all()
+
+
+def test_a_taken_metrics_port_is_exit_2_naming_the_key(cluster: Cluster) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        path = cluster.config()
+        path.write_text(path.read_text().replace('listen = ""', f'listen = "127.0.0.1:{port}"'))
+        daemon = cluster.start(path, wait=False)
+        assert daemon.wait(30) == 2
+    assert f"metrics.listen: cannot listen on 127.0.0.1:{port}: address already in use" in (
+        daemon.log()
+    )
+    assert "Traceback" not in daemon.log()
