@@ -69,6 +69,10 @@ class _Server(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         super().__init__(address, _RequestHandler)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up or sent garbage: a debug line, not a traceback on stderr."""
+        log.debug("http_connection_failed", client=str(client_address), exc_info=True)
+
 
 class _RequestHandler(BaseHTTPRequestHandler):
     server: _Server
@@ -107,7 +111,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 response = text(HTTPStatus.NOT_FOUND, "not found")
             self._send(method, response)
             return
-        length = int(self.headers.get("Content-Length") or 0)
+        length_text = self.headers.get("Content-Length") or "0"
+        if not length_text.isdigit():
+            self.close_connection = True
+            self._send(method, text(HTTPStatus.BAD_REQUEST, "bad Content-Length"))
+            return
+        length = int(length_text)
         if length > MAX_BODY_BYTES:
             self.close_connection = True
             self._send(method, text(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large"))

@@ -103,6 +103,21 @@ def test_a_port_in_use_is_a_config_error_naming_the_key(serve: Callable[..., Htt
     )
 
 
+def test_bad_requests_get_an_answer_not_a_traceback(
+    serve: Callable[..., HttpServer], capfd: pytest.CaptureFixture[str]
+) -> None:
+    server = serve({("POST", "/x"): lambda _r: text(200, "x")})
+    assert call(server, "POST", "/x", None, {"Content-Length": "abc"})[0] == 400
+    assert call(server, "POST", "/x", None, {"Content-Length": str(2 << 20)})[0] == 413
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\n")  # hangs up mid-request
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(b"\x16\x03\x01 not http\r\n\r\n")
+        assert b"400" in sock.recv(4096)
+    assert call(server, "POST", "/x", b"")[2] == b"x\n"
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_two_servers_serve_their_own_routes(serve: Callable[..., HttpServer]) -> None:
     a = serve({("GET", "/a"): lambda _r: text(200, "a")})
     b = serve({("GET", "/b"): lambda _r: text(200, "b")}, key="web.listen")
