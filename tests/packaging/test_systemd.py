@@ -61,6 +61,7 @@ def test_unit_carries_the_settings_the_daemon_relies_on() -> None:
     assert service["NotifyAccess"] == ["main"]
     assert service["KillMode"] == ["mixed"]
     assert service["Restart"] == ["on-failure"]
+    assert service["RestartPreventExitStatus"] == ["2"]  # config error: a restart cannot help
     assert seconds(service["WatchdogSec"][0]) > 0
     assert seconds(service["TimeoutStopSec"][0]) > DEFAULT_SHUTDOWN_GRACE_SECONDS
     assert service["LoadCredential"] == ["dsn:/etc/pgtick/dsn"]
