@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg.conninfo import make_conninfo
 
 import pgtick
-from pgtick import db, migrate
+from pgtick import db, migrate, sqlfile
 from pgtick.embedded import EmbeddedPostgres
 from pgtick.metrics import RUN_STATUSES
 from pgtick.store import JobTypeStats, NewRun, RunStore
@@ -141,6 +141,29 @@ def test_metrics_snapshot_says_which_due_occurrences_started(
     }
     last = {s.name: s.last_success_at for s in snap.schedules}
     assert last["started"] is not None and last["skipped"] is None
+
+
+@pytest.mark.parametrize("query", ["metrics_snapshot", "job_type_stats"])
+def test_observability_queries_read_runs_only_through_partial_indexes(
+    conn: db.Connection, query: str
+) -> None:
+    """Their cost must not grow with the finished rows a big table keeps."""
+    conn.execute("INSERT INTO schedules (name, job_type, cron) VALUES ('s', 'a', '* * * * *')")
+    conn.execute(
+        "INSERT INTO runs (schedule_id, scheduled_for, job_type, status, finished_at)"
+        " SELECT CASE WHEN i % 10 = 0 THEN (SELECT id FROM schedules) END,"
+        "        now() - i * interval '1 second', 't' || i % 5,"
+        "        (ARRAY['succeeded', 'dead', 'cancelled', 'skipped'])[1 + i % 4],"
+        "        now() - i * interval '1 second'"
+        " FROM generate_series(1, 50000) i"
+    )
+    conn.execute("INSERT INTO runs (job_type) SELECT 't' || i % 5 FROM generate_series(1, 500) i")
+    conn.execute("ANALYZE runs")
+    params = {"names": ["s"], "due_at": [datetime.now(UTC) - timedelta(minutes=1)]}
+    statement = sqlfile.query(query).as_string(conn)
+    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement, params))
+    assert "Seq Scan on runs" not in plan, plan
+    assert "runs_schedule_active_idx" in plan, plan
 
 
 # -- a live `pgtick run` -----------------------------------------------------------------------
