@@ -169,7 +169,7 @@ class DatabaseSnapshot:
 
 
 @dataclass
-class _Read:
+class DatabaseRead:
     """One read of the database, shared by every scrape that waits for it."""
 
     done: threading.Event = field(default_factory=threading.Event)
@@ -204,16 +204,16 @@ class DatabaseCollector(Collector):
         self._wait_seconds = wait_seconds
         self._clock = clock
         self._lock = threading.Lock()
-        self._latest: _Read | None = None
+        self._latest: DatabaseRead | None = None
         self._latest_at = -math.inf
-        self._pending: _Read | None = None
+        self._pending: DatabaseRead | None = None
         self._failing = False
 
     def describe(self) -> list[Metric]:
         """Nothing up front: describing would otherwise run a query at registration."""
         return []
 
-    def latest(self) -> _Read:
+    def latest(self) -> DatabaseRead:
         """A read at most ``cache_seconds`` old, starting one if needed and waiting briefly."""
         with self._lock:
             latest = self._latest
@@ -221,19 +221,19 @@ class DatabaseCollector(Collector):
                 return latest
             pending = self._pending
             if pending is None:
-                pending = self._pending = _Read()
+                pending = self._pending = DatabaseRead()
                 threading.Thread(
                     target=self._read, args=(pending,), name="pgtick-metrics-read", daemon=True
                 ).start()
         if pending.done.wait(self._wait_seconds):
             return pending
-        return _Read(error=f"database read still running after {self._wait_seconds:g}s")
+        return DatabaseRead(error=f"database read still running after {self._wait_seconds:g}s")
 
     def error(self) -> str | None:
         """Why the database-derived gauges are missing now, or None if they were read."""
         return self.latest().error
 
-    def _read(self, read: _Read) -> None:
+    def _read(self, read: DatabaseRead) -> None:
         started = time.perf_counter()
         try:
             read.snapshot = self._fetch()
