@@ -32,6 +32,9 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 ATTEMPT_OUTCOMES = ("succeeded", "failed", "lost", "released")
+# The daemon's database operations, pre-initialised so a dashboard shows 0, not "no data",
+# until the first error; an operation missing here still gets its series on first use.
+DB_OPERATIONS = ("claim", "complete", "heartbeat", "listen", "metrics", "reap", "release", "tick")
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped")
 DB_CACHE_SECONDS = 5.0  # one aggregate query per this period, whatever the number of scrapers
 DB_WAIT_SECONDS = 0.8  # a scrape waits this long for a fresh read, then answers without it
@@ -119,6 +122,8 @@ class Metrics:
         self._attempts: dict[tuple[str, str], Counter] = {}
         self._durations: dict[tuple[str, str], Histogram] = {}
         self._delays: dict[str, Histogram] = {}
+        for operation in DB_OPERATIONS:
+            self.db_errors.labels(operation)
         for job_type in self.job_types:
             self.leases_lost.labels(job_type)
             self.start_delay.labels(job_type)
