@@ -375,7 +375,7 @@ class RunStore:
     def next_due_in(self, job_types: Sequence[str]) -> float | None:
         """Seconds until the earliest runnable run of these types is due (None: none)."""
         rows = self._all("next_due", "next_due", {"job_types": list(job_types)})
-        return float(rows[0][0]) if rows else None
+        return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def heartbeat(self, worker_id: str, leases: Mapping[int, float]) -> tuple[set[int], bool]:
         """Extend the given leases; returns the ids still held (the others are lost) and

@@ -53,21 +53,28 @@ SELECT pg_notify(current_schema(), %(job_type)s);
 
 -- claim --
 -- Claim up to %(limit)s due runs of the given job types in one statement (SPEC §2 rule 1):
--- SKIP LOCKED so claimers never wait on each other; the partial index runs_claim_idx serves
--- the scan. Fills in max_attempts from the job type when the run did not set one, and opens
--- the attempt rows.
+-- SKIP LOCKED so claimers never wait on each other. One index range scan of runs_claim_idx
+-- per job type (it leads with job_type), so due runs of types this daemon does not handle are
+-- never read; the oldest %(limit)s of those candidates are claimed. Fills in max_attempts
+-- from the job type when the run did not set one, and opens the attempt rows.
 WITH types AS (
     SELECT * FROM unnest(%(job_types)s::text[], %(leases)s::float8[], %(max_attempts)s::int[])
         AS t(job_type, lease, max_attempts)
+), candidates AS (
+    SELECT c.id, c.run_at
+    FROM types t
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.run_at
+        FROM runs r
+        WHERE r.job_type = t.job_type
+          AND r.status IN ('queued', 'failed')
+          AND r.run_at <= now()
+        ORDER BY r.run_at, r.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) c
 ), picked AS (
-    SELECT r.id
-    FROM runs r
-    WHERE r.status IN ('queued', 'failed')
-      AND r.run_at <= now()
-      AND r.job_type = ANY(%(job_types)s::text[])
-    ORDER BY r.run_at, r.id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    SELECT id FROM candidates ORDER BY run_at, id LIMIT %(limit)s
 ), claimed AS (
     UPDATE runs r
     SET status = 'running',
@@ -89,12 +96,16 @@ SELECT * FROM claimed;
 
 -- next_due --
 -- Seconds until the earliest runnable run of these job types comes due (negative: overdue),
--- on the database clock: how long an idle dispatcher may sleep.
-SELECT extract(epoch FROM run_at - now())::float8
-FROM runs
-WHERE status IN ('queued', 'failed') AND job_type = ANY(%(job_types)s::text[])
-ORDER BY run_at
-LIMIT 1;
+-- on the database clock: how long an idle dispatcher may sleep. One index probe per job type.
+SELECT extract(epoch FROM min(n.run_at) - now())::float8
+FROM unnest(%(job_types)s::text[]) AS t(job_type)
+CROSS JOIN LATERAL (
+    SELECT r.run_at
+    FROM runs r
+    WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
+    ORDER BY r.run_at
+    LIMIT 1
+) n;
 
 -- heartbeat --
 -- Extend the leases this worker still holds (SPEC §2 rule 3) and mark the worker alive, in
