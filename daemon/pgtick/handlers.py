@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -30,7 +30,12 @@ from pgtick.store import ClaimedRun, RunStore
 
 LAST_ERROR_MAX_CHARS = 500
 DETAIL_MAX_BYTES = 8192  # SPEC §4: the traceback kept in the attempt row
-COMMAND_KILL_GRACE_SECONDS = 3.0
+COMMAND_KILL_GRACE_SECONDS = 3.0  # SIGTERM to the process group, then SIGKILL after this
+# How long a stopped command can take to be gone: the kill grace, the wait for SIGKILLed
+# processes to disappear, and a poll. The drain waits this long before releasing.
+COMMAND_STOP_TIMEOUT_SECONDS = (
+    COMMAND_KILL_GRACE_SECONDS + commands.REAP_TIMEOUT_SECONDS + 2 * commands.POLL_INTERVAL_SECONDS
+)
 
 Handler = Callable[["JobContext", Any], Any]
 
@@ -175,6 +180,25 @@ def resolve(config: Config) -> dict[str, JobType]:
 # -- the context handed to handlers -----------------------------------------------------------
 
 
+class CommitGuard(Protocol):
+    """Who decides whether a handler's transaction may commit its run's success (the
+    lifecycle): the run may meanwhile have timed out, been lost or been cancelled."""
+
+    def begin_commit(self, run_id: int) -> bool: ...
+
+    def end_commit(self, run_id: int, committed: bool) -> None: ...
+
+
+class _Unguarded:
+    """For contexts made outside a daemon (tests, scripts): the database guard alone."""
+
+    def begin_commit(self, run_id: int) -> bool:
+        return True
+
+    def end_commit(self, run_id: int, committed: bool) -> None:
+        return None
+
+
 @dataclass
 class JobContext:
     """What a handler knows about its run, and the tools to do its job safely."""
@@ -188,10 +212,7 @@ class JobContext:
     cancelled: threading.Event
     _store: RunStore = field(repr=False)
     _worker_id: str = field(repr=False)
-    #: Set when the run's success was committed by ``transaction()``.
-    completed: bool = False
-    #: Set by the heartbeat when the lease was found gone: the result must not be written.
-    lost: bool = False
+    _guard: CommitGuard = field(default_factory=_Unguarded, repr=False)
     _tx: Any = field(default=None, repr=False)
     _log: Any = field(default=None, repr=False)
 
@@ -219,17 +240,27 @@ class JobContext:
         """A connection whose transaction also commits this run's success.
 
         The handler's writes and ``succeeded`` become visible together or not at all. If the
-        lease was lost meanwhile, the transaction is rolled back and ``LeaseLostError`` raised.
+        run is no longer this worker's (lease lost, cancelled, timed out), the transaction is
+        rolled back and ``LeaseLostError`` raised.
         """
-        with self._store.connection("transaction") as conn, conn.transaction():
-            self._tx = conn
-            try:
-                yield conn
-                if not RunStore.succeed_on(conn, self._worker_id, [self.run_id]):
-                    raise LeaseLostError(f"run {self.run_id}: lease lost before commit")
-            finally:
-                self._tx = None
-        self.completed = True
+        committing = False
+        try:
+            with self._store.connection("transaction") as conn, conn.transaction():
+                self._tx = conn
+                try:
+                    yield conn
+                    if not self._guard.begin_commit(self.run_id):
+                        raise LeaseLostError(f"run {self.run_id}: no longer held, not committed")
+                    committing = True
+                    if not RunStore.succeed_on(conn, self._worker_id, [self.run_id]):
+                        raise LeaseLostError(f"run {self.run_id}: lease lost before commit")
+                finally:
+                    self._tx = None
+        except BaseException:
+            if committing:
+                self._guard.end_commit(self.run_id, committed=False)
+            raise
+        self._guard.end_commit(self.run_id, committed=True)
 
 
 class LeaseLostError(Exception):
@@ -244,8 +275,9 @@ class Outcome:
     """What became of one attempt, for the completer to record."""
 
     run_id: int
-    # succeeded | failed | dead: to record; committed: recorded by transaction();
-    # lost: the lease was gone; interrupted: stopped by shutdown, to release.
+    # succeeded | failed | dead: what the handler did (the lifecycle decides what is
+    # written); lost: transaction() found the lease gone; interrupted: a command killed
+    # because its run was cancelled (by the drain, a lost lease or an operator).
     kind: str
     error: str = ""
     error_type: str = ""
@@ -321,7 +353,7 @@ def _run_command(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
         kill_grace_seconds=COMMAND_KILL_GRACE_SECONDS,
     )
     if result.killed == "cancelled":
-        return Outcome(ctx.run_id, "lost" if ctx.lost else "interrupted")
+        return Outcome(ctx.run_id, "interrupted")
     if result.returncode == 0 and result.killed is None:
         return Outcome(ctx.run_id, "succeeded")
     stderr = result.stderr_tail.strip()
@@ -350,17 +382,13 @@ def execute(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
         except LeaseLostError:
             return Outcome(ctx.run_id, "lost", "lease lost", "lease_lost")
         except Exception as exc:
-            if ctx.completed:
-                # Success was committed by transaction(); what came after cannot undo it.
-                structlog.get_logger("pgtick.job").warning(
-                    "handler_error_after_commit", error=repr(exc)
-                )
-                return Outcome(ctx.run_id, "committed")
             return _failure(ctx, jt, exc)
-        return Outcome(ctx.run_id, "committed" if ctx.completed else "succeeded")
+        return Outcome(ctx.run_id, "succeeded")
 
 
-def claimed_context(run: ClaimedRun, store: RunStore, worker_id: str) -> JobContext:
+def claimed_context(
+    run: ClaimedRun, store: RunStore, worker_id: str, guard: CommitGuard
+) -> JobContext:
     """A fresh JobContext for a run this worker just claimed."""
     return JobContext(
         run_id=run.id,
@@ -372,6 +400,7 @@ def claimed_context(run: ClaimedRun, store: RunStore, worker_id: str) -> JobCont
         cancelled=threading.Event(),
         _store=store,
         _worker_id=worker_id,
+        _guard=guard,
     )
 
 

@@ -1,4 +1,7 @@
-"""Lease renewal for everything this process holds, in one statement per beat (SPEC §2 rule 3).
+"""Lease renewal for everything this process holds, in one statement per beat.
+
+The heartbeat uses a store of its own (a one-connection pool): handlers holding connections
+in ``ctx.transaction()`` can never make it wait for one and lose leases.
 
 The same loop enforces Python handlers' timeouts, since it already wakes on a timer. After a
 database outage the first successful beat re-checks every held lease: runs that came back
@@ -45,15 +48,15 @@ class Heartbeat:
 
     def beat(self) -> None:
         """One heartbeat: extend every held lease and report the ones found gone."""
-        leases = self._worker.leases()
-        still, registered = self._store.heartbeat(self._worker.worker_id, leases)
-        if not registered:
+        leases = self._worker.life.leases()
+        beat = self._store.heartbeat(self._worker.worker_id, leases)
+        if not beat.registered:
             # Silent for long (an outage): another daemon's reaper forgot us. Come back.
             self._store.register_worker(self._info)
             log.info("worker_registered_again", worker_id=self._info.id)
-        gone = set(leases) - still
+        gone = set(leases) - beat.held
         if gone:
-            self._worker.lost(gone)
+            self._worker.life.lost(gone, beat.cancelled & gone)
         self.last_success_at = time.monotonic()
 
     def run(self) -> None:

@@ -31,7 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-ATTEMPT_OUTCOMES = ("succeeded", "failed", "lost", "released")
+ATTEMPT_OUTCOMES = ("succeeded", "failed", "lost", "cancelled", "released")
 # The daemon's database operations, pre-initialised so a dashboard shows 0, not "no data",
 # until the first error; an operation missing here still gets its series on first use.
 DB_OPERATIONS = ("claim", "complete", "heartbeat", "listen", "metrics", "reap", "release", "tick")

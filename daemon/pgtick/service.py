@@ -33,13 +33,20 @@ from pgtick.systemd import Notifier
 from pgtick.ticker import Ticker
 from pgtick.worker import Worker
 
-EXTRA_CONNECTIONS = 4  # heartbeat, reaper, ticker, completer beside the worker threads
+# Beside one connection per handler thread (ctx.transaction()): the dispatcher's and the
+# completer's pinned connections, the reaper, the ticker, and one for short statements
+# (effect_once outside a transaction, releases). The heartbeat has a pool of its own.
+EXTRA_CONNECTIONS = 5
+HEARTBEAT_POOL_SIZE = 1
 MAIN_LOOP_SECONDS = 1.0
-POST_CANCEL_WAIT_SECONDS = 2.5  # command handlers get SIGTERM, then SIGKILL after 2 s
+DISPATCHER_JOIN_SECONDS = 5.0  # a claim in flight returns within a statement's time
 COMPLETER_FLUSH_SECONDS = 1.5
+POST_CANCEL_WAIT_SECONDS = 1.0  # for Python handlers to notice ctx.cancelled
+SUMMARY_INTERVAL_SECONDS = 60.0  # the periodic INFO line of run outcomes per job type
 LOOP_STALE_FACTOR = 3.0  # a loop is stuck after this many of its own intervals
 
 log = structlog.get_logger("pgtick.service")
+runs_log = structlog.get_logger("pgtick.runs")
 
 
 class SideLoop(Protocol):
@@ -130,19 +137,23 @@ class Service:
                 log.info("migrations_applied", versions=applied)
         size = max(cfg.database.pool_size, cfg.worker.threads + EXTRA_CONNECTIONS)
         pool = db.make_pool(self.dsn, schema, size=size, name="pgtick")
+        beat_pool = db.make_pool(self.dsn, schema, size=HEARTBEAT_POOL_SIZE, name="pgtick-beat")
         previous_signals = self._install_signals()
         try:
             with pool.connection() as conn, db.wrap_errors("schema check"):
                 migrate.check_current(conn, schema)
-            return self._serve(RunStore(pool), job_types)
+            return self._serve(RunStore(pool), RunStore(beat_pool), job_types)
         finally:
             for signum, handler in previous_signals.items():
                 signal.signal(signum, handler)
             self._stop_http()
+            beat_pool.close(timeout=2.0)
             pool.close(timeout=2.0)
             self.notifier.close()
 
-    def _serve(self, store: RunStore, job_types: dict[str, handlers.JobType]) -> int:
+    def _serve(
+        self, store: RunStore, beat_store: RunStore, job_types: dict[str, handlers.JobType]
+    ) -> int:
         cfg = self.config
         metrics = Metrics(job_types, pgtick.__version__, cfg.worker.threads)
         self._start_http(store, metrics)
@@ -156,7 +167,7 @@ class Service:
             worker.handled,
         )
         store.register_worker(info)
-        heartbeat = Heartbeat(store, worker, cfg.worker.heartbeat_seconds, metrics, info)
+        heartbeat = Heartbeat(beat_store, worker, cfg.worker.heartbeat_seconds, metrics, info)
         listener = Listener(
             self.dsn, cfg.database.schema, set(worker.handled), worker.wake, metrics
         )
@@ -190,6 +201,7 @@ class Service:
         self.notifier.ready(self._status(worker))
         crashed = self._supervise(worker, worker_threads, loops, heartbeat, ticker)
         self._drain(worker, ticker, metrics)
+        self._log_summary(worker)
         for side in (listener, reaper, ticker):
             side.stop_event.set()
         heartbeat.stop_event.set()
@@ -254,6 +266,7 @@ class Service:
         """Watch the loops until asked to stop; True if one of them died."""
         interval = self.notifier.watchdog_interval_seconds or MAIN_LOOP_SECONDS
         wait = min(MAIN_LOOP_SECONDS, interval)
+        next_summary = time.monotonic() + SUMMARY_INTERVAL_SECONDS
         while not self._stop.wait(wait):
             dead = [loop.name for loop in loops if loop.finished]
             dead += [t.name for t in worker_threads if not t.is_alive()]
@@ -266,7 +279,16 @@ class Service:
             else:
                 self.notifier.watchdog()
             self.notifier.status(self._status(worker))
+            if time.monotonic() >= next_summary:
+                next_summary = time.monotonic() + SUMMARY_INTERVAL_SECONDS
+                self._log_summary(worker)
         return False
+
+    @staticmethod
+    def _log_summary(worker: Worker) -> None:
+        """One INFO line per job type with what finished since the last one, if anything."""
+        for job_type, counts in worker.life.take_summary().items():
+            runs_log.info("runs_summary", job_type=job_type, **counts)
 
     def _stale_loops(self, worker: Worker, heartbeat: Heartbeat, ticker: Ticker) -> list[str]:
         """Loops that made no progress for several of their own intervals (stuck, e.g. on a
@@ -289,20 +311,54 @@ class Service:
         ]
 
     def _drain(self, worker: Worker, ticker: Ticker, metrics: Metrics) -> None:
-        """SIGTERM: stop claiming, let handlers finish within the grace, release the rest."""
+        """SIGTERM: stop claiming, let handlers finish within the grace, stop the rest, and
+        release a run only once its handler (and a command's whole process group) is gone."""
         grace = self.config.worker.shutdown_grace_seconds
+        life = worker.life
+        finished_before = life.finished_total
         metrics.draining.set(1)
-        self.notifier.stopping(f"draining: {worker.busy} running, grace {grace:g}s")
-        log.info("draining", running=worker.busy, grace_seconds=grace)
+        running = worker.busy
+        self.notifier.stopping(f"draining: {running} running, grace {grace:g}s")
+        log.info(
+            "draining",
+            running=running,
+            grace_seconds=grace,
+            message=f"waiting up to {grace:g}s for {running} running run(s); "
+            "a second SIGTERM or SIGINT stops them at once",
+        )
         ticker.stop_event.set()
-        worker.stop_claiming()
+        if not worker.stop_claiming(DISPATCHER_JOIN_SECONDS):
+            log.warning("dispatcher_still_claiming")  # its claims are refused and released
         released = worker.release_unstarted()
-        finished = worker.wait_idle(grace, interrupt=self._force)
-        if not finished:
-            cancelled = worker.cancel_running()
-            log.warning("grace_expired", cancelling=cancelled, forced=self._force.is_set())
-            worker.wait_idle(POST_CANCEL_WAIT_SECONDS)
+        if not life.wait_idle(grace, interrupt=self._force):
+            stopping = life.interrupt()
+            log.warning(
+                "stopping_handlers",
+                handlers=stopping,
+                forced=self._force.is_set(),
+                kill_timeout_seconds=handlers.COMMAND_STOP_TIMEOUT_SECONDS,
+            )
+            # Python handlers that watch ctx.cancelled return now; one that does not dies
+            # with this process. A command may take the whole kill timeout to be gone, and
+            # its run is released only after that.
+            life.wait_idle(POST_CANCEL_WAIT_SECONDS)
+            if not life.wait_idle(handlers.COMMAND_STOP_TIMEOUT_SECONDS, commands_only=True):
+                log.error("commands_still_running", handlers=worker.busy)
         worker.completer.wait_empty(COMPLETER_FLUSH_SECONDS)
-        released += worker.release_held()
+        report = life.leftovers()
+        released += worker.release(report.release)
+        for held in report.left_running:
+            log.error(
+                "run_left_running",
+                run_id=held.id,
+                job_type=held.run.job_type,
+                reason="its command outlived the kill timeout; the lease expires and the "
+                "reaper decides",
+            )
         worker.close()
-        log.info("drained", released=released)
+        log.info(
+            "drained",
+            finished=life.finished_total - finished_before,
+            released=released,
+            left_running=len(report.left_running),
+        )

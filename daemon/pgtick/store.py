@@ -80,6 +80,15 @@ class FailResult:
 
 
 @dataclass(frozen=True)
+class Beat:
+    """What one heartbeat found."""
+
+    held: set[int]  # leases extended
+    registered: bool  # the workers row still exists
+    cancelled: set[int]  # given runs an operator cancelled
+
+
+@dataclass(frozen=True)
 class ReapedRun:
     id: int
     status: str
@@ -377,16 +386,16 @@ class RunStore:
         rows = self._all("next_due", "next_due", {"job_types": list(job_types)})
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
-    def heartbeat(self, worker_id: str, leases: Mapping[int, float]) -> tuple[set[int], bool]:
-        """Extend the given leases; returns the ids still held (the others are lost) and
-        whether this worker's ``workers`` row still exists."""
+    def heartbeat(self, worker_id: str, leases: Mapping[int, float]) -> Beat:
+        """Extend the given leases; says which are still held (the others are gone), which of
+        the gone ones an operator cancelled, and whether this worker's row still exists."""
         params = {
             "worker_id": worker_id,
             "ids": list(leases),
             "leases": list(leases.values()),
         }
-        [(held, registered)] = self._all("heartbeat", "heartbeat", params)
-        return set(held), bool(registered)
+        [(held, registered, cancelled)] = self._all("heartbeat", "heartbeat", params)
+        return Beat(set(held), bool(registered), set(cancelled))
 
     def succeed(self, worker_id: str, run_ids: Sequence[int]) -> set[int]:
         """Mark runs succeeded if this worker still holds them; returns those it did."""
@@ -415,6 +424,28 @@ class RunStore:
             "delays": [f.retry_in_seconds for f in failures],
         }
         return [FailResult(*row) for row in self._all("fail", "fail", params)]
+
+    def finish(
+        self, worker_id: str, succeeded: Sequence[int], failures: Sequence[Failure]
+    ) -> tuple[set[int], list[FailResult]]:
+        """Write a batch of results in one transaction, so a failure part-way leaves nothing
+        written and the batch can be retried as it is. Returns what the lease guard let
+        through: the succeeded ids and the failures recorded."""
+        with self._conn("complete") as conn, conn.transaction():
+            done = self.succeed_on(conn, worker_id, succeeded) if succeeded else set()
+            failed = []
+            if failures:
+                params = {
+                    "worker_id": worker_id,
+                    "ids": [f.run_id for f in failures],
+                    "errors": [f.error for f in failures],
+                    "error_types": [f.error_type for f in failures],
+                    "details": [f.detail for f in failures],
+                    "delays": [f.retry_in_seconds for f in failures],
+                }
+                rows = conn.execute(sqlfile.query("fail"), params).fetchall()
+                failed = [FailResult(*row) for row in rows]
+        return done, failed
 
     def release(self, worker_id: str, run_ids: Sequence[int]) -> set[int]:
         """Give held runs back (queued, attempt not counted); returns those released."""

@@ -2,10 +2,11 @@
 completer that records results in batches.
 
 Claims are bounded by free threads (plus ``worker.prefetch``), so a run is never held without
-a thread about to start it. Results go through one completer thread that finishes up to
-``COMPLETE_BATCH_MAX`` runs per statement, guarded by ``locked_by``; a run stays in ``held``
-(and keeps being heartbeated) until its result is written. No transaction is open while a
-handler runs (SPEC §2 rule 7).
+a thread about to start it. Results go through one completer thread that writes up to
+``COMPLETE_BATCH_MAX`` results per transaction, guarded by ``locked_by``. Which result may be
+written, and when a run stops being held, is the lifecycle's decision (lifecycle.py). No
+transaction is open while a handler runs, unless the handler opens one with
+``ctx.transaction()``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import collections
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import structlog
 
@@ -22,7 +22,8 @@ from pgtick import handlers
 from pgtick.config import WorkerConfig
 from pgtick.db import retry_delay
 from pgtick.errors import DatabaseError
-from pgtick.handlers import JobContext, JobType, Outcome
+from pgtick.handlers import JobType, Outcome
+from pgtick.lifecycle import Held, Lifecycle
 from pgtick.metrics import Metrics
 from pgtick.store import ClaimedRun, ClaimType, Failure, RunStore
 
@@ -34,33 +35,20 @@ BACKLOG_WAIT_SECONDS = 0.005
 log = structlog.get_logger("pgtick.worker")
 
 
-@dataclass(eq=False)
-class Held:
-    """A run this daemon holds a lease on, from claim until its result is written."""
-
-    run: ClaimedRun
-    ctx: JobContext
-    job_type: JobType
-    started_at: float | None = None  # monotonic, when a thread picked it up
-    deadline: float | None = None  # monotonic, Python handlers with a timeout
-    finishing: bool = False  # an outcome is on its way to the database
-    abandoned: bool = False  # timed out: the handler's eventual result is ignored
-
-
 class Completer:
-    """Writes outcomes in batches: one statement per kind per batch."""
+    """Writes outcomes in batches: one transaction per batch, guarded by ``locked_by``."""
 
-    def __init__(self, store: RunStore, worker_id: str, metrics: Metrics) -> None:
+    def __init__(self, store: RunStore, worker_id: str, life: Lifecycle, metrics: Metrics) -> None:
         self._store = store
         self._worker_id = worker_id
+        self._life = life
         self._metrics = metrics
-        self._items: collections.deque[tuple[Held, Outcome, float | None]] = collections.deque()
+        self._items: collections.deque[tuple[Held, Outcome, float]] = collections.deque()
         self._cond = threading.Condition()
         self._in_flight = 0
         self._closing = False
-        self.forget: collections.abc.Callable[[list[Held]], None] = lambda held: None
 
-    def submit(self, held: Held, outcome: Outcome, duration: float | None) -> None:
+    def submit(self, held: Held, outcome: Outcome, duration: float) -> None:
         with self._cond:
             self._items.append((held, outcome, duration))
             if len(self._items) == 1 or len(self._items) >= COMPLETE_BATCH_MAX:
@@ -115,12 +103,13 @@ class Completer:
             if len(self._items) < COMPLETE_BATCH_MAX:
                 time.sleep(COMPLETE_BATCH_WINDOW_SECONDS)
             with self._cond:
-                batch = [self._items.popleft() for _ in range(min(len(self._items), 500))]
+                n = min(len(self._items), COMPLETE_BATCH_MAX)
+                batch = [self._items.popleft() for _ in range(n)]
                 self._in_flight = len(batch)
             try:
                 self._write(store, batch)
             except DatabaseError:
-                with self._cond:  # keep the batch: it is written after reconnecting
+                with self._cond:  # nothing was written: the batch is retried as it is
                     self._items.extendleft(reversed(batch))
                     self._in_flight = 0
                 raise
@@ -128,43 +117,23 @@ class Completer:
                 self._in_flight = 0
                 self._cond.notify_all()
 
-    def _write(self, store: RunStore, batch: list[tuple[Held, Outcome, float | None]]) -> None:
-        succeed = [h for h, o, _ in batch if o.kind == "succeeded"]
-        fail = [(h, o) for h, o, _ in batch if o.kind in ("failed", "dead")]
-        written: set[int] = set()
-        if succeed:
-            written |= store.succeed(self._worker_id, [h.run.id for h in succeed])
-        if fail:
-            failures = [
-                Failure(h.run.id, o.error, o.error_type, o.detail, o.retry_in_seconds)
-                for h, o in fail
-            ]
-            written |= {r.id for r in store.fail(self._worker_id, failures)}
-        done = []
-        for held, outcome, duration in batch:
-            job_type = held.run.job_type
-            if outcome.kind == "committed":
-                self._metrics.attempt_finished(job_type, "succeeded", duration)
-                done.append(held)
-            elif outcome.kind in ("succeeded", "failed", "dead"):
-                if held.run.id in written:
-                    label = "succeeded" if outcome.kind == "succeeded" else "failed"
-                    self._metrics.attempt_finished(job_type, label, duration)
-                else:
-                    # The lease was gone: another worker owns the run now.
-                    self._metrics.lease_lost(job_type)
-                    self._metrics.attempt_finished(job_type, "lost", duration)
-                    log.warning("lease_lost", run_id=held.run.id, job_type=job_type, at="finish")
-                done.append(held)
-            elif held.ctx.lost:
-                self._metrics.attempt_finished(job_type, "lost", duration)
-                done.append(held)
-            # else "interrupted" by the shutdown: left held, the drain releases it.
-        self.forget(done)
+    def _write(self, store: RunStore, batch: list[tuple[Held, Outcome, float]]) -> None:
+        succeed = [h.id for h, o, _ in batch if o.kind == "succeeded"]
+        failures = [
+            Failure(h.id, o.error, o.error_type, o.detail, o.retry_in_seconds)
+            for h, o, _ in batch
+            if o.kind in ("failed", "dead")
+        ]
+        succeeded, failed = store.finish(self._worker_id, succeed, failures)
+        self._life.written(batch, succeeded, {r.id: r for r in failed})
 
 
 class Worker:
-    """Claims due runs for the job types this daemon handles and runs them on a thread pool."""
+    """Claims due runs for the job types this daemon handles and runs them on a thread pool.
+
+    What happens to each run held is decided by ``self.life`` (the lifecycle); this class
+    moves runs between the database, the queue of runs to start and the handler threads.
+    """
 
     def __init__(
         self,
@@ -184,21 +153,19 @@ class Worker:
             for jt in self._job_types.values()
         ]
         self.handled = sorted(self._job_types)
-        self._held: dict[int, Held] = {}
-        self._local: collections.deque[Held] = collections.deque()
+        self.life = Lifecycle(metrics)
+        self._local: collections.deque[Held] = collections.deque()  # claimed, to start
         self._cond = threading.Condition()
-        self._busy = 0
         self._wake = threading.Event()
         self._stop_claiming = threading.Event()
         self._closing = False
-        self._interrupted = False
-        self.completer = Completer(store, worker_id, metrics)
-        self.completer.forget = self._forget
+        self.completer = Completer(store, worker_id, self.life, metrics)
         self._threads: list[threading.Thread] = []
+        self._dispatcher: threading.Thread | None = None
         self.dispatcher_alive_at = time.monotonic()
         self.claimed_total = 0
 
-    # -- lifecycle ----------------------------------------------------------------------------
+    # -- threads ------------------------------------------------------------------------------
 
     def start(self) -> list[threading.Thread]:
         """Start the dispatcher, completer and handler threads; returns the side loops."""
@@ -206,8 +173,11 @@ class Worker:
             t = threading.Thread(target=self._work_loop, name=f"pgtick-worker-{i}", daemon=True)
             t.start()
             self._threads.append(t)
+        self._dispatcher = threading.Thread(
+            target=self._dispatch_loop, name="pgtick-dispatcher", daemon=True
+        )
         loops = [
-            threading.Thread(target=self._dispatch_loop, name="pgtick-dispatcher", daemon=True),
+            self._dispatcher,
             threading.Thread(target=self.completer.run, name="pgtick-completer", daemon=True),
         ]
         for t in loops:
@@ -218,19 +188,15 @@ class Worker:
         """Something may be due (NOTIFY, reconnect, a slot freed): claim now."""
         self._wake.set()
 
-    def stop_claiming(self) -> None:
-        self._stop_claiming.set()
-        self._wake.set()
-
     @property
     def busy(self) -> int:
-        return self._busy
+        return self.life.active
 
     # -- claiming -----------------------------------------------------------------------------
 
     def _capacity(self) -> int:
         with self._cond:
-            return self._cfg.threads + self._cfg.prefetch - self._busy - len(self._local)
+            return self._cfg.threads + self._cfg.prefetch - self.life.active - len(self._local)
 
     def _dispatch_loop(self) -> None:
         """Claim until told to stop, on a pinned connection (re-pinned after errors)."""
@@ -266,7 +232,7 @@ class Worker:
             self._wake.clear()
             runs = store.claim(self.worker_id, self._claim_types, capacity)
             if runs:
-                self._accept(runs)
+                self._accept(store, runs)
             backlog = len(runs) == capacity
             if backlog:
                 continue
@@ -276,15 +242,21 @@ class Worker:
                 wait = max(MIN_IDLE_WAIT_SECONDS, min(wait, due_in))
             self._wake.wait(wait)
 
-    def _accept(self, runs: list[ClaimedRun]) -> None:
-        fresh = []
-        for run in runs:
-            ctx = handlers.claimed_context(run, self._store, self.worker_id)
-            fresh.append(Held(run, ctx, self._job_types[run.job_type]))
-            self._metrics.run_started(run.job_type, (run.started_at - run.run_at).total_seconds())
+    def _accept(self, store: RunStore, runs: list[ClaimedRun]) -> None:
+        fresh = [
+            Held(
+                run,
+                handlers.claimed_context(run, self._store, self.worker_id, self.life),
+                self._job_types[run.job_type],
+            )
+            for run in runs
+        ]
+        refused = self.life.accept(fresh)
+        if refused:  # the drain began while this claim was in flight: give them back now
+            released = store.release(self.worker_id, [h.id for h in refused])
+            log.info("claim_released_on_shutdown", runs=len(refused), released=len(released))
+            return
         with self._cond:
-            for held in fresh:
-                self._held[held.run.id] = held
             self._local.extend(fresh)
             self._cond.notify(len(fresh))
         self.claimed_total += len(fresh)
@@ -299,135 +271,58 @@ class Worker:
                 if not self._local:
                     return
                 held = self._local.popleft()
-                self._busy += 1
-                self._metrics.busy_threads.set(self._busy)
-                held.started_at = time.monotonic()
-                timeout = held.job_type.config.timeout_seconds
-                if timeout is not None and held.job_type.fn is not None:
-                    held.deadline = held.started_at + timeout
+            if not self.life.start(held):
+                continue  # released or lost before a thread got to it
             outcome = handlers.execute(held.ctx, held.job_type, held.run.payload)
-            duration = time.monotonic() - held.started_at
-            with self._cond:
-                self._busy -= 1
-                self._metrics.busy_threads.set(self._busy)
-                submit = not held.abandoned and not held.finishing
-                if submit:
-                    held.finishing = True
-            if submit:
-                if held.ctx.lost and outcome.kind != "committed":
-                    outcome = Outcome(held.run.id, "lost")
-                elif self._interrupted and outcome.kind in ("failed", "dead", "lost"):
-                    # Stopped by the shutdown, not by its own fault: released, not counted.
-                    outcome = Outcome(held.run.id, "interrupted")
-                self.completer.submit(held, outcome, duration)
+            duration = time.monotonic() - (held.started_at or time.monotonic())
+            to_write = self.life.finish(held, outcome, duration)
+            if to_write is not None:
+                self.completer.submit(held, to_write, duration)
             self._wake.set()
-
-    def _forget(self, done: list[Held]) -> None:
-        # No notify: idle handler threads wait on this condition, and waking them all for
-        # every batch of results costs more than the work itself (wait_idle polls).
-        with self._cond:
-            for held in done:
-                if self._held.get(held.run.id) is held:
-                    del self._held[held.run.id]
 
     # -- for the heartbeat --------------------------------------------------------------------
 
-    def leases(self) -> dict[int, float]:
-        """{run id: lease seconds} of everything held, for one heartbeat statement."""
-        with self._cond:
-            return {rid: h.job_type.lease_seconds for rid, h in self._held.items()}
-
-    def lost(self, run_ids: set[int]) -> None:
-        """The heartbeat found these leases gone: stop their handlers, drop their results."""
-        with self._cond:
-            gone = []
-            for rid in run_ids:
-                held = self._held.get(rid)
-                if held is None or held.finishing:
-                    continue  # finished meanwhile; the completer's guarded write decides
-                held.ctx.lost = True
-                held.ctx.cancelled.set()
-                del self._held[rid]
-                if held in self._local:
-                    self._local.remove(held)
-                gone.append(held)
-        for held in gone:
-            self._metrics.lease_lost(held.run.job_type)
-            log.warning("lease_lost", run_id=held.run.id, job_type=held.run.job_type)
-
     def expire_timeouts(self) -> float | None:
         """Fail Python runs past their timeout; returns the next deadline (monotonic)."""
-        now = time.monotonic()
-        expired: list[Held] = []
-        next_deadline: float | None = None
-        with self._cond:
-            for held in self._held.values():
-                if held.deadline is None or held.finishing:
-                    continue
-                if held.deadline <= now:
-                    held.finishing = held.abandoned = True
-                    expired.append(held)
-                elif next_deadline is None or held.deadline < next_deadline:
-                    next_deadline = held.deadline
-        for held in expired:
-            held.ctx.cancelled.set()
-            jt, ctx = held.job_type, held.ctx
-            message = f"timed out after {jt.config.timeout_seconds:g}s"
-            outcome = handlers.failed(ctx, jt, message, "timeout", message)
-            log.warning("run_timed_out", run_id=ctx.run_id, job_type=ctx.job_type)
-            self.completer.submit(held, outcome, now - (held.started_at or now))
+        expired, next_deadline = self.life.expire()
+        for held, outcome, duration in expired:
+            log.warning("run_timed_out", run_id=held.id, job_type=held.run.job_type)
+            self.completer.submit(held, outcome, duration)
         return next_deadline
 
     # -- shutdown -------------------------------------------------------------------------------
 
+    def stop_claiming(self, timeout: float) -> bool:
+        """Stop the dispatcher and wait for it, so no claim is in flight when the drain
+        releases what was claimed; later claims are refused by the lifecycle anyway."""
+        self._stop_claiming.set()
+        self._wake.set()
+        self.life.close()
+        if self._dispatcher is None:
+            return True
+        self._dispatcher.join(timeout)
+        return not self._dispatcher.is_alive()
+
     def release_unstarted(self) -> int:
-        """Give back prefetched runs no thread has started."""
+        """Give back claimed runs no thread has started."""
+        unstarted = self.life.unstarted()
         with self._cond:
-            unstarted = list(self._local)
             self._local.clear()
         return self._release(unstarted)
 
-    def wait_idle(self, timeout: float, interrupt: threading.Event | None = None) -> bool:
-        """Wait until no handler is running, up to ``timeout`` (or until ``interrupt``)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._cond:
-                if self._busy == 0:
-                    return True
-                left = deadline - time.monotonic()
-                if left <= 0 or (interrupt is not None and interrupt.is_set()):
-                    return False
-                self._cond.wait(min(left, 0.05))
-
-    def cancel_running(self) -> int:
-        """Tell every running handler to stop (commands are killed)."""
-        with self._cond:
-            self._interrupted = True
-            running = [h for h in self._held.values() if h.started_at is not None]
-        for held in running:
-            held.ctx.cancelled.set()
-        return len(running)
-
-    def release_held(self) -> int:
-        """Release every run still held once the completer is flushed (end of a drain):
-        handlers that did not finish, and commands killed by the shutdown."""
-        with self._cond:
-            leftover = list(self._held.values())
-        return self._release(leftover)
+    def release(self, runs: list[Held]) -> int:
+        return self._release(runs)
 
     def _release(self, runs: list[Held]) -> int:
         if not runs:
             return 0
+        released: set[int] = set()
         try:
-            released = self._store.release(self.worker_id, [h.run.id for h in runs])
+            released = self._store.release(self.worker_id, [h.id for h in runs])
         except DatabaseError as exc:
             self._metrics.db_error("release")
             log.error("release_failed", error=str(exc), runs=len(runs))
-            return 0
-        for held in runs:
-            if held.run.id in released:
-                self._metrics.attempt_finished(held.run.job_type, "released", None)
-        self._forget(runs)
+        self.life.released(runs, released)
         return len(released)
 
     def close(self) -> None:

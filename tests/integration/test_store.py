@@ -12,7 +12,7 @@ import pgtick
 from pgtick import db
 from pgtick.backoff import Backoff
 from pgtick.config import WorkerConfig
-from pgtick.store import ClaimType, Failure, NewRun, RunStore
+from pgtick.store import Beat, ClaimType, Failure, NewRun, RunStore
 
 NOOP = [ClaimType("noop", 60.0, 10)]
 
@@ -61,7 +61,7 @@ def test_lease_guard_after_expiry_and_takeover(store: RunStore, conn: db.Connect
     assert [(r.id, r.status) for r in reaped] == [(run_id, "failed")]
     assert _claim_one(store, "B") == run_id
 
-    assert store.heartbeat("A", {run_id: 60.0})[0] == set()
+    assert store.heartbeat("A", {run_id: 60.0}).held == set()
     assert store.succeed("A", [run_id]) == set()
     assert store.fail("A", [Failure(run_id, "late", "Exception", "tb", 5.0)]) == []
     assert store.release("A", [run_id]) == set()
@@ -77,7 +77,7 @@ def test_lease_guard_after_expiry_and_takeover(store: RunStore, conn: db.Connect
     outcomes = [(a.worker_id, a.outcome) for a in store.get_attempts(run_id)]
     assert outcomes == [("A", "lost"), ("B", None)]
     # B, the rightful holder, can heartbeat and finish.
-    assert store.heartbeat("B", {run_id: 60.0})[0] == {run_id}
+    assert store.heartbeat("B", {run_id: 60.0}).held == {run_id}
     assert store.succeed("B", [run_id]) == {run_id}
     assert [(a.worker_id, a.outcome) for a in store.get_attempts(run_id)] == [
         ("A", "lost"),
@@ -262,7 +262,9 @@ def test_operator_retry_and_cancel(store: RunStore) -> None:
     assert {c.id for c in claimed} == {queued, running}
     store.fail("w", [Failure(queued, "x", "E", "", None)])  # now dead
     assert store.cancel([dead, running, 999_999]) == sorted([dead, running])
-    assert store.heartbeat("w", {running: 60.0})[0] == set()  # the worker learns it lost it
+    beat = store.heartbeat("w", {running: 60.0})
+    assert beat.held == set()  # the worker learns it lost it
+    assert beat.cancelled == {running}  # ... to an operator's cancel, not to another daemon
     assert store.cancel([dead]) == []  # terminal already
     assert store.retry([queued, dead, running]) == sorted([queued, dead, running])
     for run_id in (queued, dead, running):
@@ -305,9 +307,10 @@ def test_worker_registry(store: RunStore, conn: db.Connection) -> None:
     store.register_worker(WorkerInfo("w1", "host", 123, "0.1.0", 8, ["noop"]))
     store.register_worker(WorkerInfo("w2", "host", 124, "0.1.0", 8, ["noop"]))
     conn.execute("UPDATE workers SET heartbeat_at = now() - interval '1 hour' WHERE id = 'w2'")
-    assert store.heartbeat("w1", {}) == (set(), True)
+    assert store.heartbeat("w1", {}) == Beat(set(), True, set())
     assert store.reap_workers(600) == ["w2"]
-    assert store.heartbeat("w2", {}) == (set(), False)  # forgotten: it must register again
+    # Forgotten: it must register again.
+    assert store.heartbeat("w2", {}) == Beat(set(), False, set())
     store.deregister_worker("w1")
     assert conn.execute("SELECT count(*) FROM workers").fetchone() == (0,)
 

@@ -110,7 +110,8 @@ CROSS JOIN LATERAL (
 -- heartbeat --
 -- Extend the leases this worker still holds (SPEC §2 rule 3) and mark the worker alive, in
 -- one round trip. Returns the ids still held (a run missing from them has been lost) and
--- whether the workers row still exists (other daemons forget a worker silent for long).
+-- whether the workers row still exists (other daemons forget a worker silent for long), and
+-- which of the given runs an operator cancelled (their handlers are stopped, not "lost").
 WITH alive AS (
     UPDATE workers SET heartbeat_at = now() WHERE id = %(worker_id)s RETURNING id
 ), held AS (
@@ -120,7 +121,9 @@ WITH alive AS (
     WHERE r.id = h.id AND r.locked_by = %(worker_id)s AND r.status = 'running'
     RETURNING r.id
 )
-SELECT ARRAY(SELECT id FROM held), EXISTS (SELECT 1 FROM alive);
+SELECT ARRAY(SELECT id FROM held), EXISTS (SELECT 1 FROM alive),
+       ARRAY(SELECT r.id FROM runs r
+             WHERE r.id = ANY(%(ids)s::bigint[]) AND r.status = 'cancelled');
 
 -- succeed --
 -- Finish runs as succeeded, guarded by the lease (SPEC §2 rule 4); returns those finished.

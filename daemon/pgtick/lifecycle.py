@@ -1,0 +1,438 @@
+"""The one owner of the runs this process holds: an explicit state per run, changed only by
+the named transitions below, under one lock, so that "who may write this run's result" has
+one answer. It does no I/O: the worker, the completer, the heartbeat and the drain ask it what
+to do, do the database work, and report back.
+
+    accept ─> CLAIMED ─start─> RUNNING ─finish─> FINISHING ─written─> (gone)
+               │                │ ├─timeout─> FINISHING  (the late result is ignored)
+               │                │ ├─begin_commit─> COMMITTING ─end_commit─> COMMITTED
+               │                │ │                    │            COMMITTED ─finish─> (gone)
+               │                │ │                    └─not committed─> RUNNING (or LOST)
+               │                │ ├─lost─> LOST ─finish─> (gone)
+               │                │ └─finish, stopped by the drain─> INTERRUPTED ─release─> (gone)
+               │                └─release (end of drain, Python handler still running)─> (gone)
+               ├─lost─> (gone)
+               └─release─> RELEASING ─released─> (gone)
+
+A transition asked for in any other state is refused (it returns False or None and changes
+nothing): races between a handler, the heartbeat and a timeout are normal, and the state
+decides which of them wins.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from pgtick import handlers
+from pgtick.handlers import JobContext, JobType, Outcome
+from pgtick.metrics import Metrics
+from pgtick.store import ClaimedRun, FailResult
+
+log = structlog.get_logger("pgtick.lifecycle")
+# One line per run outcome; successes only at DEBUG (the attempts table and the metrics
+# already record every run, and an INFO line per success would be the largest per-run cost).
+runs_log = structlog.get_logger("pgtick.runs")
+
+
+class State(enum.Enum):
+    CLAIMED = "claimed"  # accepted from a claim, waiting for a thread
+    RUNNING = "running"  # a thread runs its handler
+    COMMITTING = "committing"  # ctx.transaction() is committing the run's success
+    COMMITTED = "committed"  # the success is committed; the handler may still be returning
+    FINISHING = "finishing"  # an outcome is on its way to the database
+    LOST = "lost"  # the lease is gone (lost or cancelled): the handler's result is dropped
+    INTERRUPTED = "interrupted"  # stopped by the drain: to be released
+    RELEASING = "releasing"  # being given back to the queue
+
+
+# States in which the database still holds the run for us: the heartbeat renews these.
+LEASED = frozenset(
+    {
+        State.CLAIMED,
+        State.RUNNING,
+        State.COMMITTING,
+        State.FINISHING,
+        State.INTERRUPTED,
+        State.RELEASING,
+    }
+)
+
+
+@dataclass(eq=False)
+class Held:
+    """A run this process holds, from claim until its result is written or it is let go."""
+
+    run: ClaimedRun
+    ctx: JobContext
+    job_type: JobType
+    state: State = State.CLAIMED
+    started_at: float | None = None  # monotonic, when a thread picked it up
+    deadline: float | None = None  # monotonic, Python handlers with a timeout
+    handler_active: bool = False  # a thread is inside its handler right now
+    gone: str | None = None  # "lost"/"cancelled" seen by a heartbeat while committing
+
+    @property
+    def id(self) -> int:
+        return self.run.id
+
+    @property
+    def is_command(self) -> bool:
+        return self.job_type.command is not None
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """What the drain leaves behind, for its last log line."""
+
+    release: list[Held]  # to give back to the queue
+    left_running: list[Held]  # command handlers whose process group may still be alive
+
+
+class Lifecycle:
+    """Every run held by this process, and the only code that changes their state."""
+
+    def __init__(self, metrics: Metrics, clock: Callable[[], float] = time.monotonic) -> None:
+        self._metrics = metrics
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._held: dict[int, Held] = {}
+        self._active = 0  # threads inside a handler
+        self._active_commands = 0  # of which run a command handler
+        self._closed = False  # no more claims accepted
+        self._interrupting = False  # the drain told handlers to stop
+        self._tally: dict[str, collections.Counter[str]] = collections.defaultdict(
+            collections.Counter
+        )
+        self.finished_total = 0
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def state(self, run_id: int) -> State | None:
+        with self._lock:
+            held = self._held.get(run_id)
+            return None if held is None else held.state
+
+    def held_count(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    @property
+    def active(self) -> int:
+        """Threads inside a handler now."""
+        return self._active
+
+    def leases(self) -> dict[int, float]:
+        """{run id: lease seconds} of every run the database holds for us."""
+        with self._lock:
+            return {
+                rid: h.job_type.lease_seconds for rid, h in self._held.items() if h.state in LEASED
+            }
+
+    # -- claiming and starting ----------------------------------------------------------------
+
+    def accept(self, fresh: Sequence[Held]) -> list[Held]:
+        """Take freshly claimed runs; returns those refused because the drain has begun (the
+        caller releases them at once)."""
+        with self._lock:
+            if self._closed:
+                return list(fresh)
+            for held in fresh:
+                held.state = State.CLAIMED
+                self._held[held.id] = held
+        for held in fresh:
+            delay = (held.run.started_at - held.run.run_at).total_seconds()
+            self._metrics.run_started(held.run.job_type, delay)
+        return []
+
+    def start(self, held: Held) -> bool:
+        """CLAIMED -> RUNNING: a thread may run the handler now."""
+        with self._lock:
+            if self._held.get(held.id) is not held or held.state is not State.CLAIMED:
+                return False
+            held.state = State.RUNNING
+            held.handler_active = True
+            held.started_at = self._clock()
+            timeout = held.job_type.config.timeout_seconds
+            if timeout is not None and held.job_type.fn is not None:
+                held.deadline = held.started_at + timeout
+            self._active += 1
+            self._active_commands += held.is_command
+            self._metrics.busy_threads.set(self._active)
+        return True
+
+    # -- ctx.transaction() ----------------------------------------------------------------------
+
+    def begin_commit(self, run_id: int) -> bool:
+        """RUNNING -> COMMITTING: the handler's transaction may commit the success."""
+        with self._lock:
+            held = self._held.get(run_id)
+            if held is None or held.state is not State.RUNNING:
+                return False
+            held.state = State.COMMITTING
+            return True
+
+    def end_commit(self, run_id: int, committed: bool) -> None:
+        """COMMITTING -> COMMITTED, or back to RUNNING (LOST if a heartbeat saw the lease go
+        meanwhile) when the transaction did not commit."""
+        with self._lock:
+            held = self._held.get(run_id)
+            if held is None or held.state is not State.COMMITTING:
+                return
+            if committed:
+                held.state = State.COMMITTED
+            elif held.gone is not None:
+                held.state = State.LOST
+                held.ctx.cancelled.set()
+            else:
+                held.state = State.RUNNING
+
+    # -- the handler returned -------------------------------------------------------------------
+
+    def finish(self, held: Held, outcome: Outcome, duration: float) -> Outcome | None:
+        """The handler returned: the outcome to write (RUNNING -> FINISHING), or None when
+        there is nothing to write (committed by the handler, lost, timed out, interrupted)."""
+        with self._lock:
+            if held.handler_active:
+                held.handler_active = False
+                self._active -= 1
+                self._active_commands -= held.is_command
+                self._metrics.busy_threads.set(self._active)
+                self._changed.notify_all()
+            if self._held.get(held.id) is not held:
+                return None  # timed out and written meanwhile: the late result is ignored
+            state = held.state
+            if state is State.RUNNING:
+                if self._interrupting and outcome.kind != "succeeded":
+                    # Stopped by the shutdown, not by its own fault: released, not counted.
+                    held.state = State.INTERRUPTED
+                    return None
+                if outcome.kind in ("succeeded", "failed", "dead"):
+                    held.state = State.FINISHING
+                    return outcome
+                # "lost": transaction() found the lease gone before the heartbeat did;
+                # "interrupted": a command stopped by a cancel that was not ours to count.
+                del self._held[held.id]
+                gone = "lost"
+            elif state is State.COMMITTED:
+                del self._held[held.id]
+                gone = None
+            elif state is State.LOST:
+                del self._held[held.id]
+                gone = held.gone or "lost"
+            else:
+                return None  # FINISHING after a timeout: its failure is being written
+        if gone is None:
+            if outcome.kind != "succeeded":
+                runs_log.warning(
+                    "handler_error_after_commit",
+                    run_id=held.id,
+                    job_type=held.run.job_type,
+                    error=outcome.error,
+                )
+            self._record(held, "succeeded", duration)
+            runs_log.debug("run_succeeded", **_fields(held), duration=round(duration, 6))
+        else:
+            self._record(held, gone, duration)
+        return None
+
+    # -- timeouts ---------------------------------------------------------------------------------
+
+    def expire(self) -> tuple[list[tuple[Held, Outcome, float]], float | None]:
+        """RUNNING -> FINISHING for Python handlers past their timeout: the failures to write,
+        and the next deadline (monotonic) to check."""
+        now = self._clock()
+        expired: list[Held] = []
+        next_deadline: float | None = None
+        with self._lock:
+            for held in self._held.values():
+                if held.deadline is None or held.state is not State.RUNNING:
+                    continue
+                if held.deadline <= now:
+                    held.state = State.FINISHING
+                    expired.append(held)
+                elif next_deadline is None or held.deadline < next_deadline:
+                    next_deadline = held.deadline
+        out = []
+        for held in expired:
+            held.ctx.cancelled.set()
+            seconds = held.job_type.config.timeout_seconds or 0.0
+            message = f"timed out after {seconds:g}s"
+            outcome = handlers.failed(held.ctx, held.job_type, message, "timeout", message)
+            out.append((held, outcome, now - (held.started_at or now)))
+        return out, next_deadline
+
+    # -- the heartbeat ----------------------------------------------------------------------------
+
+    def lost(self, gone: Iterable[int], cancelled: Iterable[int] = ()) -> list[Held]:
+        """The heartbeat found these leases gone (``cancelled``: by an operator). Handlers are
+        told to stop and their results dropped; a run already finishing or committed is left to
+        the write that is deciding it. Returns the runs given up."""
+        cancelled = set(cancelled)
+        given_up: list[Held] = []
+        with self._lock:
+            for rid in gone:
+                held = self._held.get(rid)
+                if held is None:
+                    continue
+                reason = "cancelled" if rid in cancelled else "lost"
+                if held.state is State.COMMITTING:
+                    held.gone = reason  # decided by end_commit
+                elif held.state is State.RUNNING:
+                    held.state = State.LOST
+                    held.gone = reason
+                    held.ctx.cancelled.set()
+                    given_up.append(held)
+                elif held.state in (State.CLAIMED, State.INTERRUPTED):
+                    del self._held[rid]
+                    held.gone = reason
+                    given_up.append(held)
+        for held in given_up:
+            if held.gone == "lost":
+                self._metrics.lease_lost(held.run.job_type)
+                runs_log.warning("lease_lost", **_fields(held))
+            else:
+                runs_log.info("run_cancelled", **_fields(held))
+            if held.state is not State.LOST:  # never started: counted now
+                self._record(held, held.gone or "lost", None)
+        return given_up
+
+    # -- the completer ----------------------------------------------------------------------------
+
+    def written(
+        self,
+        batch: Sequence[tuple[Held, Outcome, float]],
+        succeeded: set[int],
+        failed: Mapping[int, FailResult],
+    ) -> None:
+        """FINISHING -> gone once the batch's transaction committed; a run the guarded write
+        did not change was no longer ours (its lease expired and another daemon has it)."""
+        with self._lock:
+            for held, _, _ in batch:
+                if self._held.get(held.id) is held and held.state is State.FINISHING:
+                    del self._held[held.id]
+        for held, outcome, duration in batch:
+            if outcome.kind == "succeeded" and held.id in succeeded:
+                self._record(held, "succeeded", duration)
+                runs_log.debug("run_succeeded", **_fields(held), duration=round(duration, 6))
+            elif held.id in failed:
+                result = failed[held.id]
+                self._record(held, "failed", duration, dead=result.status == "dead")
+                if result.status == "dead":
+                    runs_log.error(
+                        "run_dead",
+                        **_fields(held),
+                        error_type=outcome.error_type,
+                        error=outcome.error,
+                    )
+                else:
+                    runs_log.warning(
+                        "run_failed",
+                        **_fields(held),
+                        error_type=outcome.error_type,
+                        error=outcome.error,
+                        retry_at=result.run_at.isoformat(),
+                    )
+            else:
+                self._metrics.lease_lost(held.run.job_type)
+                self._record(held, "lost", duration)
+                runs_log.warning("lease_lost", **_fields(held), at="finish")
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The drain began: refuse new claims from here on."""
+        with self._lock:
+            self._closed = True
+
+    def unstarted(self) -> list[Held]:
+        """CLAIMED -> RELEASING: prefetched runs no thread started."""
+        with self._lock:
+            out = [h for h in self._held.values() if h.state is State.CLAIMED]
+            for held in out:
+                held.state = State.RELEASING
+        return out
+
+    def interrupt(self) -> int:
+        """Tell every running handler to stop (commands are killed); from now on a handler
+        that returns without success is released, not counted as a failure."""
+        with self._lock:
+            self._interrupting = True
+            running = [
+                h
+                for h in self._held.values()
+                if h.handler_active and h.state in (State.RUNNING, State.COMMITTING)
+            ]
+        for held in running:
+            held.ctx.cancelled.set()
+        return len(running)
+
+    def wait_idle(
+        self,
+        timeout: float,
+        interrupt: threading.Event | None = None,
+        *,
+        commands_only: bool = False,
+    ) -> bool:
+        """Wait until no thread is inside a handler (``commands_only``: a command handler),
+        up to ``timeout`` or until ``interrupt`` is set."""
+        deadline = self._clock() + timeout
+        with self._changed:
+            while self._active_commands if commands_only else self._active:
+                left = deadline - self._clock()
+                if left <= 0 or (interrupt is not None and interrupt.is_set()):
+                    return False
+                self._changed.wait(min(left, 0.1))
+        return True
+
+    def leftovers(self) -> DrainReport:
+        """End of the drain: what to release. A command whose handler has not returned may
+        still have processes alive, so its run is not released (its lease expires and the
+        reaper decides); a Python handler dies with this process, so its run is released."""
+        release: list[Held] = []
+        left: list[Held] = []
+        with self._lock:
+            for held in self._held.values():
+                if held.state in (State.CLAIMED, State.INTERRUPTED, State.RELEASING):
+                    release.append(held)
+                elif held.state is State.RUNNING:
+                    (left if held.is_command else release).append(held)
+            for held in release:
+                held.state = State.RELEASING
+        return DrainReport(release, left)
+
+    def released(self, runs: Sequence[Held], released_ids: set[int]) -> None:
+        """RELEASING -> gone once the release statement ran (or could not)."""
+        with self._lock:
+            for held in runs:
+                if self._held.get(held.id) is held and held.state is State.RELEASING:
+                    del self._held[held.id]
+        for held in runs:
+            if held.id in released_ids:
+                self._record(held, "released", None)
+
+    # -- counting -------------------------------------------------------------------------------
+
+    def _record(self, held: Held, outcome: str, duration: float | None, dead: bool = False) -> None:
+        self._metrics.attempt_finished(held.run.job_type, outcome, duration)
+        with self._lock:
+            self._tally[held.run.job_type]["dead" if dead else outcome] += 1
+            if outcome != "released":
+                self.finished_total += 1
+
+    def take_summary(self) -> dict[str, dict[str, int]]:
+        """{job type: {outcome: count}} since the last call, for the periodic summary line."""
+        with self._lock:
+            tally, self._tally = self._tally, collections.defaultdict(collections.Counter)
+        return {jt: dict(c) for jt, c in sorted(tally.items()) if c}
+
+
+def _fields(held: Held) -> dict[str, object]:
+    return {"run_id": held.id, "job_type": held.run.job_type, "attempt": held.run.attempt}
