@@ -52,8 +52,10 @@ DEFAULT_NEXT_COUNT = 5
 # `schedules next --count` and `schedules backfill` refuse more occurrences than this: a typo in
 # a range ("2016" for "2026") should not enqueue ten years of runs.
 MAX_OCCURRENCES = 10_000
-# schedules.paused_reason of a schedule the daemon paused because it vanished from its config.
+# schedules.paused_reason of a schedule the daemon paused because it vanished from its config,
+# and of one it paused because it cannot compute it (the reason is in paused_detail).
 PAUSED_REASON_REMOVED = "removed"
+PAUSED_REASON_INVALID = "invalid"
 
 
 def exit_code(exc: BaseException) -> int:
@@ -243,6 +245,8 @@ def _state(listing: ScheduleListing) -> str:
         return "active"
     if listing.paused_reason == PAUSED_REASON_REMOVED:
         return "paused (gone from config)"
+    if listing.paused_reason == PAUSED_REASON_INVALID:
+        return "paused (invalid)"
     return "paused"
 
 
@@ -264,6 +268,8 @@ def _listing_fields(listing: ScheduleListing, now: datetime) -> dict[str, Any]:
         "cron": listing.cron,
         "timezone": listing.timezone,
         "state": _state(listing),
+        "paused_reason": listing.paused_reason,
+        "paused_detail": listing.paused_detail,
         "next_at": _iso(_next_at(listing, now)),
         "last_status": listing.last_status,
         "last_scheduled_for": _iso(listing.last_scheduled_for),
@@ -311,6 +317,12 @@ def cmd_schedules(args: argparse.Namespace) -> int:
         print("no schedules")
     else:
         _print_table(SCHEDULE_COLUMNS, [_listing_cells(s, now) for s in listings])
+        invalid = [s for s in listings if s.paused and s.paused_reason == PAUSED_REASON_INVALID]
+        if invalid:
+            print()
+        for listing in invalid:
+            # Too long for a column, and the one thing the operator needs to fix it.
+            print(f"{listing.name} is paused as invalid: {listing.paused_detail or '(no detail)'}")
     return EXIT_OK
 
 

@@ -188,7 +188,8 @@ class ScheduleListing:
     cron: str
     timezone: str
     paused: bool
-    paused_reason: str | None
+    paused_reason: str | None  # 'operator', 'removed' (gone from config) or 'invalid'
+    paused_detail: str | None  # why an invalid schedule was refused, one line
     overlap: str
     catchup: str
     materialized_until: datetime | None
@@ -587,10 +588,29 @@ class RunStore:
 
     @contextlib.contextmanager
     def materializing(self) -> Iterator[tuple[db.Connection, list[ScheduleRow]]]:
-        """A transaction holding the enabled schedules that no other daemon holds now."""
+        """A transaction holding the enabled schedules that are due (``next_due_at`` reached or
+        unknown) and that no other daemon holds now; the others are not even read."""
         with self._conn("tick") as conn, conn.transaction():
             rows = conn.execute(sqlfile.query("lock_due_schedules")).fetchall()
             yield conn, [ScheduleRow(*row) for row in rows]
+
+    @staticmethod
+    def next_schedule_due_on(conn: db.Connection) -> tuple[datetime | None, datetime]:
+        """(earliest ``next_due_at`` of the schedules not due at the transaction's start, the
+        database's now), inside ``materializing``'s transaction: when the ticker wakes next."""
+        with db.wrap_errors("tick"):
+            row = conn.execute(sqlfile.query("next_schedule_due")).fetchone()
+        assert row is not None
+        return row[0], row[1]
+
+    @staticmethod
+    def pause_invalid_on(conn: db.Connection, schedule: ScheduleRow, detail: str) -> None:
+        """Pause a schedule the ticker cannot compute, with the reason (inside
+        ``materializing``'s transaction, which holds the row)."""
+        with db.wrap_errors("tick"):
+            conn.execute(
+                sqlfile.query("pause_invalid_schedule"), {"id": schedule.id, "detail": detail}
+            )
 
     @staticmethod
     def materialize_on(
@@ -598,8 +618,10 @@ class RunStore:
         schedule: ScheduleRow,
         occurrences: Sequence[Occurrence],
         until: datetime,
+        next_due_at: datetime | None,
     ) -> dict[str, int]:
-        """Insert occurrences and move the cursor to ``until``; returns {status: count}."""
+        """Insert occurrences, move the cursor to ``until`` and remember when the schedule next
+        needs a tick (None: at every tick); returns {status: count}."""
         with db.wrap_errors("materialize"):
             rows = conn.execute(
                 sqlfile.query("materialize"),
@@ -612,6 +634,7 @@ class RunStore:
                     "scheduled_for": [o.scheduled_for for o in occurrences],
                     "run_at": [o.run_at for o in occurrences],
                     "until": until,
+                    "next_due_at": next_due_at,
                 },
             ).fetchall()
             if any(status == "queued" for status, _ in rows):

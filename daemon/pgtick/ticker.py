@@ -13,6 +13,11 @@ rows, remembers what was created, so pruning runs never re-creates anything (SPE
 After downtime, occurrences older than ``MISSED_AFTER_TICKS`` ticks are "missed" and handled
 per ``catchup``: ``latest`` keeps the most recent, ``all`` the most recent ``catchup_limit``,
 ``none`` none. Occurrences that came due within that window are simply on time.
+
+A tick reads and locks only the schedules that need it: each materialization stores the
+schedule's next wake in ``next_due_at``, and the early wake is the earliest of those. A row
+this version cannot compute (a cron, time zone or setting its config file would refuse, written
+by another version or by hand) is paused as ``invalid`` with the reason; it never stops the tick.
 """
 
 from __future__ import annotations
@@ -27,9 +32,9 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from pgtick.config import ScheduleConfig, TickerConfig
+from pgtick.config import ScheduleConfig, TickerConfig, config_from_mapping
 from pgtick.db import retry_delay
-from pgtick.errors import DatabaseError
+from pgtick.errors import ConfigError, DatabaseError
 from pgtick.metrics import Metrics
 from pgtick.schedule import Cron, jitter_offset
 from pgtick.store import Occurrence, RunStore, ScheduleDef, ScheduleRow
@@ -45,6 +50,48 @@ log = structlog.get_logger("pgtick.ticker")
 def cron_for(expr: str, timezone: str, name: str) -> Cron:
     """Parsed crons are cached: the ticker asks for the same ones every tick."""
     return Cron.parse(expr, timezone, name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _refusal(
+    name: str,
+    job_type: str,
+    cron: str,
+    timezone: str,
+    catchup: str,
+    catchup_limit: int,
+    overlap: str,
+    jitter_seconds: float,
+) -> str | None:
+    table = {
+        "job_type": job_type,
+        "cron": cron,
+        "timezone": timezone,
+        "catchup": catchup,
+        "catchup_limit": catchup_limit,
+        "overlap": overlap,
+        "jitter": jitter_seconds,
+    }
+    try:
+        config_from_mapping({"schedules": {name: table}})
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def refusal(row: ScheduleRow) -> str | None:
+    """Why this version would refuse the row's schedule in its config file (one line naming the
+    key), or None: rows are checked exactly as the config file is, by the config's own code."""
+    return _refusal(
+        row.name,
+        row.job_type,
+        row.cron,
+        row.timezone,
+        row.catchup,
+        row.catchup_limit,
+        row.overlap,
+        row.jitter_seconds,
+    )
 
 
 def schedule_def(cfg: ScheduleConfig) -> ScheduleDef:
@@ -182,16 +229,15 @@ class Ticker:
             log.warning("schedules_paused_gone_from_config", names=paused)
 
     def tick(self) -> TickResult:
-        """One materialization pass over every enabled schedule no other daemon is doing."""
+        """One materialization pass over the due schedules no other daemon is doing."""
         created = skipped = 0
-        next_wake: datetime | None = None
         with self._store.materializing() as (conn, rows):
             for row in rows:
-                p = plan(
-                    row,
-                    lookahead_seconds=self._cfg.lookahead_seconds,
-                    tick_seconds=self._cfg.interval_seconds,
-                )
+                p = self._plan(row)
+                if isinstance(p, str):
+                    RunStore.pause_invalid_on(conn, row, p)
+                    log.error("schedule_invalid", schedule=row.name, error=p)
+                    continue
                 if p.missed > len(p.occurrences) and row.catchup != "none":
                     log.warning(
                         "schedule_missed_occurrences",
@@ -201,19 +247,33 @@ class Ticker:
                     )
                 elif p.missed and row.catchup == "none":
                     log.info("schedule_missed_occurrences", schedule=row.name, catchup="none")
-                counts = RunStore.materialize_on(conn, row, p.occurrences, p.until)
+                counts = RunStore.materialize_on(conn, row, p.occurrences, p.until, p.next_wake)
                 created += counts.get("queued", 0)
                 skipped += counts.get("skipped", 0)
-                if p.next_wake is not None and (next_wake is None or p.next_wake < next_wake):
-                    next_wake = p.next_wake
-            if rows:
-                self._db_offset = rows[0].db_now.timestamp() - self._clock()
+            next_wake, db_now = RunStore.next_schedule_due_on(conn)
+            self._db_offset = db_now.timestamp() - self._clock()
         self.last_tick_at = time.monotonic()
         self._metrics.last_tick.set(self._clock())
         self._next_wake = next_wake
         if created or skipped:
             log.debug("ticked", created=created, skipped=skipped)
         return TickResult(len(rows), created, skipped, next_wake)
+
+    def _plan(self, row: ScheduleRow) -> Plan | str:
+        """The row's plan, or the one-line reason this version cannot compute it."""
+        reason = refusal(row)
+        if reason is not None:
+            return reason
+        try:
+            return plan(
+                row,
+                lookahead_seconds=self._cfg.lookahead_seconds,
+                tick_seconds=self._cfg.interval_seconds,
+            )
+        except (ConfigError, ValueError, OverflowError) as exc:
+            # Accepted by the config's checks, yet not computable (croniter finds no next
+            # occurrence, datetime's calendar ends): still this row's problem, not the tick's.
+            return f"schedules.{row.name}: {exc}"
 
     def seconds_to_next_tick(self) -> float:
         """Until the next aligned tick or the earliest early wake, whichever is first."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pgtick import db, ticker
 from pgtick.config import load_config
+from pgtick.metrics import Metrics
 from pgtick.store import RunStore, ScheduleRow
 
 UNREACHABLE_DSN = "postgresql://nobody@127.0.0.1:1/none"
@@ -315,16 +316,20 @@ def test_list_pause_resume_trigger_and_backfill(
     assert backfilled(conn, "nightly") == [*BACKFILL_WEEK, "2026-10-29T01:30:00+00:00"]
     assert backfilled(conn, "hourly") == []
 
+    # The latest run is still the one triggered today: the backfilled occurrences are older,
+    # though created after it.
     listed = {
         s["name"]: s for s in json.loads("\n".join(pgtick(dsn, "schedules", "--json", *cfg).out))
     }
     assert listed["nightly"]["last_status"] == "queued"
-    assert listed["nightly"]["last_scheduled_for"] == "2026-10-29T01:30:00+00:00"
+    assert listed["nightly"]["last_scheduled_for"] is None
     assert listed["nightly"]["last_success_at"] is None
     assert set(listed["nightly"]) == {
-        "name", "job_type", "cron", "timezone", "state", "next_at",
-        "last_status", "last_scheduled_for", "last_success_at",
+        "name", "job_type", "cron", "timezone", "state", "paused_reason", "paused_detail",
+        "next_at", "last_status", "last_scheduled_for", "last_success_at",
     }  # fmt: skip
+    [nightly] = [line for line in pgtick(dsn, "schedules", *cfg).out if line.startswith("nightly")]
+    assert "queued (triggered)" in nightly
 
 
 def test_unknown_names_exit_4_and_bad_ranges_exit_2(
@@ -376,3 +381,36 @@ def test_next_looks_up_a_schedule_only_the_database_knows(
     ]
     table = pgtick(dsn, "schedules", *cfg).out
     assert all("paused (gone from config)" in line for line in table[1:]), table
+
+
+def test_the_listing_shows_the_latest_occurrence_after_a_backfill_of_older_ones(
+    dsn: str, store: RunStore, conn: db.Connection, tmp_path: Path
+) -> None:
+    """Issue 9: the last run is the latest scheduled_for, not the newest row."""
+    config = write(tmp_path / "config.toml", JOB_TYPE + SCHEDULES)
+    cfg = ["--config", str(config)]
+    sync(store, config)
+    conn.execute(
+        "UPDATE schedules SET materialized_until = now() - interval '2 hours', "
+        "next_due_at = now() - interval '2 hours' WHERE name = 'hourly'"
+    )
+    schedules = load_config(config).schedules.values()
+    ticker.Ticker(store, list(schedules), ["noop"], load_config(config).ticker,
+                  Metrics(["noop"], "test", 1)).tick()  # fmt: skip
+    [(live,)] = conn.execute(
+        "SELECT r.scheduled_for FROM runs r JOIN schedules s ON s.id = r.schedule_id "
+        "WHERE s.name = 'hourly'"
+    ).fetchall()
+    assert timedelta(0) <= db_now(conn) - live <= timedelta(hours=1)
+
+    start, end = live - timedelta(days=3), live - timedelta(days=2)
+    result = pgtick(dsn, "schedules", "backfill", "hourly", "--from", start.isoformat(),
+                    "--to", end.isoformat(), *cfg)  # fmt: skip
+    assert result.out == ["created 25 runs for hourly (0 occurrences already had one)"]
+    listed = {
+        s["name"]: s for s in json.loads("\n".join(pgtick(dsn, "schedules", "--json", *cfg).out))
+    }
+    assert listed["hourly"]["last_scheduled_for"] == live.astimezone(UTC).isoformat()
+    assert listed["hourly"]["last_status"] == "queued"
+    [hourly] = [line for line in pgtick(dsn, "schedules", *cfg).out if line.startswith("hourly")]
+    assert f"queued {live.astimezone(UTC).isoformat()}" in hourly

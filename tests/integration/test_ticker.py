@@ -22,6 +22,16 @@ def every_minute(name: str = "s", **kw: object) -> ScheduleConfig:
     return ScheduleConfig(name=name, job_type="j", cron="* * * * *", **kw)  # type: ignore[arg-type]
 
 
+def rewind(conn: db.Connection, interval: str, where: str = "true") -> None:
+    """As if every daemon had been down since ``interval`` ago: the cursor is that far back and
+    the schedule has been due since then."""
+    conn.execute(
+        "UPDATE schedules SET materialized_until = now() - %s::interval, "
+        f"next_due_at = now() - %s::interval WHERE {where}",
+        (interval, interval),
+    )
+
+
 def test_sync_upserts_and_pauses_vanished_schedules_of_our_types(
     store: RunStore, conn: db.Connection
 ) -> None:
@@ -32,7 +42,7 @@ def test_sync_upserts_and_pauses_vanished_schedules_of_our_types(
     rows = dict(conn.execute("SELECT name, paused_reason FROM schedules").fetchall())
     assert rows == {"a": None, "b": "removed", "c": None, "theirs": None}
     store.pause_schedule("a")
-    conn.execute("UPDATE schedules SET materialized_until = now() - interval '1 day'")
+    rewind(conn, "1 day")
     ticker(store, every_minute("a"), every_minute("b"), every_minute("c")).sync()
     rows = {
         name: rest
@@ -53,7 +63,7 @@ def test_concurrent_tickers_create_each_occurrence_once(
     hourly = ScheduleConfig(name="h", job_type="j", cron="17 * * * *", catchup="all",
                             overlap="allow")  # fmt: skip
     ticker(store, hourly).sync()
-    conn.execute("UPDATE schedules SET materialized_until = now() - interval '10 hours'")
+    rewind(conn, "10 hours")
     pools = [db.make_pool(dsn, "pgtick", size=1) for _ in range(6)]
     barrier = threading.Barrier(len(pools))
 
@@ -90,17 +100,17 @@ def test_overlap_skip_records_skipped_while_a_run_is_active(
 ) -> None:
     t = ticker(store, every_minute("s", overlap="skip"))
     t.sync()
-    conn.execute("UPDATE schedules SET materialized_until = now() - interval '61 seconds'")
+    rewind(conn, "61 seconds")
     t.tick()
     [claimed] = store.claim("w", [ClaimType("j", 60, 3)], 5)
     assert claimed.scheduled_for is not None
-    conn.execute("UPDATE schedules SET materialized_until = now() - interval '61 seconds'")
+    rewind(conn, "61 seconds")
     conn.execute(SHIFT_OLD_OCCURRENCES)
     t.tick()  # the next occurrence comes due while the first one runs
     statuses = [r[0] for r in conn.execute("SELECT status FROM runs ORDER BY id")]
     assert statuses == ["running", "skipped"]
     store.succeed("w", [claimed.id])
-    conn.execute("UPDATE schedules SET materialized_until = now() - interval '61 seconds'")
+    rewind(conn, "61 seconds")
     conn.execute(SHIFT_OLD_OCCURRENCES)
     t.tick()
     statuses = [r[0] for r in conn.execute("SELECT status FROM runs ORDER BY id")]
@@ -110,7 +120,7 @@ def test_overlap_skip_records_skipped_while_a_run_is_active(
 def test_pruning_all_runs_never_rematerializes(store: RunStore, conn: db.Connection) -> None:
     t = ticker(store, every_minute("s", overlap="allow", catchup="all"))
     t.sync()
-    conn.execute("UPDATE schedules SET materialized_until = now() - interval '30 minutes'")
+    rewind(conn, "30 minutes")
     t.tick()
     first = conn.execute("SELECT count(*) FROM runs").fetchone()
     assert first is not None and first[0] >= 30
@@ -129,7 +139,7 @@ def test_paused_schedules_are_not_materialized_and_resume_from_now(
     t = ticker(store, every_minute("s", overlap="allow", catchup="all"))
     t.sync()
     store.pause_schedule("s")
-    conn.execute("UPDATE schedules SET materialized_until = now() - interval '30 minutes'")
+    rewind(conn, "30 minutes")
     t.tick()
     assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
     store.resume_schedule("s")
@@ -138,3 +148,147 @@ def test_paused_schedules_are_not_materialized_and_resume_from_now(
         "SELECT count(*) FROM runs WHERE scheduled_for < now() - interval '2 minutes'"
     )
     assert old.fetchone() == (0,)
+
+
+# --- A schedule row this version refuses (issue 7 bug 1) ----------------------------------------
+
+# Rows an older version (or a hand) wrote that this version refuses, of a job type this daemon
+# does not handle, and what the pause must say about each.
+BAD_ROWS = {
+    "legacy_range": ("5-5 * * * *", "UTC", "schedules.legacy_range.cron: minute field '5-5'"),
+    "on_mars": ("0 3 * * *", "Mars/Olympus", "unknown time zone 'Mars/Olympus'"),
+}
+
+
+def insert_bad_rows(conn: db.Connection) -> None:
+    for name, (cron, zone, _) in BAD_ROWS.items():
+        conn.execute(
+            "INSERT INTO schedules (name, job_type, cron, timezone, materialized_until) "
+            "VALUES (%s, 'other', %s, %s, now())",
+            (name, cron, zone),
+        )
+
+
+def paused_rows(conn: db.Connection) -> dict[str, tuple[bool, str | None, str | None]]:
+    rows = conn.execute("SELECT name, paused, paused_reason, paused_detail FROM schedules")
+    return {name: (paused, reason, detail) for name, paused, reason, detail in rows}
+
+
+def test_a_tick_pauses_rows_it_refuses_and_still_materializes_the_good_schedule(
+    store: RunStore, conn: db.Connection
+) -> None:
+    t = ticker(store, every_minute("good", overlap="allow", catchup="all"))
+    t.sync()
+    insert_bad_rows(conn)
+    rewind(conn, "3 minutes")
+    result = t.tick()  # raised ScheduleError before: every daemon exited at its first tick
+    assert result.created >= 3
+    good = conn.execute(
+        "SELECT count(*) FROM runs r JOIN schedules s ON s.id = r.schedule_id "
+        "WHERE s.name = 'good' AND r.status = 'queued'"
+    ).fetchone()
+    assert good is not None and good[0] >= 3
+    rows = paused_rows(conn)
+    assert rows["good"] == (False, None, None)
+    for name, (_, _, expected) in BAD_ROWS.items():
+        paused, reason, detail = rows[name]
+        assert (paused, reason) == (True, "invalid"), name
+        assert detail is not None and expected in detail, detail
+        assert "\n" not in detail
+    assert conn.execute("SELECT count(*) FROM runs WHERE job_type = 'other'").fetchone() == (0,)
+    # The listing carries the reason and the detail.
+    listed = {s.name: s for s in store.list_schedules()}
+    assert listed["on_mars"].paused_reason == "invalid"
+    assert listed["on_mars"].paused_detail == rows["on_mars"][2]
+
+
+def test_resuming_a_row_still_refused_pauses_it_again_and_a_valid_sync_unpauses_it(
+    store: RunStore, conn: db.Connection
+) -> None:
+    t = ticker(store, every_minute("good"))
+    t.sync()
+    insert_bad_rows(conn)
+    t.tick()
+    assert store.resume_schedule("legacy_range")
+    assert paused_rows(conn)["legacy_range"] == (False, None, None)
+    t.tick()  # still refused: paused again, the tick carries on
+    assert paused_rows(conn)["legacy_range"][:2] == (True, "invalid")
+
+    # The config of the daemon that owns job type 'other' now declares valid definitions.
+    fixed = [
+        ScheduleConfig(name="legacy_range", job_type="other", cron="5 * * * *"),
+        ScheduleConfig(name="on_mars", job_type="other", cron="0 3 * * *", timezone="UTC"),
+    ]
+    conn.execute("UPDATE schedules SET materialized_until = now() - interval '1 day'")
+    ticker(store, *fixed, types=("other",)).sync()
+    rows = conn.execute(
+        "SELECT name, paused, paused_reason, paused_detail, next_due_at, "
+        "materialized_until > now() - interval '1 minute' FROM schedules "
+        "WHERE job_type = 'other' ORDER BY name"
+    ).fetchall()
+    # Un-paused, continuing from now (no catch-up of the refused period), due at the next tick.
+    assert rows == [
+        ("legacy_range", False, None, None, None, True),
+        ("on_mars", False, None, None, None, True),
+    ]
+    t.tick()
+    assert not any(paused for paused, _, _ in paused_rows(conn).values())
+
+
+# --- A tick touches only the due schedules (issue 7 bug 7) --------------------------------------
+
+YEARLY = [ScheduleConfig(name=f"y{i:02d}", job_type="j", cron="0 0 1 1 *") for i in range(50)]
+
+
+def row_versions(conn: db.Connection) -> dict[str, tuple[str, str]]:
+    """Each schedule's (xmin, xmax): xmin changes when a transaction updates the row; xmax
+    becomes the id of the last transaction that locked it (FOR UPDATE) and stays after it ends."""
+    rows = conn.execute("SELECT name, xmin::text, xmax::text FROM schedules").fetchall()
+    return {name: (xmin, xmax) for name, xmin, xmax in rows}
+
+
+def test_a_tick_locks_and_updates_only_the_due_schedule(
+    store: RunStore, conn: db.Connection
+) -> None:
+    t = ticker(store, *YEARLY)
+    t.sync()
+    first = t.tick()  # every schedule is new (next_due_at unknown): all of them are planned
+    assert first.schedules == 50
+    rewind(conn, "1 second", "name = 'y07'")
+    before = row_versions(conn)
+    result = t.tick()
+    after = row_versions(conn)
+    assert result.schedules == 1
+    # Neither updated (xmin) nor even locked (xmax): only y07's row version changed.
+    assert [name for name in before if after[name] != before[name]] == ["y07"]
+    assert after["y07"][0] != before["y07"][0]
+    # Each schedule waits for its next occurrence (1 January) minus the lookahead.
+    assert conn.execute(
+        "SELECT count(*) FROM schedules WHERE next_due_at > now() + interval '1 hour'"
+    ).fetchone() == (50,)
+    # The early wake is the earliest next_due_at of all enabled schedules, not only the due one.
+    earliest = conn.execute("SELECT min(next_due_at) FROM schedules WHERE NOT paused").fetchone()
+    assert earliest is not None and result.next_wake == earliest[0]
+    cursor = conn.execute(
+        "SELECT materialized_until > now() - interval '1 minute' FROM schedules WHERE name = 'y07'"
+    ).fetchone()
+    assert cursor == (True,)
+
+
+def test_sync_of_a_changed_schedule_makes_it_due_at_the_next_tick(
+    store: RunStore, conn: db.Connection
+) -> None:
+    t = ticker(store, every_minute("a", overlap="allow"), every_minute("b", overlap="allow"))
+    t.sync()
+    t.tick()
+    assert conn.execute("SELECT count(*) FROM schedules WHERE next_due_at > now()").fetchone() == (
+        2,
+    )
+    ticker(store, every_minute("a", overlap="allow", jitter_seconds=5.0),
+           every_minute("b", overlap="allow")).sync()  # fmt: skip
+    due = conn.execute("SELECT name FROM schedules WHERE next_due_at IS NULL").fetchall()
+    assert due == [("a",)]
+    store.pause_schedule("b")
+    store.resume_schedule("b")
+    due = conn.execute("SELECT name FROM schedules WHERE next_due_at IS NULL ORDER BY 1")
+    assert due.fetchall() == [("a",), ("b",)]

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from pgtick.store import ScheduleRow
-from pgtick.ticker import plan
+from pgtick.ticker import plan, refusal
 
 
 def t(text: str) -> datetime:
@@ -128,3 +128,32 @@ def test_stepping_through_time_creates_each_occurrence_once() -> None:
     assert len(seen) == len(set(seen))
     assert seen == sorted(seen)
     assert all(b - a == timedelta(minutes=30) for a, b in itertools.pairwise(seen))
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"cron": "5-5 * * * *"}, "schedules.s.cron: minute field '5-5': a range with equal ends"),
+        ({"cron": "0 0 * * * *"}, "schedules.s.cron: 6 fields"),
+        ({"tz": "Mars/Olympus"}, "schedules.s.timezone: unknown time zone 'Mars/Olympus'"),
+        ({"catchup": "some"}, "schedules.s.catchup: must be one of latest, all, none"),
+        ({"overlap": "queue"}, "schedules.s.overlap: must be one of skip, allow"),
+        ({"limit": 0}, "schedules.s.catchup_limit: expected a positive integer"),
+        ({"jitter": float("nan")}, "schedules.s.jitter: expected a duration"),
+    ],
+)
+def test_a_row_is_refused_in_the_config_files_words(
+    changes: dict[str, object], reason: str
+) -> None:
+    """The ticker checks a database row with the config file's own checks, naming the key."""
+    kw: dict[str, object] = {"cron": "* * * * *", "cursor": None, "now": "2026-11-22T10:00:00"}
+    kw.update(changes)
+    refused = refusal(row(**kw))  # type: ignore[arg-type]
+    assert refused is not None and refused.startswith(reason), refused
+    assert "\n" not in refused
+
+
+def test_a_row_the_config_accepts_is_not_refused() -> None:
+    r = row("H 3 * * 1-5", None, "2026-11-22T10:00:00", overlap="skip", catchup="all",
+            jitter=300, tz="Europe/Amsterdam")  # fmt: skip
+    assert refusal(r) is None

@@ -301,7 +301,8 @@ RETURNING key;
 
 -- sync_schedule --
 -- Upsert one schedule from the config file by name. A schedule paused because it had vanished
--- from the config comes back un-paused and continues from now; an operator's pause stays.
+-- from the config, or because its row was invalid, comes back un-paused and continues from now;
+-- an operator's pause stays. Any change forgets next_due_at, so the next tick plans it afresh.
 INSERT INTO schedules (name, job_type, payload, cron, timezone, max_attempts, catchup,
                        catchup_limit, overlap, jitter_seconds, materialized_until)
 VALUES (%(name)s, %(job_type)s, %(payload)s, %(cron)s, %(timezone)s, %(max_attempts)s,
@@ -311,11 +312,14 @@ SET job_type = excluded.job_type, payload = excluded.payload, cron = excluded.cr
     timezone = excluded.timezone, max_attempts = excluded.max_attempts,
     catchup = excluded.catchup, catchup_limit = excluded.catchup_limit,
     overlap = excluded.overlap, jitter_seconds = excluded.jitter_seconds,
-    paused = schedules.paused AND schedules.paused_reason IS DISTINCT FROM 'removed',
-    paused_reason = CASE WHEN schedules.paused_reason = 'removed' THEN NULL
+    paused = schedules.paused AND schedules.paused_reason NOT IN ('removed', 'invalid'),
+    paused_reason = CASE WHEN schedules.paused_reason IN ('removed', 'invalid') THEN NULL
                          ELSE schedules.paused_reason END,
-    materialized_until = CASE WHEN schedules.paused_reason = 'removed' THEN now()
+    paused_detail = CASE WHEN schedules.paused_reason IN ('removed', 'invalid') THEN NULL
+                         ELSE schedules.paused_detail END,
+    materialized_until = CASE WHEN schedules.paused_reason IN ('removed', 'invalid') THEN now()
                               ELSE schedules.materialized_until END,
+    next_due_at = NULL,
     updated_at = now()
 WHERE (schedules.job_type, schedules.payload, schedules.cron, schedules.timezone,
        schedules.max_attempts, schedules.catchup, schedules.catchup_limit, schedules.overlap,
@@ -334,18 +338,34 @@ WHERE NOT paused AND job_type = ANY(%(job_types)s::text[]) AND name <> ALL(%(nam
 RETURNING name;
 
 -- lock_due_schedules --
--- The enabled schedules, locked for one materialization pass; a schedule another daemon is
--- materializing right now is skipped (it does the same work).
+-- The enabled schedules that need a tick now (next_due_at reached, or unknown), locked for one
+-- materialization pass; served by schedules_next_due_idx, so schedules that are not due are
+-- neither read nor locked. A schedule another daemon is materializing right now is skipped
+-- (it does the same work).
 SELECT id, name, job_type, payload, cron, timezone, max_attempts, catchup, catchup_limit,
        overlap, jitter_seconds, materialized_until, now()
 FROM schedules
-WHERE NOT paused
+WHERE NOT paused AND (next_due_at IS NULL OR next_due_at <= now())
 ORDER BY id
 FOR UPDATE SKIP LOCKED;
 
+-- next_schedule_due --
+-- The earliest next_due_at of the enabled schedules that were not due when this transaction
+-- started (those that were are being materialized by this or another daemon), and the
+-- database clock: when the ticker must wake next. One probe of schedules_next_due_idx.
+SELECT (SELECT min(next_due_at) FROM schedules WHERE NOT paused AND next_due_at > now()), now();
+
+-- pause_invalid_schedule --
+-- Pause a schedule this version cannot compute (a cron, time zone or setting it refuses), with
+-- the one-line reason, instead of failing the tick. Syncing a valid definition un-pauses it.
+UPDATE schedules
+SET paused = true, paused_reason = 'invalid', paused_detail = %(detail)s, next_due_at = NULL,
+    updated_at = now()
+WHERE id = %(id)s;
+
 -- materialize --
 -- Insert a schedule's occurrences (ON CONFLICT DO NOTHING: the same result however many
--- daemons tick) and move its cursor in the same transaction. With overlap = skip an
+-- daemons tick) and move its cursor and its next_due_at in the same transaction. With overlap = skip an
 -- occurrence is recorded as skipped when an earlier run is still queued, running or
 -- failed-awaiting-retry, and only the last of a catch-up batch is queued.
 WITH occ AS (
@@ -370,19 +390,32 @@ WITH occ AS (
     ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
     RETURNING status
 ), moved AS (
-    UPDATE schedules SET materialized_until = %(until)s WHERE id = %(schedule_id)s
+    UPDATE schedules SET materialized_until = %(until)s, next_due_at = %(next_due_at)s
+    WHERE id = %(schedule_id)s
 )
 SELECT status, count(*) FROM inserted GROUP BY status;
 
 -- list_schedules --
--- Every schedule with its latest run and latest success, for `pgtick schedules`.
-SELECT s.id, s.name, s.job_type, s.cron, s.timezone, s.paused, s.paused_reason, s.overlap,
-       s.catchup, s.materialized_until,
+-- Every schedule with its latest run and latest success, for `pgtick schedules`. The latest
+-- run is the latest occurrence (by scheduled_for, not by id: a backfill creates old occurrences
+-- after newer ones), or a triggered run (no occurrence) made after it. Each branch is one
+-- backward probe of runs_schedule_occurrence_key (schedule_id, scheduled_for).
+SELECT s.id, s.name, s.job_type, s.cron, s.timezone, s.paused, s.paused_reason,
+       s.paused_detail, s.overlap, s.catchup, s.materialized_until,
        last.status, last.scheduled_for, last.finished_at, ok.finished_at
 FROM schedules s
 LEFT JOIN LATERAL (
-    SELECT r.status, r.scheduled_for, r.finished_at FROM runs r
-    WHERE r.schedule_id = s.id ORDER BY r.id DESC LIMIT 1
+    SELECT c.status, c.scheduled_for, c.finished_at
+    FROM ((SELECT r.status, r.scheduled_for, r.finished_at, r.scheduled_for AS at
+           FROM runs r
+           WHERE r.schedule_id = s.id AND r.scheduled_for IS NOT NULL
+           ORDER BY r.scheduled_for DESC LIMIT 1)
+          UNION ALL
+          (SELECT r.status, r.scheduled_for, r.finished_at, r.created_at AS at
+           FROM runs r
+           WHERE r.schedule_id = s.id AND r.scheduled_for IS NULL
+           ORDER BY r.id DESC LIMIT 1)) c
+    ORDER BY c.at DESC LIMIT 1
 ) last ON true
 LEFT JOIN LATERAL (
     SELECT r.finished_at FROM runs r
@@ -393,30 +426,36 @@ ORDER BY s.name;
 
 -- get_schedule --
 SELECT id, name, job_type, payload, cron, timezone, max_attempts, catchup, catchup_limit,
-       overlap, jitter_seconds, paused, materialized_until
+       overlap, jitter_seconds, paused, paused_reason, paused_detail, materialized_until
 FROM schedules WHERE name = %(name)s;
 
 -- pause_schedule --
-UPDATE schedules SET paused = true, paused_reason = 'operator', updated_at = now()
+UPDATE schedules
+SET paused = true, paused_reason = 'operator', paused_detail = NULL, updated_at = now()
 WHERE name = %(name)s
 RETURNING id;
 
 -- resume_schedule --
--- Resuming continues from now: the paused period is not caught up.
+-- Resuming continues from now: the paused period is not caught up, and the next tick plans
+-- the schedule afresh (a schedule still invalid is paused again, with the reason).
 UPDATE schedules
-SET paused = false, paused_reason = NULL, updated_at = now(),
-    materialized_until = CASE WHEN paused THEN now() ELSE materialized_until END
+SET paused = false, paused_reason = NULL, paused_detail = NULL, updated_at = now(),
+    materialized_until = CASE WHEN paused THEN now() ELSE materialized_until END,
+    next_due_at = CASE WHEN paused THEN NULL ELSE next_due_at END
 WHERE name = %(name)s
 RETURNING id;
 
 -- trigger_schedule --
 -- Run a schedule now, outside its cron: an extra run (scheduled_for NULL never conflicts).
+-- It changes neither the cursor nor next_due_at: the schedule's own occurrences stay due when
+-- they were.
 INSERT INTO runs (schedule_id, job_type, payload, max_attempts)
 SELECT id, job_type, payload, max_attempts FROM schedules WHERE name = %(name)s
 RETURNING id, job_type;
 
 -- backfill_schedule --
--- Create runs for given past occurrences; existing occurrences are left alone.
+-- Create runs for given past occurrences; existing occurrences are left alone. The cursor and
+-- next_due_at do not move: backfill is behind the cursor, the ticker ahead of it.
 INSERT INTO runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts)
 SELECT s.id, o.t, s.job_type, s.payload, now(), s.max_attempts
 FROM schedules s, unnest(%(occurrences)s::timestamptz[]) AS o(t)
