@@ -11,6 +11,7 @@ import contextlib
 import json
 import shutil
 import sys
+import zoneinfo
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import islice
@@ -578,6 +579,129 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- show ------------------------------------------------------------------------------------------
+
+
+def _in_zone(at: datetime, timezone: str) -> str:
+    """``at`` on a zone's wall clock (``2026-10-25 02:30:00 CEST (+02:00)``); empty for a zone
+    this machine does not know."""
+    try:
+        local = at.astimezone(zoneinfo.ZoneInfo(timezone))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return ""
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()} ({_offset_text(local.utcoffset())})"
+
+
+def _attempt_seconds(a: store_mod.Attempt) -> float | None:
+    return None if a.finished_at is None else (a.finished_at - a.started_at).total_seconds()
+
+
+def _detail_fields(d: operations.RunDetail) -> dict[str, Any]:
+    r = d.run
+    return {
+        "id": r.id,
+        "job_type": r.job_type,
+        "status": r.status,
+        "payload": r.payload,
+        "idempotency_key": r.idempotency_key,
+        "attempts": r.attempts,
+        "max_attempts": r.max_attempts,
+        "run_at": _iso(r.run_at),
+        "scheduled_for": _iso(r.scheduled_for),
+        "created_at": _iso(r.created_at),
+        "updated_at": _iso(r.updated_at),
+        "started_at": _iso(r.started_at),
+        "finished_at": _iso(r.finished_at),
+        "locked_by": r.locked_by,
+        "locked_until": _iso(r.locked_until),
+        "last_error": r.last_error,
+        "error_type": r.error_type,
+        "attempt_history": [
+            {
+                "attempt": a.attempt,
+                "worker": a.worker_id,
+                "started_at": _iso(a.started_at),
+                "finished_at": _iso(a.finished_at),
+                "duration_seconds": _attempt_seconds(a),
+                "outcome": a.outcome,
+                "error_type": a.error_type,
+                "error": a.error,
+            }
+            for a in d.attempts
+        ],
+        "schedule": None
+        if d.schedule is None
+        else {
+            "name": d.schedule.name,
+            "cron": d.schedule.cron,
+            "timezone": d.schedule.timezone,
+            "scheduled_for_local": None
+            if r.scheduled_for is None
+            else _in_zone(r.scheduled_for, d.schedule.timezone) or None,
+        },
+        "effects": [{"key": e.key, "created_at": _iso(e.created_at)} for e in d.effects],
+    }
+
+
+def _print_detail(d: operations.RunDetail) -> None:
+    r = d.run
+    tried = _attempts_text(r.attempts, r.max_attempts)
+    print(f"run {r.id}: {r.job_type}, {r.status}, attempt {tried}")
+    held = None if r.locked_by is None else f"{r.locked_by} until {_iso(r.locked_until)}"
+    error = None if r.last_error is None else f"[{r.error_type}] {_one_line(r.last_error)}"
+    lines: list[tuple[str, str | None]] = [
+        ("payload", json.dumps(r.payload)),
+        ("idempotency key", r.idempotency_key),
+        ("created", _iso(r.created_at)),
+        ("run_at", _iso(r.run_at)),
+        ("started", _iso(r.started_at)),
+        ("finished", _iso(r.finished_at)),
+        ("locked by", held),
+        ("last error", error),
+    ]
+    if d.schedule is not None:
+        s = d.schedule
+        origin = f"{s.name} ({s.cron}, {s.timezone})"
+        if r.scheduled_for is not None:
+            origin += f", occurrence {_iso(r.scheduled_for)}"
+            local = _in_zone(r.scheduled_for, s.timezone)
+            if local:
+                origin += f" = {local}"
+        else:
+            origin += ", triggered by hand"
+        lines.append(("schedule", origin))
+    for label, value in lines:
+        if value is not None:
+            print(f"  {label + ':':<17}{value}")
+    print(f"attempts ({len(d.attempts)}):" if d.attempts else "attempts: none yet")
+    for a in d.attempts:
+        took = _attempt_seconds(a)
+        outcome = a.outcome or "running"
+        head = f"  #{a.attempt} {outcome} on {a.worker_id}, started {_iso(a.started_at)}"
+        if took is not None:
+            head += f", took {_duration_text(took)}"
+        if a.error_type:
+            head += f", {a.error_type}"
+        print(head)
+        for line in (a.error or "").rstrip().splitlines():
+            print(f"      {line}")
+    print(f"effects ({len(d.effects)}):" if d.effects else "effects: none")
+    for e in d.effects:
+        print(f"  {e.key}  ({_iso(e.created_at)})")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
+        detail = operations.show_run(store, args.run_id)
+    if args.json:
+        print(json.dumps(_detail_fields(detail), indent=2))
+    else:
+        _print_detail(detail)
+    return EXIT_OK
+
+
 # -- parsing ---------------------------------------------------------------------------------------
 
 
@@ -711,6 +835,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", metavar="KEY", help="idempotency key")
     p.add_argument("--max-attempts", type=_positive_int, metavar="N")
     _add_runs(sub, common)
+    p = add("show", cmd_show, "one run: its attempts and errors, schedule and effects")
+    p.add_argument("run_id", type=_run_id, metavar="RUN_ID")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     _add_schedules(sub, common)
     p = add("demo", cmd_demo, "run the daemon on an embedded PostgreSQL, for a first look")
     p.add_argument("--data-dir", default=DEMO_DATA_DIR, help="where the embedded server lives")

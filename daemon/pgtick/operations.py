@@ -12,8 +12,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from pgtick.errors import UsageError
-from pgtick.store import STATUSES, RunQuery, RunStore, RunSummary
+from pgtick.errors import NotFoundError, UsageError
+from pgtick.store import (
+    STATUSES,
+    Attempt,
+    EffectKey,
+    Run,
+    RunQuery,
+    RunStore,
+    RunSummary,
+    ScheduleRef,
+)
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 10_000
@@ -80,3 +89,30 @@ def list_runs(
     more = len(rows) > limit
     rows = rows[:limit]
     return RunPage(rows, rows[-1].id if more else None)
+
+
+# -- show ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    """Everything known about one run: the row, each attempt, its schedule, its effects."""
+
+    run: Run
+    attempts: list[Attempt]
+    schedule: ScheduleRef | None
+    effects: list[EffectKey]
+    db_now: datetime
+
+
+def show_run(store: RunStore, run_id: int) -> RunDetail:
+    """One run in full; NotFoundError when there is no such run."""
+    if run_id < 1:
+        raise UsageError(f"RUN_ID: not a run id: {run_id} (ids start at 1)")
+    run = store.get_run(run_id)
+    if run is None:
+        raise NotFoundError(f"run {run_id} not found")
+    schedule = None if run.schedule_id is None else store.schedule_of_run(run.schedule_id)
+    return RunDetail(
+        run, store.get_attempts(run_id), schedule, store.effect_keys(run_id), store.now()
+    )

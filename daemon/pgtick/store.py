@@ -274,6 +274,27 @@ class RunQuery:
     limit: int = 50
 
 
+@dataclass(frozen=True)
+class ScheduleRef:
+    """The schedule a run came from, as ``pgtick show`` names it."""
+
+    id: int
+    name: str
+    job_type: str
+    cron: str
+    timezone: str
+    paused: bool
+    paused_reason: str | None
+
+
+@dataclass(frozen=True)
+class EffectKey:
+    """A side effect a run recorded (``effects``)."""
+
+    key: str
+    created_at: datetime
+
+
 Pool = psycopg_pool.ConnectionPool[db.Connection]
 
 
@@ -510,6 +531,13 @@ class RunStore:
 
     def get_attempts(self, run_id: int) -> list[Attempt]:
         return [Attempt(*row) for row in self._all("get_attempts", "get_attempts", {"id": run_id})]
+
+    def schedule_of_run(self, schedule_id: int) -> ScheduleRef | None:
+        rows = self._all("show", "schedule_of_run", {"id": schedule_id})
+        return ScheduleRef(*rows[0]) if rows else None
+
+    def effect_keys(self, run_id: int) -> list[EffectKey]:
+        return [EffectKey(*row) for row in self._all("show", "effect_keys", {"run_id": run_id})]
 
     def list_runs(self, q: RunQuery) -> list[RunSummary]:
         """Up to ``q.limit`` runs, newest first, below ``q.before`` (keyset pagination)."""

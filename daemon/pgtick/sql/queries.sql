@@ -587,3 +587,12 @@ WHERE r.status = ANY(%(statuses)s::text[]) AND r.finished_at IS NOT NULL
   AND (%(before)s::bigint IS NULL OR r.id < %(before)s::bigint)
 ORDER BY r.id DESC
 LIMIT %(limit)s;
+
+-- schedule_of_run --
+-- The schedule a run came from, for `pgtick show` (NULL schedule_id: no row).
+SELECT id, name, job_type, cron, timezone, paused, paused_reason
+FROM schedules WHERE id = %(id)s;
+
+-- effect_keys --
+-- The side-effect keys a run recorded through effect_once, oldest first.
+SELECT key, created_at FROM effects WHERE run_id = %(run_id)s ORDER BY created_at, key;
