@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import sys
+import zoneinfo
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import islice
@@ -20,7 +22,8 @@ import structlog
 
 import pgtick
 from pgtick import config as config_mod
-from pgtick import db, handlers, logs, migrate, ticker
+from pgtick import db, handlers, logs, migrate, operations, ticker
+from pgtick import store as store_mod
 from pgtick.errors import (
     ConfigError,
     DatabaseError,
@@ -29,6 +32,7 @@ from pgtick.errors import (
     PgtickError,
     ScheduleError,
     SchemaOutdatedError,
+    UsageError,
 )
 from pgtick.schedule import Cron
 from pgtick.store import NewRun, RunStore, ScheduleListing
@@ -66,10 +70,6 @@ def exit_code(exc: BaseException) -> int:
     return EXIT_FAILURE
 
 
-class UsageError(ConfigError):
-    """A command-line argument is wrong; the message names it."""
-
-
 # -- shared helpers -----------------------------------------------------------------------------
 
 
@@ -100,6 +100,10 @@ def _opened_store(dsn: str, schema: str) -> Iterator[RunStore]:
         store.pool.close()
 
 
+TIME_HELP = "ISO 8601 time (no offset = UTC)"
+WHEN_HELP = "ISO 8601 time (no offset = UTC) or a duration such as 90m, 2h, 7d"
+
+
 def parse_time(text: str, option: str) -> datetime:
     """An ISO 8601 instant; without an offset it is taken as UTC."""
     try:
@@ -109,6 +113,23 @@ def parse_time(text: str, option: str) -> datetime:
             f"{option}: not an ISO 8601 time: {text!r} (e.g. 2026-11-22T09:00:00+01:00)"
         ) from None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def parse_when(text: str, option: str) -> datetime | timedelta:
+    """The one parser of time arguments: an ISO 8601 instant (no offset = UTC) or a duration,
+    which the option reads as "that long ago" (--since, --older-than) or "that long from now"
+    (--run-at, --in)."""
+    try:
+        return timedelta(seconds=config_mod.parse_duration(text, option))
+    except ConfigError:
+        pass
+    try:
+        return parse_time(text, option)
+    except UsageError:
+        raise UsageError(
+            f"{option}: expected an ISO 8601 time (e.g. 2026-11-22T09:00:00+01:00; no offset"
+            f" = UTC) or a duration such as 90m, 2h, 7d; got {text!r}"
+        ) from None
 
 
 def parse_payload(text: str | None) -> dict[str, Any]:
@@ -439,6 +460,260 @@ def cmd_schedules_backfill(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- runs ------------------------------------------------------------------------------------------
+
+RUN_COLUMNS = (
+    "ID",
+    "JOB TYPE",
+    "STATUS",
+    "ATT",
+    "RUN_AT",
+    "STARTED",
+    "FINISHED",
+    "TOOK",
+    "LAST ERROR",
+)
+MIN_ERROR_WIDTH = 10
+MAX_JOB_TYPE_WIDTH = 16
+
+
+def _utc(value: datetime | None, now: datetime) -> str:
+    """A table cell in UTC, as precise as it needs to be next to ``now`` (like ``ls -l``):
+    ``14:03:07`` today, ``01-05 12:00`` this year, ``2025-12-31`` before."""
+    if value is None:
+        return "-"
+    at, today = value.astimezone(UTC), now.astimezone(UTC)
+    if at.date() == today.date():
+        return f"{at:%H:%M:%S}"
+    if at.year == today.year:
+        return f"{at:%m-%d %H:%M}"
+    return f"{at:%Y-%m-%d}"
+
+
+def _duration_text(seconds: float) -> str:
+    """Short and sortable by eye: 0.25s, 42s, 3m05s, 2h01m, 3d04h."""
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    whole = round(seconds)
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60)):
+        if whole >= size:
+            return f"{whole // size}{unit}{(whole % size) // sub_size:02d}{sub}"
+    if whole >= 60:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole}s"
+
+
+def _run_seconds(run: store_mod.RunSummary) -> float | None:
+    """How long the run ran (so far, if it is running)."""
+    if run.started_at is None:
+        return None
+    end = run.finished_at if run.finished_at is not None else run.db_now
+    if run.status != "running" and run.finished_at is None:
+        return None  # failed, awaiting retry: the attempt's end is in `show`
+    return max(0.0, (end - run.started_at).total_seconds())
+
+
+def _attempts_text(attempts: int, max_attempts: int | None) -> str:
+    return f"{attempts}/{'-' if max_attempts is None else max_attempts}"
+
+
+def _one_line(text: str | None) -> str:
+    return " ".join((text or "").split())
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def _summary_fields(run: store_mod.RunSummary) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "job_type": run.job_type,
+        "status": run.status,
+        "attempts": run.attempts,
+        "max_attempts": run.max_attempts,
+        "schedule": run.schedule,
+        "run_at": _iso(run.run_at),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "duration_seconds": _run_seconds(run),
+        "last_error": run.last_error,
+    }
+
+
+def _print_runs(runs: Sequence[store_mod.RunSummary]) -> None:
+    """Aligned columns; the last error gets whatever the terminal has left."""
+    rows = [
+        (
+            str(r.id),
+            _cut(r.job_type, MAX_JOB_TYPE_WIDTH),
+            r.status,
+            _attempts_text(r.attempts, r.max_attempts),
+            _utc(r.run_at, r.db_now),
+            _utc(r.started_at, r.db_now),
+            _utc(r.finished_at, r.db_now),
+            "-" if (d := _run_seconds(r)) is None else _duration_text(d),
+        )
+        for r in runs
+    ]
+    fixed = [max(len(line[i]) for line in [RUN_COLUMNS[:-1], *rows]) for i in range(len(rows[0]))]
+    room = shutil.get_terminal_size().columns - sum(fixed) - 2 * len(fixed)
+    if room < MIN_ERROR_WIDTH:
+        room = 0  # no room for a readable error: `pgtick show ID` has it
+    errors = [_cut(_one_line(r.last_error), room) or "-" for r in runs]
+    _print_table(RUN_COLUMNS, [(*row, e) for row, e in zip(rows, errors, strict=True)])
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    since = None if args.since is None else parse_when(args.since, "--since")
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
+        page = operations.list_runs(
+            store,
+            statuses=args.status or (),
+            job_type=args.type,
+            schedule=args.schedule,
+            since=since,
+            before=args.before,
+            limit=args.limit,
+        )
+    if args.json:
+        doc = {"runs": [_summary_fields(r) for r in page.runs], "next_before": page.next_before}
+        print(json.dumps(doc, indent=2))
+        return EXIT_OK
+    if not page.runs:
+        print("no runs")
+        return EXIT_OK
+    _print_runs(page.runs)
+    if page.next_before is not None:
+        print(f"more: --before {page.next_before}")
+    return EXIT_OK
+
+
+# -- show ------------------------------------------------------------------------------------------
+
+
+def _in_zone(at: datetime, timezone: str) -> str:
+    """``at`` on a zone's wall clock (``2026-10-25 02:30:00 CEST (+02:00)``); empty for a zone
+    this machine does not know."""
+    try:
+        local = at.astimezone(zoneinfo.ZoneInfo(timezone))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return ""
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()} ({_offset_text(local.utcoffset())})"
+
+
+def _attempt_seconds(a: store_mod.Attempt) -> float | None:
+    return None if a.finished_at is None else (a.finished_at - a.started_at).total_seconds()
+
+
+def _detail_fields(d: operations.RunDetail) -> dict[str, Any]:
+    r = d.run
+    return {
+        "id": r.id,
+        "job_type": r.job_type,
+        "status": r.status,
+        "payload": r.payload,
+        "idempotency_key": r.idempotency_key,
+        "attempts": r.attempts,
+        "max_attempts": r.max_attempts,
+        "run_at": _iso(r.run_at),
+        "scheduled_for": _iso(r.scheduled_for),
+        "created_at": _iso(r.created_at),
+        "updated_at": _iso(r.updated_at),
+        "started_at": _iso(r.started_at),
+        "finished_at": _iso(r.finished_at),
+        "locked_by": r.locked_by,
+        "locked_until": _iso(r.locked_until),
+        "last_error": r.last_error,
+        "error_type": r.error_type,
+        "attempt_history": [
+            {
+                "attempt": a.attempt,
+                "worker": a.worker_id,
+                "started_at": _iso(a.started_at),
+                "finished_at": _iso(a.finished_at),
+                "duration_seconds": _attempt_seconds(a),
+                "outcome": a.outcome,
+                "error_type": a.error_type,
+                "error": a.error,
+            }
+            for a in d.attempts
+        ],
+        "schedule": None
+        if d.schedule is None
+        else {
+            "name": d.schedule.name,
+            "cron": d.schedule.cron,
+            "timezone": d.schedule.timezone,
+            "scheduled_for_local": None
+            if r.scheduled_for is None
+            else _in_zone(r.scheduled_for, d.schedule.timezone) or None,
+        },
+        "effects": [{"key": e.key, "created_at": _iso(e.created_at)} for e in d.effects],
+    }
+
+
+def _print_detail(d: operations.RunDetail) -> None:
+    r = d.run
+    tried = _attempts_text(r.attempts, r.max_attempts)
+    print(f"run {r.id}: {r.job_type}, {r.status}, attempt {tried}")
+    held = None if r.locked_by is None else f"{r.locked_by} until {_iso(r.locked_until)}"
+    error = None if r.last_error is None else f"[{r.error_type}] {_one_line(r.last_error)}"
+    lines: list[tuple[str, str | None]] = [
+        ("payload", json.dumps(r.payload)),
+        ("idempotency key", r.idempotency_key),
+        ("created", _iso(r.created_at)),
+        ("run_at", _iso(r.run_at)),
+        ("started", _iso(r.started_at)),
+        ("finished", _iso(r.finished_at)),
+        ("locked by", held),
+        ("last error", error),
+    ]
+    if d.schedule is not None:
+        s = d.schedule
+        origin = f"{s.name} ({s.cron}, {s.timezone})"
+        if r.scheduled_for is not None:
+            origin += f", occurrence {_iso(r.scheduled_for)}"
+            local = _in_zone(r.scheduled_for, s.timezone)
+            if local:
+                origin += f" = {local}"
+        else:
+            origin += ", triggered by hand"
+        lines.append(("schedule", origin))
+    for label, value in lines:
+        if value is not None:
+            print(f"  {label + ':':<17}{value}")
+    print(f"attempts ({len(d.attempts)}):" if d.attempts else "attempts: none yet")
+    for a in d.attempts:
+        took = _attempt_seconds(a)
+        outcome = a.outcome or "running"
+        head = f"  #{a.attempt} {outcome} on {a.worker_id}, started {_iso(a.started_at)}"
+        if took is not None:
+            head += f", took {_duration_text(took)}"
+        if a.error_type:
+            head += f", {a.error_type}"
+        print(head)
+        for line in (a.error or "").rstrip().splitlines():
+            print(f"      {line}")
+    print(f"effects ({len(d.effects)}):" if d.effects else "effects: none")
+    for e in d.effects:
+        print(f"  {e.key}  ({_iso(e.created_at)})")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
+        detail = operations.show_run(store, args.run_id)
+    if args.json:
+        print(json.dumps(_detail_fields(detail), indent=2))
+    else:
+        _print_detail(detail)
+    return EXIT_OK
+
+
 # -- parsing ---------------------------------------------------------------------------------------
 
 
@@ -457,6 +732,43 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _run_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a run id: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a run id: {text!r} (ids start at 1)")
+    return value
+
+
+def _add_runs(sub: Any, common: argparse.ArgumentParser) -> None:
+    text = "list runs, newest first, one page at a time"
+    p = sub.add_parser("runs", parents=[common], help=text, description=text)
+    p.set_defaults(func=cmd_runs)
+    p.add_argument(
+        "--status",
+        action="append",
+        metavar="S",
+        help=f"only this status; repeatable ({', '.join(store_mod.STATUSES)})",
+    )
+    p.add_argument("--type", metavar="T", help="only this job type")
+    p.add_argument("--schedule", metavar="NAME", help="only runs of this schedule")
+    p.add_argument("--since", metavar="WHEN", help=f"created since: {WHEN_HELP} ago")
+    p.add_argument(
+        "--limit",
+        type=_positive_int,
+        default=operations.DEFAULT_PAGE_SIZE,
+        metavar="N",
+        help=f"page size (default {operations.DEFAULT_PAGE_SIZE})",
+    )
+    p.add_argument(
+        "--before", type=_run_id, metavar="ID", help="the page below this run id (printed)"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    p.epilog = "Table times are UTC (HH:MM:SS today, MM-DD HH:MM this year); --json gives ISO."
 
 
 def _add_schedules(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -534,6 +846,10 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--in", dest="in_", metavar="DURATION", help="e.g. 90s, 5m, 2h")
     p.add_argument("--key", metavar="KEY", help="idempotency key")
     p.add_argument("--max-attempts", type=_positive_int, metavar="N")
+    _add_runs(sub, common)
+    p = add("show", cmd_show, "one run: its attempts and errors, schedule and effects")
+    p.add_argument("run_id", type=_run_id, metavar="RUN_ID")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     _add_schedules(sub, common)
     p = add("demo", cmd_demo, "run the daemon on an embedded PostgreSQL, for a first look")
     p.add_argument("--data-dir", default=DEMO_DATA_DIR, help="where the embedded server lives")

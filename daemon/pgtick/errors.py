@@ -4,7 +4,8 @@
 
     PgtickError
     ├── ConfigError            bad config file, key, value, cron, zone   -> exit 2
-    │   └── ScheduleError      a cron expression or time zone refused    -> exit 2
+    │   ├── ScheduleError      a cron expression or time zone refused    -> exit 2
+    │   └── UsageError         a command-line argument or request refused -> exit 2
     ├── MigrationError         an applied migration file was changed     -> exit 2
     ├── SchemaOutdatedError    database schema older than this code      -> exit 2
     ├── DatabaseError          database unreachable or a query failed    -> exit 3
@@ -29,6 +30,11 @@ class ConfigError(PgtickError):
 
 class ScheduleError(ConfigError):
     """A cron expression, time zone or schedule option is refused."""
+
+
+class UsageError(ConfigError):
+    """An operator's argument is wrong (or names a run in the wrong state); the message says
+    which and why."""
 
 
 class MigrationError(PgtickError):

@@ -255,6 +255,56 @@ class MetricsSnapshot:
     schedules: list[ScheduleHealth]
 
 
+@dataclass(frozen=True)
+class RunSummary:
+    """One line of the operator's run listing; ``db_now`` is the database clock at the read."""
+
+    id: int
+    job_type: str
+    status: str
+    attempts: int
+    max_attempts: int | None
+    run_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_error: str | None
+    schedule: str | None
+    db_now: datetime
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """Filters of the run listing; None means no filter. ``limit`` is the page size."""
+
+    statuses: Sequence[str] | None = None
+    job_type: str | None = None
+    schedule: str | None = None
+    since: datetime | None = None
+    before: int | None = None
+    limit: int = 50
+
+
+@dataclass(frozen=True)
+class ScheduleRef:
+    """The schedule a run came from, as ``pgtick show`` names it."""
+
+    id: int
+    name: str
+    job_type: str
+    cron: str
+    timezone: str
+    paused: bool
+    paused_reason: str | None
+
+
+@dataclass(frozen=True)
+class EffectKey:
+    """A side effect a run recorded (``effects``)."""
+
+    key: str
+    created_at: datetime
+
+
 Pool = psycopg_pool.ConnectionPool[db.Connection]
 
 
@@ -513,6 +563,28 @@ class RunStore:
 
     def get_attempts(self, run_id: int) -> list[Attempt]:
         return [Attempt(*row) for row in self._all("get_attempts", "get_attempts", {"id": run_id})]
+
+    def schedule_of_run(self, schedule_id: int) -> ScheduleRef | None:
+        rows = self._all("show", "schedule_of_run", {"id": schedule_id})
+        return ScheduleRef(*rows[0]) if rows else None
+
+    def effect_keys(self, run_id: int) -> list[EffectKey]:
+        return [EffectKey(*row) for row in self._all("show", "effect_keys", {"run_id": run_id})]
+
+    def list_runs(self, q: RunQuery) -> list[RunSummary]:
+        """Up to ``q.limit`` runs, newest first, below ``q.before`` (keyset pagination)."""
+        statuses = None if q.statuses is None else list(q.statuses)
+        terminal_only = statuses is not None and all(s in TERMINAL_STATUSES for s in statuses)
+        params = {
+            "statuses": statuses,
+            "job_type": q.job_type,
+            "schedule": q.schedule,
+            "since": q.since,
+            "before": q.before,
+            "limit": q.limit,
+        }
+        name = "list_finished_runs" if terminal_only else "list_runs"
+        return [RunSummary(*row) for row in self._all("list_runs", name, params)]
 
     # -- workers and effects ----------------------------------------------------------------
 

@@ -595,3 +595,46 @@ WITH fresh AS (
 )
 DELETE FROM terminal_run_counts t
 WHERE NOT EXISTS (SELECT FROM fresh f WHERE f.job_type = t.job_type AND f.status = t.status);
+
+-- list_runs --
+-- The operator's run listing, newest first, one page at a time: keyset pagination on the
+-- primary key (%(before)s), so a page costs the same on the ten-millionth row as on the
+-- first. A NULL parameter means "no filter"; the CLI's statement is planned with its values,
+-- so unused filters fold away. %(limit)s is one more than the page, to tell whether more exist.
+SELECT r.id, r.job_type, r.status, r.attempts, r.max_attempts, r.run_at, r.started_at,
+       r.finished_at, r.last_error, s.name, now()
+FROM runs r
+LEFT JOIN schedules s ON s.id = r.schedule_id
+WHERE (%(statuses)s::text[] IS NULL OR r.status = ANY(%(statuses)s::text[]))
+  AND (%(job_type)s::text IS NULL OR r.job_type = %(job_type)s::text)
+  AND (%(schedule)s::text IS NULL
+       OR r.schedule_id = (SELECT id FROM schedules WHERE name = %(schedule)s::text))
+  AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s::timestamptz)
+  AND (%(before)s::bigint IS NULL OR r.id < %(before)s::bigint)
+ORDER BY r.id DESC
+LIMIT %(limit)s;
+
+-- list_finished_runs --
+-- list_runs for terminal statuses only: every terminal run has finished_at set, and saying so
+-- lets the planner use runs_finished_idx (status, finished_at) when those statuses are rare.
+SELECT r.id, r.job_type, r.status, r.attempts, r.max_attempts, r.run_at, r.started_at,
+       r.finished_at, r.last_error, s.name, now()
+FROM runs r
+LEFT JOIN schedules s ON s.id = r.schedule_id
+WHERE r.status = ANY(%(statuses)s::text[]) AND r.finished_at IS NOT NULL
+  AND (%(job_type)s::text IS NULL OR r.job_type = %(job_type)s::text)
+  AND (%(schedule)s::text IS NULL
+       OR r.schedule_id = (SELECT id FROM schedules WHERE name = %(schedule)s::text))
+  AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s::timestamptz)
+  AND (%(before)s::bigint IS NULL OR r.id < %(before)s::bigint)
+ORDER BY r.id DESC
+LIMIT %(limit)s;
+
+-- schedule_of_run --
+-- The schedule a run came from, for `pgtick show` (NULL schedule_id: no row).
+SELECT id, name, job_type, cron, timezone, paused, paused_reason
+FROM schedules WHERE id = %(id)s;
+
+-- effect_keys --
+-- The side-effect keys a run recorded through effect_once, oldest first.
+SELECT key, created_at FROM effects WHERE run_id = %(run_id)s ORDER BY created_at, key;
