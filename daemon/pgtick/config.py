@@ -626,8 +626,12 @@ def _worker(data: Mapping[str, Any]) -> WorkerConfig:
     return WorkerConfig(**values)
 
 
-def _job_type(name: str, value: Any, worker: WorkerConfig) -> JobTypeConfig:
-    prefix = f"job_types.{name}"
+def job_type_config(
+    name: str, value: Any, worker: WorkerConfig, *, prefix: str | None = None
+) -> JobTypeConfig:
+    """A job type's settings from a ``[job_types.NAME]`` table, or from ``@pgtick.job``'s
+    options (the same keys and checks; ``prefix`` then names the decorator in errors)."""
+    prefix = prefix or f"job_types.{name}"
     _name(prefix, name)
     values = _fields(prefix, _table(prefix, value), _JOB_TYPE_KEYS)
     if "handler" in values and "command" in values:
@@ -683,7 +687,7 @@ def config_from_mapping(data: Mapping[str, Any], *, path: str | None = None) -> 
         logging=logging,
         retention=retention,
         job_types=types.MappingProxyType(
-            {name: _job_type(name, value, worker) for name, value in job_types.items()}
+            {name: job_type_config(name, value, worker) for name, value in job_types.items()}
         ),
         schedules=types.MappingProxyType(
             {name: _schedule(name, value) for name, value in schedules.items()}

@@ -9,7 +9,6 @@ in ``[job_types.NAME]``, or an ``@pgtick.job("NAME")`` decorator in a module lis
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib
 import json
 import os
@@ -23,6 +22,7 @@ from typing import Any, Protocol
 import structlog
 
 from pgtick import commands
+from pgtick import config as config_mod
 from pgtick.backoff import Backoff
 from pgtick.config import Config, JobTypeConfig
 from pgtick.errors import ConfigError, Fail, Retry
@@ -49,25 +49,27 @@ def job(
     *,
     max_attempts: int | None = None,
     backoff: str | None = None,
-    backoff_base: float | None = None,
-    backoff_max: float | None = None,
+    backoff_base: float | str | None = None,
+    backoff_max: float | str | None = None,
     jitter: float | None = None,
-    timeout: float | None = None,
-    lease: float | None = None,
+    timeout: float | str | None = None,
+    lease: float | str | None = None,
 ) -> Callable[[Handler], Handler]:
     """Register ``fn(ctx, payload)`` as the handler of job type ``name``.
 
-    Options are in seconds and apply when the config file has no ``[job_types.NAME]`` table
-    (if it has one, the file's settings win).
+    Options take the same values as the ``[job_types.NAME]`` keys of the same names (seconds
+    as numbers, or durations such as ``"5m"``) and go through the same checks when the daemon
+    starts. They apply when the config file has no ``[job_types.NAME]`` table (if it has one,
+    the file's settings win).
     """
     options = {
         "max_attempts": max_attempts,
         "backoff": backoff,
-        "backoff_base_seconds": backoff_base,
-        "backoff_max_seconds": backoff_max,
+        "backoff_base": backoff_base,
+        "backoff_max": backoff_max,
         "jitter": jitter,
-        "timeout_seconds": timeout,
-        "lease_seconds": lease,
+        "timeout": timeout,
+        "lease": lease,
     }
 
     def register(fn: Handler) -> Handler:
@@ -166,7 +168,9 @@ def resolve(config: Config) -> dict[str, JobType]:
             )
     for name, (fn, options) in _DECORATED.items():
         if name not in resolved:
-            jt = dataclasses.replace(JobTypeConfig(name=name), **options)
+            # The file's validator, so a decorator cannot set what the file may not.
+            where = f"@pgtick.job({name!r}) in {getattr(fn, '__module__', '?')}"
+            jt = config_mod.job_type_config(name, options, config.worker, prefix=where)
             resolved[name] = JobType(jt, jt.lease_seconds or default_lease, fn=fn)
     for name, schedule in config.schedules.items():
         if schedule.job_type not in resolved:

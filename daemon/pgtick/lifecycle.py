@@ -314,11 +314,14 @@ class Lifecycle:
     ) -> None:
         """FINISHING -> gone once the batch's transaction committed; a run the guarded write
         did not change was no longer ours (its lease expired and another daemon has it)."""
+        mine = []
         with self._lock:
-            for held, _, _ in batch:
+            for item in batch:
+                held = item[0]
                 if self._held.get(held.id) is held and held.state is State.FINISHING:
                     del self._held[held.id]
-        for held, outcome, duration in batch:
+                    mine.append(item)
+        for held, outcome, duration in mine:
             if outcome.kind == "succeeded" and held.id in succeeded:
                 self._record(held, "succeeded", duration)
                 runs_log.debug("run_succeeded", **_fields(held), duration=round(duration, 6))
@@ -410,11 +413,13 @@ class Lifecycle:
 
     def released(self, runs: Sequence[Held], released_ids: set[int]) -> None:
         """RELEASING -> gone once the release statement ran (or could not)."""
+        mine = []
         with self._lock:
             for held in runs:
                 if self._held.get(held.id) is held and held.state is State.RELEASING:
                     del self._held[held.id]
-        for held in runs:
+                    mine.append(held)
+        for held in mine:
             if held.id in released_ids:
                 self._record(held, "released", None)
 

@@ -1,0 +1,421 @@
+"""The lifecycle owner's transitions, without a database, processes or sleeps: every legal
+transition does what it says, every other one is refused and changes nothing."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from pgtick.config import JobTypeConfig
+from pgtick.handlers import JobContext, JobType, Outcome
+from pgtick.lifecycle import Held, Lifecycle, State
+from pgtick.metrics import Metrics
+from pgtick.store import ClaimedRun, FailResult
+
+T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _fn(ctx: JobContext, payload: Any) -> None:
+    return None
+
+
+PY = JobType(JobTypeConfig("py", timeout_seconds=5.0), lease_seconds=60.0, fn=_fn)
+CMD = JobType(JobTypeConfig("cmd"), lease_seconds=30.0, command=("/bin/true",))
+
+
+def metric(m: Metrics, name: str, **labels: str) -> float:
+    value = m.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def attempts(m: Metrics, job_type: str, outcome: str) -> float:
+    return metric(m, "pgtick_run_attempts_total", job_type=job_type, outcome=outcome)
+
+
+class World:
+    """A lifecycle and a way to make held runs for it."""
+
+    def __init__(self) -> None:
+        self.metrics = Metrics({"py": PY, "cmd": CMD}, "test", 4)
+        self.clock = Clock()
+        self.life = Lifecycle(self.metrics, clock=self.clock)
+        self._next = 1
+
+    def held(self, jt: JobType = PY, attempt: int = 1, max_attempts: int = 3) -> Held:
+        run_id, self._next = self._next, self._next + 1
+        run = ClaimedRun(
+            id=run_id,
+            job_type=jt.name,
+            payload={},
+            attempt=attempt,
+            max_attempts=max_attempts,
+            scheduled_for=None,
+            idempotency_key=None,
+            run_at=T0,
+            schedule_id=None,
+            started_at=T0 + timedelta(seconds=1),
+            locked_until=T0 + timedelta(seconds=61),
+        )
+        ctx = JobContext(
+            run_id=run_id,
+            job_type=jt.name,
+            attempt=attempt,
+            max_attempts=max_attempts,
+            scheduled_for=None,
+            idempotency_key=None,
+            cancelled=threading.Event(),
+            _store=None,  # type: ignore[arg-type]  # never touched: no I/O here
+            _worker_id="w",
+            _guard=self.life,
+        )
+        return Held(run, ctx, jt)
+
+    def accepted(self, jt: JobType = PY, **kw: Any) -> Held:
+        h = self.held(jt, **kw)
+        assert self.life.accept([h]) == []
+        return h
+
+    def running(self, jt: JobType = PY, **kw: Any) -> Held:
+        h = self.accepted(jt, **kw)
+        assert self.life.start(h)
+        return h
+
+    def finishing(self, jt: JobType = PY, **kw: Any) -> Held:
+        h = self.running(jt, **kw)
+        out = Outcome(h.id, "succeeded")
+        assert self.life.finish(h, out, 0.1) == out
+        return h
+
+    def committed(self) -> Held:
+        h = self.running()
+        assert self.life.begin_commit(h.id)
+        self.life.end_commit(h.id, committed=True)
+        return h
+
+    def lost(self) -> Held:
+        h = self.running()
+        self.life.lost({h.id})
+        return h
+
+    def interrupted(self) -> Held:
+        h = self.running()
+        self.life.interrupt()
+        assert self.life.finish(h, Outcome(h.id, "interrupted"), 0.1) is None
+        return h
+
+    def releasing(self) -> Held:
+        h = self.accepted()
+        assert self.life.unstarted() == [h]
+        return h
+
+
+MAKERS = {
+    State.CLAIMED: World.accepted,
+    State.RUNNING: World.running,
+    State.COMMITTED: World.committed,
+    State.FINISHING: World.finishing,
+    State.LOST: World.lost,
+    State.INTERRUPTED: World.interrupted,
+    State.RELEASING: World.releasing,
+}
+
+
+def in_state(state: State) -> tuple[World, Held]:
+    w = World()
+    if state is State.COMMITTING:
+        h = w.running()
+        assert w.life.begin_commit(h.id)
+    else:
+        h = MAKERS[state](w)
+    assert w.life.state(h.id) is state
+    return w, h
+
+
+# -- legal transitions ------------------------------------------------------------------------
+
+
+def test_claim_start_finish_written_counts_one_success() -> None:
+    w = World()
+    h = w.held()
+    assert w.life.accept([h]) == []
+    assert w.life.state(h.id) is State.CLAIMED and h.id in w.life.leases()
+    assert w.life.start(h)
+    assert w.life.state(h.id) is State.RUNNING and w.life.active == 1
+    assert h.deadline == w.clock.now + 5.0  # Python handler with a timeout
+    out = Outcome(h.id, "succeeded")
+    assert w.life.finish(h, out, 0.25) == out
+    assert w.life.state(h.id) is State.FINISHING and w.life.active == 0
+    assert h.id in w.life.leases()  # renewed until written
+    w.life.written([(h, out, 0.25)], {h.id}, {})
+    assert w.life.state(h.id) is None and w.life.held_count() == 0
+    assert attempts(w.metrics, "py", "succeeded") == 1
+    assert w.life.take_summary() == {"py": {"succeeded": 1}}
+    assert w.life.take_summary() == {}
+
+
+def test_failed_and_dead_are_counted_from_what_the_database_recorded() -> None:
+    w = World()
+    a, b = w.running(), w.running()
+    fa = Outcome(a.id, "failed", "E: x", "E", "tb", 10.0)
+    fb = Outcome(b.id, "dead", "E: y", "E", "tb", None)
+    assert w.life.finish(a, fa, 0.1) == fa
+    assert w.life.finish(b, fb, 0.1) == fb
+    results = {a.id: FailResult(a.id, "failed", T0), b.id: FailResult(b.id, "dead", T0)}
+    w.life.written([(a, fa, 0.1), (b, fb, 0.1)], set(), results)
+    assert w.life.held_count() == 0
+    assert attempts(w.metrics, "py", "failed") == 2
+    assert w.life.take_summary() == {"py": {"failed": 1, "dead": 1}}
+
+
+def test_a_write_the_lease_guard_refused_is_a_lost_lease() -> None:
+    w = World()
+    h = w.finishing()
+    w.life.written([(h, Outcome(h.id, "succeeded"), 0.1)], set(), {})
+    assert w.life.held_count() == 0
+    assert attempts(w.metrics, "py", "lost") == 1
+    assert metric(w.metrics, "pgtick_leases_lost_total", job_type="py") == 1
+
+
+def test_commit_by_the_handler_then_heartbeat_sees_the_lease_gone() -> None:
+    """Bug 4: a run committed through ctx.transaction() is not lost when the heartbeat then
+    finds its lease gone (the commit cleared it): no cancel, no lost count."""
+    w, h = in_state(State.COMMITTED)
+    assert h.id not in w.life.leases()  # the database holds it for nobody now
+    assert w.life.lost({h.id}) == []
+    assert not h.ctx.cancelled.is_set()
+    assert w.life.finish(h, Outcome(h.id, "succeeded"), 0.1) is None
+    assert attempts(w.metrics, "py", "succeeded") == 1
+    assert attempts(w.metrics, "py", "lost") == 0
+    assert metric(w.metrics, "pgtick_leases_lost_total", job_type="py") == 0
+
+
+def test_heartbeat_during_the_commit_is_decided_by_the_commit() -> None:
+    w, h = in_state(State.COMMITTING)
+    assert w.life.lost({h.id}) == []  # undecided yet
+    w.life.end_commit(h.id, committed=True)
+    assert w.life.state(h.id) is State.COMMITTED and not h.ctx.cancelled.is_set()
+
+    w, h = in_state(State.COMMITTING)
+    w.life.lost({h.id})
+    w.life.end_commit(h.id, committed=False)  # the lease really was gone
+    assert w.life.state(h.id) is State.LOST and h.ctx.cancelled.is_set()
+
+
+def test_a_commit_that_did_not_happen_returns_to_running() -> None:
+    w, h = in_state(State.COMMITTING)
+    w.life.end_commit(h.id, committed=False)
+    assert w.life.state(h.id) is State.RUNNING
+
+
+def test_an_error_after_the_commit_keeps_the_success() -> None:
+    w, h = in_state(State.COMMITTED)
+    failure = Outcome(h.id, "failed", "E: after", "E", "tb", 1.0)
+    assert w.life.finish(h, failure, 0.1) is None
+    assert attempts(w.metrics, "py", "succeeded") == 1
+    assert attempts(w.metrics, "py", "failed") == 0
+
+
+@pytest.mark.parametrize("reason", ["lost", "cancelled"])
+def test_lost_or_cancelled_while_running_stops_the_handler_and_drops_its_result(
+    reason: str,
+) -> None:
+    w, h = in_state(State.RUNNING)
+    cancelled = {h.id} if reason == "cancelled" else set()
+    assert w.life.lost({h.id}, cancelled) == [h]
+    assert w.life.state(h.id) is State.LOST and h.ctx.cancelled.is_set()
+    assert h.id not in w.life.leases()
+    assert w.life.finish(h, Outcome(h.id, "succeeded"), 0.1) is None  # dropped
+    assert w.life.held_count() == 0 and w.life.active == 0
+    assert attempts(w.metrics, "py", reason) == 1
+    assert attempts(w.metrics, "py", "succeeded") == 0
+    lost_leases = metric(w.metrics, "pgtick_leases_lost_total", job_type="py")
+    assert lost_leases == (1 if reason == "lost" else 0)
+
+
+def test_lost_before_a_thread_started_it() -> None:
+    w, h = in_state(State.CLAIMED)
+    assert w.life.lost({h.id}) == [h]
+    assert w.life.state(h.id) is None
+    assert not w.life.start(h)  # the thread that pops it later does nothing
+    assert attempts(w.metrics, "py", "lost") == 1
+
+
+def test_timeout_fails_the_run_and_ignores_the_late_result() -> None:
+    w, h = in_state(State.RUNNING)
+    assert w.life.expire() == ([], h.deadline)
+    w.clock.now = h.deadline or 0.0
+    [(expired, outcome, _)] = w.life.expire()[0]
+    assert expired is h and outcome.kind == "failed" and outcome.error_type == "timeout"
+    assert w.life.state(h.id) is State.FINISHING and h.ctx.cancelled.is_set()
+    assert w.life.expire()[0] == []  # once
+    w.life.written([(h, outcome, 5.0)], set(), {h.id: FailResult(h.id, "failed", T0)})
+    assert w.life.active == 1  # its thread is still in the handler
+    assert w.life.finish(h, Outcome(h.id, "succeeded"), 9.0) is None  # too late
+    assert w.life.active == 0
+    assert attempts(w.metrics, "py", "failed") == 1
+    assert attempts(w.metrics, "py", "succeeded") == 0
+
+
+def test_a_timed_out_run_cannot_commit() -> None:
+    w, h = in_state(State.RUNNING)
+    w.clock.now = h.deadline or 0.0
+    w.life.expire()
+    assert not w.life.begin_commit(h.id)
+
+
+def test_commands_have_no_python_deadline() -> None:
+    w = World()
+    c = w.accepted(CMD)
+    assert w.life.start(c) and c.deadline is None
+
+
+def test_drain_refuses_claims_releases_unstarted_and_interrupts() -> None:
+    w = World()
+    waiting, running, command = w.accepted(), w.running(), w.running(CMD)
+    w.life.close()
+    late = w.held()
+    assert w.life.accept([late]) == [late]  # a claim in flight when the drain began
+    assert w.life.state(late.id) is None
+    assert w.life.unstarted() == [waiting]
+    assert w.life.state(waiting.id) is State.RELEASING
+    assert not w.life.start(waiting)
+    assert w.life.interrupt() == 2
+    assert running.ctx.cancelled.is_set() and command.ctx.cancelled.is_set()
+    # The Python handler gives up because it was cancelled: released, not a failure.
+    failure = Outcome(running.id, "failed", "Retry: cancelled", "Retry", "", 1.0)
+    assert w.life.finish(running, failure, 1.0) is None
+    assert w.life.state(running.id) is State.INTERRUPTED
+    # The command never returned: not released while its processes may live.
+    report = w.life.leftovers()
+    assert set(report.release) == {waiting, running}
+    assert report.left_running == [command]
+    w.life.released(report.release, {waiting.id, running.id})
+    assert w.life.held_count() == 1
+    assert attempts(w.metrics, "py", "released") == 2
+    assert attempts(w.metrics, "py", "failed") == 0
+
+
+def test_a_python_handler_that_never_returns_is_released_at_the_end() -> None:
+    w, h = in_state(State.RUNNING)
+    w.life.interrupt()
+    assert w.life.leftovers().release == [h]
+
+
+def test_a_success_during_the_drain_is_still_written() -> None:
+    w, h = in_state(State.RUNNING)
+    w.life.interrupt()
+    out = Outcome(h.id, "succeeded")
+    assert w.life.finish(h, out, 1.0) == out
+
+
+def test_wait_idle_returns_when_the_last_handler_returns() -> None:
+    w, h = in_state(State.RUNNING)
+    c = w.running(CMD)
+    assert not w.life.wait_idle(0.0)
+    w.life.finish(c, Outcome(c.id, "interrupted"), 0.1)
+    assert w.life.wait_idle(0.0, commands_only=True)
+    assert not w.life.wait_idle(0.0)
+    w.life.finish(h, Outcome(h.id, "succeeded"), 0.1)
+    assert w.life.wait_idle(0.0)
+
+
+# -- illegal transitions: refused, nothing changes ---------------------------------------------
+
+ALL = list(State)
+
+
+def _snapshot(w: World, h: Held) -> tuple[Any, ...]:
+    counted = [attempts(w.metrics, "py", o) for o in ("succeeded", "failed", "lost", "released")]
+    return (
+        w.life.state(h.id),
+        w.life.active,
+        h.ctx.cancelled.is_set(),
+        w.life.held_count(),
+        *counted,
+    )
+
+
+@pytest.mark.parametrize("state", [s for s in ALL if s is not State.CLAIMED])
+def test_start_is_refused_unless_claimed(state: State) -> None:
+    w, h = in_state(state)
+    before = _snapshot(w, h)
+    assert not w.life.start(h)
+    assert _snapshot(w, h) == before
+
+
+@pytest.mark.parametrize("state", [s for s in ALL if s is not State.RUNNING])
+def test_begin_commit_is_refused_unless_running(state: State) -> None:
+    w, h = in_state(state)
+    before = _snapshot(w, h)
+    assert not w.life.begin_commit(h.id)
+    assert _snapshot(w, h) == before
+
+
+@pytest.mark.parametrize("state", [s for s in ALL if s is not State.COMMITTING])
+@pytest.mark.parametrize("committed", [True, False])
+def test_end_commit_is_ignored_unless_committing(state: State, committed: bool) -> None:
+    w, h = in_state(state)
+    before = _snapshot(w, h)
+    w.life.end_commit(h.id, committed)
+    assert _snapshot(w, h) == before
+
+
+@pytest.mark.parametrize(
+    "state", [State.FINISHING, State.COMMITTING, State.COMMITTED, State.LOST, State.RELEASING]
+)
+def test_lost_leaves_runs_another_transition_is_deciding(state: State) -> None:
+    w, h = in_state(state)
+    before = _snapshot(w, h)
+    assert w.life.lost({h.id}) == []
+    assert _snapshot(w, h) == before
+
+
+@pytest.mark.parametrize("state", [s for s in ALL if s is not State.FINISHING])
+def test_written_ignores_runs_not_finishing(state: State) -> None:
+    w, h = in_state(state)
+    before = _snapshot(w, h)
+    w.life.written([(h, Outcome(h.id, "succeeded"), 0.1)], {h.id}, {})
+    assert _snapshot(w, h) == before
+
+
+@pytest.mark.parametrize("state", [s for s in ALL if s is not State.RELEASING])
+def test_released_ignores_runs_not_releasing(state: State) -> None:
+    w, h = in_state(state)
+    before = _snapshot(w, h)
+    w.life.released([h], {h.id})
+    assert _snapshot(w, h) == before
+
+
+@pytest.mark.parametrize(
+    "state", [State.CLAIMED, State.FINISHING, State.INTERRUPTED, State.RELEASING]
+)
+def test_finish_without_a_running_handler_writes_nothing(state: State) -> None:
+    w, h = in_state(state)
+    before = _snapshot(w, h)
+    assert w.life.finish(h, Outcome(h.id, "succeeded"), 0.1) is None
+    assert _snapshot(w, h) == before
+
+
+def test_unknown_runs_are_ignored_everywhere() -> None:
+    w = World()
+    stranger = w.held()
+    assert not w.life.start(stranger)
+    assert not w.life.begin_commit(stranger.id)
+    w.life.end_commit(stranger.id, True)
+    assert w.life.lost({stranger.id}) == []
+    assert w.life.finish(stranger, Outcome(stranger.id, "succeeded"), 0.1) is None
+    w.life.written([(stranger, Outcome(stranger.id, "succeeded"), 0.1)], {stranger.id}, {})
+    w.life.released([stranger], {stranger.id})
+    assert w.life.held_count() == 0
+    assert attempts(w.metrics, "py", "succeeded") == 0
