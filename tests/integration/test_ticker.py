@@ -5,7 +5,9 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-from pgtick import db
+import pytest
+
+from pgtick import db, sqlfile
 from pgtick.config import ScheduleConfig, TickerConfig
 from pgtick.metrics import Metrics
 from pgtick.store import ClaimType, RunStore
@@ -292,3 +294,50 @@ def test_sync_of_a_changed_schedule_makes_it_due_at_the_next_tick(
     store.resume_schedule("b")
     due = conn.execute("SELECT name FROM schedules WHERE next_due_at IS NULL ORDER BY 1")
     assert due.fetchall() == [("a",), ("b",)]
+
+
+# --- Query plans of the ticker's and the listing's schedule queries ------------------------------
+
+
+def explain(conn: db.Connection, name: str) -> tuple[str, int]:
+    """The plan's text and the pages it really touched (run under ANALYZE, rolled back)."""
+    statement = b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sqlfile.queries()[name].encode()
+    with conn.transaction(force_rollback=True):
+        row = conn.execute(statement).fetchone()
+        text = conn.execute(b"EXPLAIN " + sqlfile.queries()[name].encode()).fetchall()
+    assert row is not None
+    top = row[0][0]["Plan"]
+    return "\n".join(r[0] for r in text), top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+
+
+@pytest.mark.timeout(120)
+def test_tick_and_listing_queries_read_through_their_indexes(conn: db.Connection) -> None:
+    """5 000 schedules of which 3 are due, 20 000 runs of one schedule: a tick reads the due
+    schedules through schedules_next_due_idx, and the listing finds each schedule's last run
+    with one backward probe of (schedule_id, scheduled_for), not by reading its runs."""
+    conn.execute(
+        "INSERT INTO schedules (name, job_type, cron, next_due_at) "
+        "SELECT 's' || g, 'j', '0 0 1 1 *', "
+        "CASE WHEN g <= 3 THEN now() - interval '1 second' ELSE now() + g * interval '1 hour' END "
+        "FROM generate_series(1, 5000) g"
+    )
+    conn.execute(
+        "INSERT INTO runs (schedule_id, scheduled_for, job_type, status, finished_at) "
+        "SELECT 1, now() - g * interval '1 minute', 'j', 'succeeded', now() "
+        "FROM generate_series(1, 20000) g"
+    )
+    conn.execute("ANALYZE schedules")
+    conn.execute("ANALYZE runs")
+    plan, pages = explain(conn, "lock_due_schedules")
+    assert "schedules_next_due_idx" in plan and "Seq Scan" not in plan, plan
+    assert pages < 50, (pages, plan)
+    plan, pages = explain(conn, "next_schedule_due")
+    assert "schedules_next_due_idx" in plan and "Seq Scan" not in plan, plan
+    assert pages < 20, (pages, plan)
+    # The listing reads every schedule, but of the 20 000 runs only the last.
+    conn.execute("DELETE FROM schedules WHERE id > 20")
+    conn.execute("VACUUM ANALYZE schedules")
+    plan, pages = explain(conn, "list_schedules")
+    assert "Index Scan Backward using runs_schedule_occurrence_key" in plan, plan
+    assert "Seq Scan on runs" not in plan, plan
+    assert pages < 200, (pages, plan)  # one schedule's runs alone fill more than 200 pages
