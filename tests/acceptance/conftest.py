@@ -23,6 +23,7 @@ START_TIMEOUT_SECONDS = 20.0
 BASE_CONFIG = """
 [worker]
 threads = {threads}
+prefetch = {prefetch}
 lease = "{lease}"
 heartbeat = "{heartbeat}"
 poll_interval = "{poll_interval}"
@@ -82,6 +83,7 @@ class Cluster:
     def config(self, extra: str = "", **settings: Any) -> Path:
         values = {
             "threads": 8,
+            "prefetch": 0,
             "lease": "60s",
             "heartbeat": "20s",
             "poll_interval": "5s",

@@ -98,3 +98,7 @@ def boom(ctx: JobContext, payload: dict[str, Any]) -> None:
     """An ordinary bug."""
     record(ctx)
     raise ValueError("unexpected input " + "x" * 20_000)
+
+
+# The lifecycle bug tests' handlers register themselves on import (they use record()).
+import lifecycle_jobs  # noqa: E402, F401
