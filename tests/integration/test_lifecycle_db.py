@@ -1,0 +1,137 @@
+"""Lifecycle bugs 3 and 4 against a real PostgreSQL, in-process: decorator options go
+through the config file's validator; a batch of results is written all or nothing."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pgtick import db, handlers
+from pgtick.config import config_from_mapping
+from pgtick.errors import ConfigError
+from pgtick.handlers import JobContext, Outcome
+from pgtick.lifecycle import Held, Lifecycle
+from pgtick.metrics import Metrics
+from pgtick.store import ClaimType, NewRun, RunStore
+from pgtick.worker import Completer
+
+
+def _noop(ctx: JobContext, payload: Any) -> None:
+    return None
+
+
+@pytest.fixture
+def registry() -> Iterator[list[str]]:
+    """Names registered with @pgtick.job by a test, forgotten afterwards."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        handlers._DECORATED.pop(name, None)
+
+
+def _register(registry: list[str], name: str, **options: Any) -> None:
+    registry.append(name)
+    handlers.job(name, **options)(_noop)
+
+
+def test_decorator_options_are_checked_like_the_config_file(
+    registry: list[str], store: RunStore
+) -> None:
+    """Bug 3: `lease=30` (an int, as the README shows for timeout) made every claim and
+    heartbeat fail; `max_attempts=0` violated a CHECK on every claim; `backoff="expo"` raised
+    out of execute() and killed the worker thread."""
+    _register(registry, "dec_int_lease", lease=30, timeout="5m", max_attempts=4)
+    config = config_from_mapping({"job_types": {"plain": {"command": ["/bin/true"]}}})
+    job_types = handlers.resolve(config)
+    jt = job_types["dec_int_lease"]
+    assert jt.lease_seconds == 30.0 and isinstance(jt.lease_seconds, float)
+    assert (jt.config.timeout_seconds, jt.config.max_attempts) == (300.0, 4)
+    # Both types in one claim, as the dispatcher does: the leases are one float8[].
+    store.enqueue_many([NewRun("dec_int_lease"), NewRun("plain")])
+    types = [ClaimType(t.name, t.lease_seconds, t.config.max_attempts) for t in job_types.values()]
+    claimed = store.claim("w", types, 10)
+    assert sorted((c.job_type, c.max_attempts) for c in claimed) == [
+        ("dec_int_lease", 4),
+        ("plain", 10),
+    ]
+    assert store.heartbeat("w", {c.id: 30.0 for c in claimed}).held == {c.id for c in claimed}
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"backoff": "expo"}, "backoff"),
+        ({"lease": "soon"}, "lease"),
+        ({"jitter": 3}, "jitter"),
+        ({"lease": 5}, "longer than worker.heartbeat"),
+    ],
+)
+def test_bad_decorator_options_are_config_errors_naming_the_decorator(
+    registry: list[str], options: dict[str, Any], words: str
+) -> None:
+    _register(registry, "dec_bad", **options)
+    with pytest.raises(ConfigError) as err:
+        handlers.resolve(config_from_mapping({}))
+    message = str(err.value)
+    assert "@pgtick.job('dec_bad')" in message and words in message, message
+    assert "\n" not in message
+
+
+FAULT_ONCE = """
+CREATE SEQUENCE public.fault_seq;
+CREATE FUNCTION public.fail_once() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.outcome = 'failed' AND nextval('public.fault_seq') = 1 THEN
+        RAISE EXCEPTION 'injected fault while recording a failure';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER fail_once BEFORE UPDATE ON attempts
+    FOR EACH ROW EXECUTE FUNCTION public.fail_once();
+"""
+
+
+def test_a_batch_of_results_is_written_all_or_nothing(store: RunStore, conn: db.Connection) -> None:
+    """Bug 4: the completer wrote successes and failures in separate statements; when the
+    second failed, the first had committed, and on the retry the runs that had succeeded were
+    reported as lost. Now a batch is one transaction, retried as a whole."""
+    conn.execute(FAULT_ONCE)
+    jt = handlers.JobType(handlers.JobTypeConfig("noop"), 60.0, fn=_noop)
+    metrics = Metrics({"noop": jt}, "test", 2)
+    life = Lifecycle(metrics)
+    store.enqueue_many([NewRun("noop"), NewRun("noop")])
+    good, bad = store.claim("w", [ClaimType("noop", 60.0, 5)], 2)
+    batch = []
+    for run, outcome in (
+        (good, Outcome(good.id, "succeeded")),
+        (bad, Outcome(bad.id, "failed", "E: x", "E", "tb", 30.0)),
+    ):
+        held = Held(run, handlers.claimed_context(run, store, "w", life), jt)
+        assert life.accept([held]) == [] and life.start(held)
+        assert life.finish(held, outcome, 0.01) == outcome
+        batch.append((held, outcome))
+    completer = Completer(store, "w", life, metrics)
+    for held, outcome in batch:
+        completer.submit(held, outcome, 0.01)
+    thread = threading.Thread(target=completer.run)
+    thread.start()
+    try:
+        assert completer.wait_empty(15)
+    finally:
+        completer.close()
+        thread.join(10)
+    statuses = dict(conn.execute("SELECT id, status FROM runs").fetchall())
+    assert statuses == {good.id: "succeeded", bad.id: "failed"}
+
+    def count(outcome: str) -> float:
+        labels = {"job_type": "noop", "outcome": outcome}
+        return metrics.registry.get_sample_value("pgtick_run_attempts_total", labels) or 0.0
+
+    assert (count("succeeded"), count("failed"), count("lost")) == (1, 1, 0)
+    errors = metrics.registry.get_sample_value("pgtick_db_errors_total", {"operation": "complete"})
+    assert errors == 1  # the injected fault happened, and was retried
+    assert life.held_count() == 0
