@@ -213,7 +213,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     server = EmbeddedPostgres(Path(args.data_dir))
     try:
         print(f"PGTICK_DSN={server.dsn}", flush=True)
-        return Service(cfg, server.dsn, apply_migrations=True).run()
+        return Service(cfg, server.dsn, apply_migrations=True, log_each_run=True).run()
     finally:
         server.close()
 

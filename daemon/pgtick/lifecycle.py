@@ -98,9 +98,17 @@ class DrainReport:
 class Lifecycle:
     """Every run held by this process, and the only code that changes their state."""
 
-    def __init__(self, metrics: Metrics, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        log_each_run: bool = False,
+    ) -> None:
         self._metrics = metrics
         self._clock = clock
+        # `pgtick demo` shows every success at INFO; a production daemon only counts them.
+        self._log_success = runs_log.info if log_each_run else runs_log.debug
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._held: dict[int, Held] = {}
@@ -238,7 +246,7 @@ class Lifecycle:
                     error=outcome.error,
                 )
             self._record(held, "succeeded", duration)
-            runs_log.debug("run_succeeded", **_fields(held), duration=round(duration, 6))
+            self._log_success("run_succeeded", **_fields(held), duration=round(duration, 6))
         else:
             self._record(held, gone, duration)
         return None
@@ -324,7 +332,7 @@ class Lifecycle:
         for held, outcome, duration in mine:
             if outcome.kind == "succeeded" and held.id in succeeded:
                 self._record(held, "succeeded", duration)
-                runs_log.debug("run_succeeded", **_fields(held), duration=round(duration, 6))
+                self._log_success("run_succeeded", **_fields(held), duration=round(duration, 6))
             elif held.id in failed:
                 result = failed[held.id]
                 self._record(held, "failed", duration, dead=result.status == "dead")

@@ -94,11 +94,13 @@ class Service:
         *,
         apply_migrations: bool = False,
         notifier: Notifier | None = None,
+        log_each_run: bool = False,
     ) -> None:
         self.config = config
         self.dsn = dsn
         logs.protect_dsn(dsn)  # psycopg's messages may quote it; no log line may show it
         self.apply_migrations = apply_migrations
+        self.log_each_run = log_each_run
         self.notifier = notifier or Notifier()
         self._stop = threading.Event()
         self._force = threading.Event()
@@ -157,7 +159,9 @@ class Service:
         cfg = self.config
         metrics = Metrics(job_types, pgtick.__version__, cfg.worker.threads)
         self._start_http(store, metrics)
-        worker = Worker(store, self.worker_id, cfg.worker, job_types, metrics)
+        worker = Worker(
+            store, self.worker_id, cfg.worker, job_types, metrics, log_each_run=self.log_each_run
+        )
         info = WorkerInfo(
             self.worker_id,
             handlers.hostname(),

@@ -142,6 +142,8 @@ class Worker:
         cfg: WorkerConfig,
         job_types: Mapping[str, JobType],
         metrics: Metrics,
+        *,
+        log_each_run: bool = False,
     ) -> None:
         self._store = store
         self.worker_id = worker_id
@@ -153,7 +155,7 @@ class Worker:
             for jt in self._job_types.values()
         ]
         self.handled = sorted(self._job_types)
-        self.life = Lifecycle(metrics)
+        self.life = Lifecycle(metrics, log_each_run=log_each_run)
         self._local: collections.deque[Held] = collections.deque()  # claimed, to start
         self._cond = threading.Condition()
         self._wake = threading.Event()
