@@ -1,7 +1,8 @@
 """The ``pgtick`` command line: argument parsing and printing, no SQL, no business rules.
 
-Exit codes (SPEC §8), mapped from the exception tree in one place (``exit_code``):
-0 ok, 1 runtime failure, 2 usage or config error, 3 database unreachable, 4 not found.
+Exit codes, mapped from the exception tree in one place (``exit_code``): 0 ok, 1 runtime
+failure, 2 usage or config error, 3 database unreachable, 4 not found; and 5 from ``status``
+when something needs attention.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_DATABASE = 3
 EXIT_NOT_FOUND = 4
+EXIT_ATTENTION = 5
 
 EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (ConfigError, EXIT_USAGE),
@@ -702,6 +704,166 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- status ----------------------------------------------------------------------------------------
+
+
+def _age_text(seconds: float | None) -> str:
+    return "-" if seconds is None else _duration_text(max(0.0, seconds))
+
+
+def _status_fields(st: operations.Status) -> dict[str, Any]:
+    return {
+        "healthy": st.healthy,
+        "problems": st.problems,
+        "db_now": _iso(st.db_now),
+        "stale_after_seconds": st.stale_after_seconds,
+        "workers": [
+            {
+                "id": w.worker.id,
+                "host": w.worker.hostname,
+                "pid": w.worker.pid,
+                "version": w.worker.version,
+                "threads": w.worker.threads,
+                "busy": w.worker.busy,
+                "job_types": list(w.worker.job_types),
+                "started_at": _iso(w.worker.started_at),
+                "heartbeat_age_seconds": w.worker.heartbeat_age_seconds,
+                "stale": w.stale,
+            }
+            for w in st.workers
+        ],
+        "job_types": [
+            {
+                "job_type": t.stats.job_type,
+                "due": t.stats.due,
+                "oldest_due_seconds": t.stats.oldest_due_seconds,
+                "scheduled": t.stats.scheduled,
+                "running": t.stats.running,
+                "stuck": t.stats.stuck,
+                "awaiting_retry": t.stats.awaiting_retry,
+                "dead_24h": t.stats.dead_recent,
+                "live_workers": t.live_workers,
+                "unserved": t.unserved,
+            }
+            for t in st.job_types
+        ],
+        "schedules": [
+            {
+                "name": s.state.name,
+                "job_type": s.state.job_type,
+                "cron": s.state.cron,
+                "timezone": s.state.timezone,
+                "next_at": _iso(s.next_at),
+                "next_at_local": None
+                if s.next_at is None
+                else _in_zone(s.next_at, s.state.timezone) or None,
+                "last_success_at": _iso(s.last_success_at),
+                "overdue": s.overdue,
+                "paused": s.state.paused,
+                "paused_reason": s.state.paused_reason,
+                "paused_detail": s.state.paused_detail,
+                "error": s.error,
+            }
+            for s in st.schedules
+        ],
+    }
+
+
+def _local_short(at: datetime, timezone: str) -> str:
+    try:
+        local = at.astimezone(zoneinfo.ZoneInfo(timezone))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return "?"
+    return f"{local:%m-%d %H:%M} {local.tzname()}"
+
+
+def _schedule_state_text(s: operations.ScheduleStatus) -> str:
+    if s.state.paused:
+        why = s.state.paused_reason or "operator"
+        detail = f": {_one_line(s.state.paused_detail)}" if s.state.paused_detail else ""
+        return _cut(f"paused ({why}{detail})", 40)
+    if s.error is not None:
+        return _cut(f"INVALID: {_one_line(s.error)}", 40)
+    return "OVERDUE" if s.overdue else "ok"
+
+
+def _print_status(st: operations.Status) -> None:
+    verdict = "ok" if st.healthy else f"ATTENTION ({len(st.problems)})"
+    print(f"pgtick status at {_iso(st.db_now, whole_seconds=True)}: {verdict}")
+    for problem in st.problems:
+        print(f"  ! {problem}")
+    live = sum(1 for w in st.workers if not w.stale)
+    print()
+    print(f"workers: {live} live, {len(st.workers) - live} stale")
+    if st.workers:
+        rows = [
+            (
+                w.worker.hostname,
+                str(w.worker.pid),
+                w.worker.version,
+                f"{w.worker.busy}/{w.worker.threads}",
+                _age_text(w.worker.heartbeat_age_seconds) + (" STALE" if w.stale else ""),
+                _cut(",".join(w.worker.job_types) or "(schedules only)", 40),
+            )
+            for w in st.workers
+        ]
+        _print_table(
+            ("  HOST", "PID", "VERSION", "BUSY", "HEARTBEAT", "JOB TYPES"),
+            [("  " + r[0], *r[1:]) for r in rows],
+        )
+    print()
+    print("job types:" if st.job_types else "job types: no queued, running or recently dead runs")
+    if st.job_types:
+        _print_table(
+            ("  JOB TYPE", "DUE", "OLDEST", "RUNNING", "STUCK", "RETRYING", "DEAD 24H", "DAEMONS"),
+            [
+                (
+                    "  " + _cut(t.stats.job_type, 30),
+                    str(t.stats.due),
+                    _age_text(t.stats.oldest_due_seconds),
+                    str(t.stats.running),
+                    str(t.stats.stuck),
+                    str(t.stats.awaiting_retry),
+                    str(t.stats.dead_recent),
+                    "NONE" if t.unserved else str(t.live_workers),
+                )
+                for t in st.job_types
+            ],
+        )
+    print()
+    print("schedules:" if st.schedules else "schedules: none")
+    if st.schedules:
+        _print_table(
+            ("  NAME", "NEXT (UTC)", "NEXT (LOCAL)", "LAST SUCCESS", "STATE"),
+            [
+                (
+                    "  " + _cut(s.state.name, 24),
+                    "-" if s.next_at is None else f"{s.next_at.astimezone(UTC):%m-%d %H:%M}",
+                    "-" if s.next_at is None else _local_short(s.next_at, s.state.timezone),
+                    _utc(s.last_success_at, st.db_now),
+                    _schedule_state_text(s),
+                )
+                for s in st.schedules
+            ],
+        )
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
+        st = operations.status(
+            store,
+            heartbeat_seconds=cfg.worker.heartbeat_seconds,
+            tick_interval_seconds=cfg.ticker.interval_seconds,
+        )
+    if args.json:
+        print(json.dumps(_status_fields(st), indent=2))
+    else:
+        _print_status(st)
+    return EXIT_OK if st.healthy else EXIT_ATTENTION
+
+
 # -- parsing ---------------------------------------------------------------------------------------
 
 
@@ -834,6 +996,12 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--in", dest="in_", metavar="DURATION", help="e.g. 90s, 5m, 2h")
     p.add_argument("--key", metavar="KEY", help="idempotency key")
     p.add_argument("--max-attempts", type=_positive_int, metavar="N")
+    p = add(
+        "status",
+        cmd_status,
+        "workers, queues and schedules on one screen; exit 5 when something needs attention",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     _add_runs(sub, common)
     p = add("show", cmd_show, "one run: its attempts and errors, schedule and effects")
     p.add_argument("run_id", type=_run_id, metavar="RUN_ID")

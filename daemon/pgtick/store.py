@@ -295,6 +295,35 @@ class EffectKey:
     created_at: datetime
 
 
+@dataclass(frozen=True)
+class WorkerRow:
+    """A registered daemon as ``pgtick status`` shows it."""
+
+    id: str
+    hostname: str
+    pid: int
+    version: str
+    threads: int
+    job_types: list[str]
+    started_at: datetime
+    heartbeat_age_seconds: float
+    busy: int
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    """A schedule's definition and pause state (``pgtick status``)."""
+
+    name: str
+    job_type: str
+    cron: str
+    timezone: str
+    jitter_seconds: float
+    paused: bool
+    paused_reason: str | None
+    paused_detail: str | None
+
+
 Pool = psycopg_pool.ConnectionPool[db.Connection]
 
 
@@ -538,6 +567,12 @@ class RunStore:
 
     def effect_keys(self, run_id: int) -> list[EffectKey]:
         return [EffectKey(*row) for row in self._all("show", "effect_keys", {"run_id": run_id})]
+
+    def list_workers(self) -> list[WorkerRow]:
+        return [WorkerRow(*row) for row in self._all("status", "list_workers", {})]
+
+    def schedule_states(self) -> list[ScheduleState]:
+        return [ScheduleState(*row) for row in self._all("status", "status_schedules", {})]
 
     def list_runs(self, q: RunQuery) -> list[RunSummary]:
         """Up to ``q.limit`` runs, newest first, below ``q.before`` (keyset pagination)."""

@@ -596,3 +596,19 @@ FROM schedules WHERE id = %(id)s;
 -- effect_keys --
 -- The side-effect keys a run recorded through effect_once, oldest first.
 SELECT key, created_at FROM effects WHERE run_id = %(run_id)s ORDER BY created_at, key;
+
+-- list_workers --
+-- Registered daemons with their heartbeat age on the database clock and how many runs each
+-- holds now (running rows only, through runs_lease_idx), for `pgtick status`.
+SELECT w.id, w.hostname, w.pid, w.version, w.threads, w.job_types, w.started_at,
+       extract(epoch FROM now() - w.heartbeat_at)::float8,
+       (SELECT count(*) FROM runs r WHERE r.status = 'running' AND r.locked_by = w.id)
+FROM workers w
+ORDER BY w.hostname, w.pid, w.id;
+
+-- status_schedules --
+-- Every schedule's definition and pause state, for `pgtick status` (its last success and
+-- overdue flag come from metrics_snapshot).
+SELECT name, job_type, cron, timezone, jitter_seconds, paused, paused_reason, paused_detail
+FROM schedules
+ORDER BY name;
