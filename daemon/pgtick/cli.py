@@ -864,6 +864,63 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK if st.healthy else EXIT_ATTENTION
 
 
+# -- retry and cancel ------------------------------------------------------------------------------
+
+
+def _confirm(question: str, count: int, yes: bool) -> bool:
+    """Above the threshold a bulk change needs --yes, or a "y" typed at a terminal; with stdin
+    not a terminal it is refused without --yes (a script must say what it means)."""
+    if yes or count <= operations.CONFIRM_ABOVE_ROWS:
+        return True
+    if not sys.stdin.isatty():
+        raise UsageError(
+            f"{count} runs match, more than {operations.CONFIRM_ABOVE_ROWS}: pass --yes to "
+            "confirm (stdin is not a terminal, so no prompt)"
+        )
+    answer = input(f"{question} [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _change(args: argparse.Namespace, action: operations.Action) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    bulk_flags = args.status is not None or args.type is not None or args.since is not None
+    if args.run_ids and bulk_flags:
+        raise UsageError(f"{action.verb}: give run ids or --status/--type, not both")
+    if not args.run_ids and (args.status is None or args.type is None):
+        raise UsageError(f"{action.verb}: give run ids, or both --status and --type")
+    since = None if args.since is None else parse_when(args.since, "--since")
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
+        if args.run_ids:
+            done = operations.change_runs(store, action, args.run_ids)
+            print(f"{action.past} {len(done.changed)} run(s): {_ids(done.changed)}")
+            if done.missed:
+                raise PgtickError(
+                    f"not {action.past}: {_ids(done.missed)} (their status changed meanwhile)"
+                )
+            return EXIT_OK
+        bulk, count = operations.plan_bulk(store, action, args.status, args.type, since)
+        question = f"{action.verb} {count} {args.status} runs of {args.type}?"
+        if not _confirm(question, count, args.yes):
+            print(f"nothing {action.past}")
+            return EXIT_OK
+        changed = operations.run_bulk(store, bulk)
+    print(f"{action.past} {changed} run(s) ({args.status} {args.type})")
+    return EXIT_OK
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ", ".join(str(i) for i in ids) or "-"
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    return _change(args, operations.RETRY)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    return _change(args, operations.CANCEL)
+
+
 # -- parsing ---------------------------------------------------------------------------------------
 
 
@@ -919,6 +976,28 @@ def _add_runs(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     p.epilog = "Table times are UTC (HH:MM:SS today, MM-DD HH:MM this year); --json gives ISO."
+
+
+def _add_change(sub: Any, common: argparse.ArgumentParser, action: operations.Action) -> None:
+    fn = cmd_retry if action is operations.RETRY else cmd_cancel
+    after = "queued, due now" if action is operations.RETRY else "cancelled"
+    text = (
+        f"{action.verb} runs by id ({', '.join(action.accepts)} -> {after}), or in bulk with "
+        "--status and --type"
+    )
+    p = sub.add_parser(action.verb, parents=[common], help=text, description=text)
+    p.set_defaults(func=fn)
+    p.add_argument("run_ids", nargs="*", type=_run_id, metavar="RUN_ID")
+    p.add_argument(
+        "--status", metavar="S", help=f"bulk: runs in this status ({'/'.join(action.accepts)})"
+    )
+    p.add_argument("--type", metavar="T", help="bulk: runs of this job type")
+    p.add_argument("--since", metavar="WHEN", help=f"bulk: finished since ({WHEN_HELP} ago)")
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help=f"confirm a bulk change of more than {operations.CONFIRM_ABOVE_ROWS} runs",
+    )
 
 
 def _add_schedules(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -1003,6 +1082,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     _add_runs(sub, common)
+    _add_change(sub, common, operations.RETRY)
+    _add_change(sub, common, operations.CANCEL)
     p = add("show", cmd_show, "one run: its attempts and errors, schedule and effects")
     p.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")

@@ -8,7 +8,7 @@ minutes before the database's now), so a client with a wrong clock still asks th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -35,6 +35,14 @@ from pgtick.store import (
 STALE_AFTER_HEARTBEATS = 3
 # status reads the metrics' aggregate query; an operator can wait longer than a scrape.
 STATUS_TIMEOUT_SECONDS = 30.0
+# The state rules: which runs an operator may retry (back to queued, due now) or cancel.
+RETRYABLE = ("failed", "dead", "cancelled")
+CANCELLABLE = ("queued", "running", "failed")
+# A bulk retry or cancel of more runs than this needs an explicit confirmation.
+CONFIRM_ABOVE_ROWS = 100
+# Bulk changes run in transactions of at most this many runs, so they never hold many row
+# locks at once against the daemons claiming and finishing runs.
+BULK_BATCH_ROWS = 500
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 10_000
 
@@ -244,3 +252,89 @@ def _schedule_status(
             error = str(exc)
     overdue = health is not None and dbstate.is_overdue(health)
     return ScheduleStatus(state, next_at, last_ok, overdue, error)
+
+
+# -- retry and cancel ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Action:
+    """An operator's state change: its name, the states it accepts, the store call doing it."""
+
+    verb: str  # "retry" / "cancel"
+    past: str  # "retried" / "cancelled"
+    accepts: tuple[str, ...]
+    apply: Callable[[RunStore, Sequence[int]], list[int]]
+
+
+RETRY = Action("retry", "retried", RETRYABLE, RunStore.retry)
+CANCEL = Action("cancel", "cancelled", CANCELLABLE, RunStore.cancel)
+
+
+@dataclass(frozen=True)
+class Changed:
+    """What a retry or cancel did; ``missed`` changed state between the check and the change."""
+
+    changed: list[int]
+    missed: list[int]
+
+
+def _ids_text(ids: Sequence[int]) -> str:
+    return ", ".join(str(i) for i in sorted(ids))
+
+
+def change_runs(store: RunStore, action: Action, run_ids: Sequence[int]) -> Changed:
+    """Retry or cancel the given runs, all or none: an unknown id is NotFoundError, a run in a
+    state the action does not accept is UsageError naming its status; nothing changes then."""
+    ids = sorted(set(run_ids))
+    if not ids:
+        raise UsageError(f"{action.verb}: give run ids, or --status and --type")
+    if bad := [i for i in ids if i < 1]:
+        raise UsageError(f"RUN_ID: not a run id: {bad[0]} (ids start at 1)")
+    statuses = store.run_statuses(ids)
+    missing = [i for i in ids if i not in statuses]
+    if missing:
+        noun = "run" if len(missing) == 1 else "runs"
+        raise NotFoundError(f"{noun} {_ids_text(missing)} not found")
+    refused = {i: s for i, s in statuses.items() if s not in action.accepts}
+    if refused:
+        first = min(refused)
+        others = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        raise UsageError(
+            f"cannot {action.verb} run {first}: it is {refused[first]}{others}; only "
+            f"{', '.join(action.accepts)} runs can be {action.past}"
+        )
+    changed = action.apply(store, ids)
+    return Changed(changed, sorted(set(ids) - set(changed)))
+
+
+@dataclass(frozen=True)
+class Bulk:
+    """A bulk retry or cancel: every run of one status and job type (since a time)."""
+
+    action: Action
+    status: str
+    job_type: str
+    since: datetime | None
+
+
+def plan_bulk(
+    store: RunStore, action: Action, status: str, job_type: str, since: When | None
+) -> tuple[Bulk, int]:
+    """The bulk change and how many runs it would touch now (for the confirmation)."""
+    check_statuses([status], action.accepts)
+    if not job_type:
+        raise UsageError(f"{action.verb}: --type is required with --status")
+    bulk = Bulk(action, status, job_type, _ago(store, since))
+    return bulk, store.count_bulk(bulk.status, bulk.job_type, bulk.since)
+
+
+def run_bulk(store: RunStore, bulk: Bulk, batch: int = BULK_BATCH_ROWS) -> int:
+    """Apply a bulk change in batches of ``batch`` runs; how many runs changed."""
+    total, after = 0, 0
+    while True:
+        ids = store.bulk_ids(bulk.status, bulk.job_type, bulk.since, after, batch)
+        if not ids:
+            return total
+        total += len(bulk.action.apply(store, ids))
+        after = ids[-1]

@@ -568,6 +568,28 @@ class RunStore:
     def effect_keys(self, run_id: int) -> list[EffectKey]:
         return [EffectKey(*row) for row in self._all("show", "effect_keys", {"run_id": run_id})]
 
+    def run_statuses(self, run_ids: Sequence[int]) -> dict[int, str]:
+        """The status of each run that exists among ``run_ids``."""
+        rows = self._all("run_statuses", "run_statuses", {"ids": list(run_ids)})
+        return {int(i): str(status) for i, status in rows}
+
+    def count_bulk(self, status: str, job_type: str, since: datetime | None) -> int:
+        params = {"status": status, "job_type": job_type, "since": since}
+        return int(self._all("count_bulk", "count_bulk", params)[0][0])
+
+    def bulk_ids(
+        self, status: str, job_type: str, since: datetime | None, after: int, batch: int
+    ) -> list[int]:
+        """The next ``batch`` ids of count_bulk's runs above ``after``."""
+        params = {
+            "status": status,
+            "job_type": job_type,
+            "since": since,
+            "after": after,
+            "batch": batch,
+        }
+        return [int(r[0]) for r in self._all("bulk_ids", "bulk_ids", params)]
+
     def list_workers(self) -> list[WorkerRow]:
         return [WorkerRow(*row) for row in self._all("status", "list_workers", {})]
 

@@ -612,3 +612,28 @@ ORDER BY w.hostname, w.pid, w.id;
 SELECT name, job_type, cron, timezone, jitter_seconds, paused, paused_reason, paused_detail
 FROM schedules
 ORDER BY name;
+
+-- run_statuses --
+-- The current status of the given runs (ids not found are missing), checked by retry and
+-- cancel before they change anything.
+SELECT id, status FROM runs WHERE id = ANY(%(ids)s::bigint[]);
+
+-- count_bulk --
+-- How many runs a bulk retry or cancel would change: one status and job type, optionally
+-- only those finished (or, unfinished, last changed) since a time.
+SELECT count(*)
+FROM runs
+WHERE status = %(status)s AND job_type = %(job_type)s
+  AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s::timestamptz
+       OR (finished_at IS NULL AND updated_at >= %(since)s::timestamptz));
+
+-- bulk_ids --
+-- One batch of count_bulk's runs, in id order after %(after)s (keyset), for retry or cancel.
+SELECT id
+FROM runs
+WHERE status = %(status)s AND job_type = %(job_type)s
+  AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s::timestamptz
+       OR (finished_at IS NULL AND updated_at >= %(since)s::timestamptz))
+  AND id > %(after)s
+ORDER BY id
+LIMIT %(batch)s;
