@@ -921,6 +921,29 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return _change(args, operations.CANCEL)
 
 
+# -- prune -----------------------------------------------------------------------------------------
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    older_than = None if args.older_than is None else parse_when(args.older_than, "--older-than")
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
+        pruned = operations.prune(
+            store,
+            cfg.retention,
+            older_than=older_than,
+            statuses=args.status or (),
+            dry_run=args.dry_run,
+        )
+    verb = "would delete" if pruned.dry_run else "deleted"
+    for status, count in pruned.counts.items():
+        age = config_mod.format_duration(pruned.older_than_seconds[status])
+        print(f"{status:<10} {verb} {count} (finished more than {age} ago)")
+    print(f"total      {verb} {pruned.total}")
+    return EXIT_OK
+
+
 # -- parsing ---------------------------------------------------------------------------------------
 
 
@@ -1084,6 +1107,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_runs(sub, common)
     _add_change(sub, common, operations.RETRY)
     _add_change(sub, common, operations.CANCEL)
+    p = add("prune", cmd_prune, "delete old finished runs (and their attempts) in batches")
+    p.add_argument(
+        "--older-than",
+        metavar="WHEN",
+        help=f"finished before this: {WHEN_HELP} ago (default: the config's [retention])",
+    )
+    p.add_argument(
+        "--status",
+        action="append",
+        metavar="S",
+        help=f"only this status; repeatable ({', '.join(store_mod.TERMINAL_STATUSES)})",
+    )
+    p.add_argument("--dry-run", action="store_true", help="count only, delete nothing")
     p = add("show", cmd_show, "one run: its attempts and errors, schedule and effects")
     p.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")

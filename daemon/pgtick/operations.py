@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from pgtick import dbstate
+from pgtick.config import RetentionConfig
 from pgtick.errors import NotFoundError, ScheduleError, UsageError
 from pgtick.schedule import Cron
 from pgtick.store import (
     STATUSES,
+    TERMINAL_STATUSES,
     Attempt,
     EffectKey,
     JobTypeStats,
@@ -338,3 +340,58 @@ def run_bulk(store: RunStore, bulk: Bulk, batch: int = BULK_BATCH_ROWS) -> int:
             return total
         total += len(bulk.action.apply(store, ids))
         after = ids[-1]
+
+
+# -- prune -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """Per status: the age cutoff used and how many runs were (or, dry run, would be) deleted."""
+
+    older_than_seconds: dict[str, float]
+    counts: dict[str, int]
+    dry_run: bool
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def retention_seconds(retention: RetentionConfig) -> dict[str, float]:
+    """The config's ``[retention]`` per terminal status."""
+    return {
+        "succeeded": retention.succeeded_seconds,
+        "dead": retention.dead_seconds,
+        "cancelled": retention.cancelled_seconds,
+        "skipped": retention.skipped_seconds,
+    }
+
+
+def prune(
+    store: RunStore,
+    retention: RetentionConfig,
+    *,
+    older_than: When | None = None,
+    statuses: Sequence[str] = (),
+    dry_run: bool = False,
+) -> Pruned:
+    """Delete terminal runs finished longer ago than ``older_than`` (default: each status's
+    retention), in bounded batches; attempt rows go with them."""
+    wanted = check_statuses(statuses, TERMINAL_STATUSES) if statuses else TERMINAL_STATUSES
+    cutoffs = retention_seconds(retention)
+    if older_than is not None:
+        seconds = (
+            older_than.total_seconds()
+            if isinstance(older_than, timedelta)
+            else (store.now() - older_than).total_seconds()
+        )
+        if seconds <= 0:
+            raise UsageError(
+                "--older-than: must be in the past (more than 0s ago); it would delete "
+                "every finished run"
+            )
+        cutoffs = dict.fromkeys(cutoffs, seconds)
+    used = {status: cutoffs[status] for status in wanted}
+    count = store.count_prunable if dry_run else store.prune
+    return Pruned(used, {status: count(status, age) for status, age in used.items()}, dry_run)

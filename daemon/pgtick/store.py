@@ -552,6 +552,11 @@ class RunStore:
             if deleted < batch:
                 return total
 
+    def count_prunable(self, status: str, older_than_seconds: float) -> int:
+        """How many runs ``prune`` would delete now."""
+        params = {"status": status, "older_than": older_than_seconds}
+        return int(self._all("prune", "count_prunable", params)[0][0])
+
     # -- reading ----------------------------------------------------------------------------
 
     def get_run(self, run_id: int) -> Run | None:

@@ -637,3 +637,11 @@ WHERE status = %(status)s AND job_type = %(job_type)s
   AND id > %(after)s
 ORDER BY id
 LIMIT %(batch)s;
+
+-- count_prunable --
+-- What prune would delete for one status and age (`pgtick prune --dry-run`); the same
+-- condition, read through runs_finished_idx.
+SELECT count(*)
+FROM runs
+WHERE status = %(status)s
+  AND finished_at < now() - make_interval(secs => %(older_than)s);
