@@ -100,7 +100,6 @@ def _opened_store(dsn: str, schema: str) -> Iterator[RunStore]:
         store.pool.close()
 
 
-TIME_HELP = "ISO 8601 time (no offset = UTC)"
 WHEN_HELP = "ISO 8601 time (no offset = UTC) or a duration such as 90m, 2h, 7d"
 
 
@@ -127,9 +126,19 @@ def parse_when(text: str, option: str) -> datetime | timedelta:
         return parse_time(text, option)
     except UsageError:
         raise UsageError(
-            f"{option}: expected an ISO 8601 time (e.g. 2026-11-22T09:00:00+01:00; no offset"
-            f" = UTC) or a duration such as 90m, 2h, 7d; got {text!r}"
+            f"{option}: not an ISO 8601 time or a duration: {text!r} (e.g. "
+            "2026-11-22T09:00:00+01:00, no offset = UTC; or 90m, 2h, 7d)"
         ) from None
+
+
+def resolve_when(when: datetime | timedelta, now: datetime, *, ahead: bool) -> datetime:
+    """An instant from ``parse_when``: a duration counts from ``now``, forward when ``ahead``."""
+    if isinstance(when, datetime):
+        return when
+    try:
+        return now + when if ahead else now - when
+    except OverflowError:
+        raise UsageError(f"duration out of range: {when}") from None
 
 
 def parse_payload(text: str | None) -> dict[str, Any]:
@@ -192,13 +201,14 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     cfg = _load(args)
     _quiet_logging(args)
     payload = parse_payload(args.payload)
-    run_at: datetime | None = None
+    when: datetime | timedelta | None = None
     if args.run_at is not None:
-        run_at = parse_time(args.run_at, "--run-at")
+        when = parse_when(args.run_at, "--run-at")
+    elif args.in_ is not None:
+        when = timedelta(seconds=config_mod.parse_duration(args.in_, "--in"))
     with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
-        if args.in_ is not None:
-            delay = config_mod.parse_duration(args.in_, "--in")
-            run_at = store.now() + timedelta(seconds=delay)
+        # A duration counts from the database's clock, like every time pgtick compares.
+        run_at = store.now() + when if isinstance(when, timedelta) else when
         run_id = store.enqueue(NewRun(args.job_type, payload, run_at, args.key, args.max_attempts))
     print(run_id)
     return EXIT_OK
@@ -398,7 +408,9 @@ def _schedule_for_next(args: argparse.Namespace, cfg: config_mod.Config) -> tupl
 def cmd_schedules_next(args: argparse.Namespace) -> int:
     cfg = _load(args)
     _quiet_logging(args)
-    start = datetime.now(UTC) if args.from_ is None else parse_time(args.from_, "--from")
+    start = datetime.now(UTC)
+    if args.from_ is not None:
+        start = resolve_when(parse_when(args.from_, "--from"), start, ahead=False)
     if args.count > MAX_OCCURRENCES:
         raise UsageError(f"--count: at most {MAX_OCCURRENCES}, got {args.count}")
     cron, jitter = _schedule_for_next(args, cfg)
@@ -413,8 +425,9 @@ def cmd_schedules_next(args: argparse.Namespace) -> int:
 
 def _backfill_range(args: argparse.Namespace) -> tuple[datetime, datetime]:
     """The range as ``Cron.occurrences`` takes it, (after, until]: --from is inclusive too."""
-    start = parse_time(args.from_, "--from")
-    end = parse_time(args.to, "--to")
+    now = datetime.now(UTC)  # durations: before any database, on this machine's clock
+    start = resolve_when(parse_when(args.from_, "--from"), now, ahead=False)
+    end = resolve_when(parse_when(args.to, "--to"), now, ahead=False)
     if start >= end:
         raise UsageError(f"--from must be before --to (got --from {_iso(start)}, --to {_iso(end)})")
     try:
@@ -1048,12 +1061,12 @@ def _add_schedules(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"how many (default {DEFAULT_NEXT_COUNT})",
     )
-    v.add_argument("--from", dest="from_", metavar="TIME", help="ISO 8601 time (default: now)")
+    v.add_argument("--from", dest="from_", metavar="WHEN", help=f"{WHEN_HELP} ago (default: now)")
     v = verb("backfill", cmd_schedules_backfill, "create runs for past occurrences in a range")
     v.add_argument(
-        "--from", dest="from_", required=True, metavar="TIME", help="ISO 8601, inclusive"
+        "--from", dest="from_", required=True, metavar="WHEN", help=f"inclusive: {WHEN_HELP} ago"
     )
-    v.add_argument("--to", required=True, metavar="TIME", help="ISO 8601, inclusive")
+    v.add_argument("--to", required=True, metavar="WHEN", help=f"inclusive: {WHEN_HELP} ago")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1094,8 +1107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job_type", metavar="TYPE")
     p.add_argument("--payload", metavar="JSON", help="a JSON object (default {})")
     when = p.add_mutually_exclusive_group()
-    when.add_argument("--run-at", metavar="TIME", help="ISO 8601 time (default: now)")
-    when.add_argument("--in", dest="in_", metavar="DURATION", help="e.g. 90s, 5m, 2h")
+    when.add_argument("--run-at", metavar="WHEN", help=f"{WHEN_HELP} from now (default: now)")
+    when.add_argument("--in", dest="in_", metavar="DURATION", help="from now, e.g. 90s, 5m, 2h")
     p.add_argument("--key", metavar="KEY", help="idempotency key")
     p.add_argument("--max-attempts", type=_positive_int, metavar="N")
     p = add(

@@ -79,7 +79,7 @@ def test_prune_refuses_bad_input(conn: db.Connection, dsn: str) -> None:
         (["--status", "gone"], "unknown status 'gone'"),
         (["--older-than", "0s"], "--older-than: must be in the past"),
         (["--older-than", "2999-01-01"], "--older-than: must be in the past"),
-        (["--older-than", "soon"], "--older-than: expected an ISO 8601 time"),
+        (["--older-than", "soon"], "--older-than: not an ISO 8601 time or a duration"),
     ):
         result = pgtick(dsn, "prune", *argv)
         assert result.code == 2, (argv, result)
