@@ -180,9 +180,20 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _config_source(cfg: config_mod.Config) -> str:
+    """Which config file is in use, or where none was found."""
+    if cfg.path is not None:
+        return cfg.path
+    return (
+        f"no config file ({config_mod.DEFAULT_CONFIG_PATH} does not exist; "
+        f"--config and ${config_mod.CONFIG_PATH_ENV} not given)"
+    )
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     cfg = _load(args)
     _quiet_logging(args)
+    print(f"config: {_config_source(cfg)}" + ("" if cfg.path else "; checking the defaults"))
     job_types = handlers.resolve(cfg)
     for name, what in handlers.handler_summary(job_types).items():
         print(f"job type {name}: {what}")
@@ -193,7 +204,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         with db.connect(dsn, cfg.database.schema) as conn, db.wrap_errors("check"):
             migrate.check_current(conn, cfg.database.schema)
         print(f"database: reachable, schema {cfg.database.schema!r} up to date")
-    print(f"config OK: {len(job_types)} job types, {len(cfg.schedules)} schedules")
+    what = "config OK" if cfg.path else "defaults OK (no config file)"
+    print(f"{what}: {len(job_types)} job types, {len(cfg.schedules)} schedules")
     return EXIT_OK
 
 
@@ -206,6 +218,14 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         when = parse_when(args.run_at, "--run-at")
     elif args.in_ is not None:
         when = timedelta(seconds=config_mod.parse_duration(args.in_, "--in"))
+    if not operations.declares_job_type(cfg, args.job_type):
+        # Still enqueued: a daemon with another config (another fleet) may handle it.
+        print(
+            f"pgtick: warning: job type {args.job_type!r} is not declared in "
+            f"{_config_source(cfg)}; enqueued anyway, but no daemon with this config will run"
+            " it (`pgtick status` lists job types no live daemon handles)",
+            file=sys.stderr,
+        )
     with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
         # A duration counts from the database's clock, like every time pgtick compares.
         run_at = store.now() + when if isinstance(when, timedelta) else when

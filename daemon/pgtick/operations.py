@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from pgtick import dbstate
-from pgtick.config import RetentionConfig
-from pgtick.errors import NotFoundError, ScheduleError, UsageError
+from pgtick import dbstate, handlers
+from pgtick.config import Config, RetentionConfig
+from pgtick.errors import NotFoundError, PgtickError, ScheduleError, UsageError
 from pgtick.schedule import Cron
 from pgtick.store import (
     STATUSES,
@@ -395,3 +395,19 @@ def prune(
     used = {status: cutoffs[status] for status in wanted}
     count = store.count_prunable if dry_run else store.prune
     return Pruned(used, {status: count(status, age) for status, age in used.items()}, dry_run)
+
+
+# -- enqueue ---------------------------------------------------------------------------------------
+
+
+def declares_job_type(config: Config, job_type: str) -> bool | None:
+    """Whether the config in use (its [job_types] or the @pgtick.job handlers of its
+    worker.imports) declares ``job_type``; None when its handlers cannot be imported here."""
+    if job_type in config.job_types:
+        return True
+    if not config.worker.imports:
+        return False
+    try:
+        return job_type in handlers.resolve(config)
+    except (PgtickError, ImportError):
+        return None
