@@ -1,7 +1,8 @@
 """The ``pgtick`` command line: argument parsing and printing, no SQL, no business rules.
 
-Exit codes (SPEC §8), mapped from the exception tree in one place (``exit_code``):
-0 ok, 1 runtime failure, 2 usage or config error, 3 database unreachable, 4 not found.
+Exit codes, mapped from the exception tree in one place (``exit_code``): 0 ok, 1 runtime
+failure, 2 usage or config error, 3 database unreachable, 4 not found; and 5 from ``status``
+when something needs attention.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_DATABASE = 3
 EXIT_NOT_FOUND = 4
+EXIT_ATTENTION = 5
 
 EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (ConfigError, EXIT_USAGE),
@@ -100,7 +102,6 @@ def _opened_store(dsn: str, schema: str) -> Iterator[RunStore]:
         store.pool.close()
 
 
-TIME_HELP = "ISO 8601 time (no offset = UTC)"
 WHEN_HELP = "ISO 8601 time (no offset = UTC) or a duration such as 90m, 2h, 7d"
 
 
@@ -127,9 +128,19 @@ def parse_when(text: str, option: str) -> datetime | timedelta:
         return parse_time(text, option)
     except UsageError:
         raise UsageError(
-            f"{option}: expected an ISO 8601 time (e.g. 2026-11-22T09:00:00+01:00; no offset"
-            f" = UTC) or a duration such as 90m, 2h, 7d; got {text!r}"
+            f"{option}: not an ISO 8601 time or a duration: {text!r} (e.g. "
+            "2026-11-22T09:00:00+01:00, no offset = UTC; or 90m, 2h, 7d)"
         ) from None
+
+
+def resolve_when(when: datetime | timedelta, now: datetime, *, ahead: bool) -> datetime:
+    """An instant from ``parse_when``: a duration counts from ``now``, forward when ``ahead``."""
+    if isinstance(when, datetime):
+        return when
+    try:
+        return now + when if ahead else now - when
+    except OverflowError:
+        raise UsageError(f"duration out of range: {when}") from None
 
 
 def parse_payload(text: str | None) -> dict[str, Any]:
@@ -171,9 +182,20 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _config_source(cfg: config_mod.Config) -> str:
+    """Which config file is in use, or where none was found."""
+    if cfg.path is not None:
+        return cfg.path
+    return (
+        f"no config file ({config_mod.DEFAULT_CONFIG_PATH} does not exist; "
+        f"--config and ${config_mod.CONFIG_PATH_ENV} not given)"
+    )
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     cfg = _load(args)
     _quiet_logging(args)
+    print(f"config: {_config_source(cfg)}" + ("" if cfg.path else "; checking the defaults"))
     job_types = handlers.resolve(cfg)
     for name, what in handlers.handler_summary(job_types).items():
         print(f"job type {name}: {what}")
@@ -184,7 +206,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         with db.connect(dsn, cfg.database.schema) as conn, db.wrap_errors("check"):
             migrate.check_current(conn, cfg.database.schema)
         print(f"database: reachable, schema {cfg.database.schema!r} up to date")
-    print(f"config OK: {len(job_types)} job types, {len(cfg.schedules)} schedules")
+    what = "config OK" if cfg.path else "defaults OK (no config file)"
+    print(f"{what}: {len(job_types)} job types, {len(cfg.schedules)} schedules")
     return EXIT_OK
 
 
@@ -192,13 +215,22 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     cfg = _load(args)
     _quiet_logging(args)
     payload = parse_payload(args.payload)
-    run_at: datetime | None = None
+    when: datetime | timedelta | None = None
     if args.run_at is not None:
-        run_at = parse_time(args.run_at, "--run-at")
+        when = parse_when(args.run_at, "--run-at")
+    elif args.in_ is not None:
+        when = timedelta(seconds=config_mod.parse_duration(args.in_, "--in"))
+    if not operations.declares_job_type(cfg, args.job_type):
+        # Still enqueued: a daemon with another config (another fleet) may handle it.
+        print(
+            f"pgtick: warning: job type {args.job_type!r} is not declared in "
+            f"{_config_source(cfg)}; enqueued anyway, but no daemon with this config will run"
+            " it (`pgtick status` lists job types no live daemon handles)",
+            file=sys.stderr,
+        )
     with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
-        if args.in_ is not None:
-            delay = config_mod.parse_duration(args.in_, "--in")
-            run_at = store.now() + timedelta(seconds=delay)
+        # A duration counts from the database's clock, like every time pgtick compares.
+        run_at = store.now() + when if isinstance(when, timedelta) else when
         run_id = store.enqueue(NewRun(args.job_type, payload, run_at, args.key, args.max_attempts))
     print(run_id)
     return EXIT_OK
@@ -408,7 +440,9 @@ def _schedule_for_next(args: argparse.Namespace, cfg: config_mod.Config) -> tupl
 def cmd_schedules_next(args: argparse.Namespace) -> int:
     cfg = _load(args)
     _quiet_logging(args)
-    start = datetime.now(UTC) if args.from_ is None else parse_time(args.from_, "--from")
+    start = datetime.now(UTC)
+    if args.from_ is not None:
+        start = resolve_when(parse_when(args.from_, "--from"), start, ahead=False)
     if args.count > MAX_OCCURRENCES:
         raise UsageError(f"--count: at most {MAX_OCCURRENCES}, got {args.count}")
     cron, jitter = _schedule_for_next(args, cfg)
@@ -423,8 +457,9 @@ def cmd_schedules_next(args: argparse.Namespace) -> int:
 
 def _backfill_range(args: argparse.Namespace) -> tuple[datetime, datetime]:
     """The range as ``Cron.occurrences`` takes it, (after, until]: --from is inclusive too."""
-    start = parse_time(args.from_, "--from")
-    end = parse_time(args.to, "--to")
+    now = datetime.now(UTC)  # durations: before any database, on this machine's clock
+    start = resolve_when(parse_when(args.from_, "--from"), now, ahead=False)
+    end = resolve_when(parse_when(args.to, "--to"), now, ahead=False)
     if start >= end:
         raise UsageError(f"--from must be before --to (got --from {_iso(start)}, --to {_iso(end)})")
     try:
@@ -714,6 +749,246 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- status ----------------------------------------------------------------------------------------
+
+
+def _age_text(seconds: float | None) -> str:
+    return "-" if seconds is None else _duration_text(max(0.0, seconds))
+
+
+def _status_fields(st: operations.Status) -> dict[str, Any]:
+    return {
+        "healthy": st.healthy,
+        "problems": st.problems,
+        "db_now": _iso(st.db_now),
+        "stale_after_seconds": st.stale_after_seconds,
+        "workers": [
+            {
+                "id": w.worker.id,
+                "host": w.worker.hostname,
+                "pid": w.worker.pid,
+                "version": w.worker.version,
+                "threads": w.worker.threads,
+                "busy": w.worker.busy,
+                "job_types": list(w.worker.job_types),
+                "started_at": _iso(w.worker.started_at),
+                "heartbeat_age_seconds": w.worker.heartbeat_age_seconds,
+                "stale": w.stale,
+            }
+            for w in st.workers
+        ],
+        "job_types": [
+            {
+                "job_type": t.stats.job_type,
+                "due": t.stats.due,
+                "oldest_due_seconds": t.stats.oldest_due_seconds,
+                "scheduled": t.stats.scheduled,
+                "running": t.stats.running,
+                "stuck": t.stats.stuck,
+                "awaiting_retry": t.stats.awaiting_retry,
+                "dead_24h": t.stats.dead_recent,
+                "live_workers": t.live_workers,
+                "unserved": t.unserved,
+            }
+            for t in st.job_types
+        ],
+        "schedules": [
+            {
+                "name": s.state.name,
+                "job_type": s.state.job_type,
+                "cron": s.state.cron,
+                "timezone": s.state.timezone,
+                "next_at": _iso(s.next_at),
+                "next_at_local": None
+                if s.next_at is None
+                else _in_zone(s.next_at, s.state.timezone) or None,
+                "last_success_at": _iso(s.last_success_at),
+                "overdue": s.overdue,
+                "paused": s.state.paused,
+                "paused_reason": s.state.paused_reason,
+                "paused_detail": s.state.paused_detail,
+                "error": s.error,
+            }
+            for s in st.schedules
+        ],
+    }
+
+
+def _local_short(at: datetime, timezone: str) -> str:
+    try:
+        local = at.astimezone(zoneinfo.ZoneInfo(timezone))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return "?"
+    return f"{local:%m-%d %H:%M} {local.tzname()}"
+
+
+def _schedule_state_text(s: operations.ScheduleStatus) -> str:
+    if s.state.paused:
+        why = s.state.paused_reason or "operator"
+        detail = f": {_one_line(s.state.paused_detail)}" if s.state.paused_detail else ""
+        return _cut(f"paused ({why}{detail})", 40)
+    if s.error is not None:
+        return _cut(f"INVALID: {_one_line(s.error)}", 40)
+    return "OVERDUE" if s.overdue else "ok"
+
+
+def _print_status(st: operations.Status) -> None:
+    verdict = "ok" if st.healthy else f"ATTENTION ({len(st.problems)})"
+    print(f"pgtick status at {_iso(st.db_now, whole_seconds=True)}: {verdict}")
+    for problem in st.problems:
+        print(f"  ! {problem}")
+    live = sum(1 for w in st.workers if not w.stale)
+    print()
+    print(f"workers: {live} live, {len(st.workers) - live} stale")
+    if st.workers:
+        rows = [
+            (
+                w.worker.hostname,
+                str(w.worker.pid),
+                w.worker.version,
+                f"{w.worker.busy}/{w.worker.threads}",
+                _age_text(w.worker.heartbeat_age_seconds) + (" STALE" if w.stale else ""),
+                _cut(",".join(w.worker.job_types) or "(schedules only)", 40),
+            )
+            for w in st.workers
+        ]
+        _print_table(
+            ("  HOST", "PID", "VERSION", "BUSY", "HEARTBEAT", "JOB TYPES"),
+            [("  " + r[0], *r[1:]) for r in rows],
+        )
+    print()
+    print("job types:" if st.job_types else "job types: no queued, running or recently dead runs")
+    if st.job_types:
+        _print_table(
+            ("  JOB TYPE", "DUE", "OLDEST", "RUNNING", "STUCK", "RETRYING", "DEAD 24H", "DAEMONS"),
+            [
+                (
+                    "  " + _cut(t.stats.job_type, 30),
+                    str(t.stats.due),
+                    _age_text(t.stats.oldest_due_seconds),
+                    str(t.stats.running),
+                    str(t.stats.stuck),
+                    str(t.stats.awaiting_retry),
+                    str(t.stats.dead_recent),
+                    "NONE" if t.unserved else str(t.live_workers),
+                )
+                for t in st.job_types
+            ],
+        )
+    print()
+    print("schedules:" if st.schedules else "schedules: none")
+    if st.schedules:
+        _print_table(
+            ("  NAME", "NEXT (UTC)", "NEXT (LOCAL)", "LAST SUCCESS", "STATE"),
+            [
+                (
+                    "  " + _cut(s.state.name, 24),
+                    "-" if s.next_at is None else f"{s.next_at.astimezone(UTC):%m-%d %H:%M}",
+                    "-" if s.next_at is None else _local_short(s.next_at, s.state.timezone),
+                    _utc(s.last_success_at, st.db_now),
+                    _schedule_state_text(s),
+                )
+                for s in st.schedules
+            ],
+        )
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
+        st = operations.status(
+            store,
+            heartbeat_seconds=cfg.worker.heartbeat_seconds,
+            tick_interval_seconds=cfg.ticker.interval_seconds,
+        )
+    if args.json:
+        print(json.dumps(_status_fields(st), indent=2))
+    else:
+        _print_status(st)
+    return EXIT_OK if st.healthy else EXIT_ATTENTION
+
+
+# -- retry and cancel ------------------------------------------------------------------------------
+
+
+def _confirm(question: str, count: int, yes: bool) -> bool:
+    """Above the threshold a bulk change needs --yes, or a "y" typed at a terminal; with stdin
+    not a terminal it is refused without --yes (a script must say what it means)."""
+    if yes or count <= operations.CONFIRM_ABOVE_ROWS:
+        return True
+    if not sys.stdin.isatty():
+        raise UsageError(
+            f"{count} runs match, more than {operations.CONFIRM_ABOVE_ROWS}: pass --yes to "
+            "confirm (stdin is not a terminal, so no prompt)"
+        )
+    answer = input(f"{question} [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _change(args: argparse.Namespace, action: operations.Action) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    bulk_flags = args.status is not None or args.type is not None or args.since is not None
+    if args.run_ids and bulk_flags:
+        raise UsageError(f"{action.verb}: give run ids or --status/--type, not both")
+    if not args.run_ids and (args.status is None or args.type is None):
+        raise UsageError(f"{action.verb}: give run ids, or both --status and --type")
+    since = None if args.since is None else parse_when(args.since, "--since")
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
+        if args.run_ids:
+            done = operations.change_runs(store, action, args.run_ids)
+            print(f"{action.past} {len(done.changed)} run(s): {_ids(done.changed)}")
+            if done.missed:
+                raise PgtickError(
+                    f"not {action.past}: {_ids(done.missed)} (their status changed meanwhile)"
+                )
+            return EXIT_OK
+        bulk, count = operations.plan_bulk(store, action, args.status, args.type, since)
+        question = f"{action.verb} {count} {args.status} runs of {args.type}?"
+        if not _confirm(question, count, args.yes):
+            print(f"nothing {action.past}")
+            return EXIT_OK
+        changed = operations.run_bulk(store, bulk)
+    print(f"{action.past} {changed} run(s) ({args.status} {args.type})")
+    return EXIT_OK
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ", ".join(str(i) for i in ids) or "-"
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    return _change(args, operations.RETRY)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    return _change(args, operations.CANCEL)
+
+
+# -- prune -----------------------------------------------------------------------------------------
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    _quiet_logging(args)
+    older_than = None if args.older_than is None else parse_when(args.older_than, "--older-than")
+    with _opened_store(_dsn(args, cfg), cfg.database.schema) as store:
+        pruned = operations.prune(
+            store,
+            cfg.retention,
+            older_than=older_than,
+            statuses=args.status or (),
+            dry_run=args.dry_run,
+        )
+    verb = "would delete" if pruned.dry_run else "deleted"
+    for status, count in pruned.counts.items():
+        age = config_mod.format_duration(pruned.older_than_seconds[status])
+        print(f"{status:<10} {verb} {count} (finished more than {age} ago)")
+    print(f"total      {verb} {pruned.total}")
+    return EXIT_OK
+
+
 # -- parsing ---------------------------------------------------------------------------------------
 
 
@@ -771,6 +1046,28 @@ def _add_runs(sub: Any, common: argparse.ArgumentParser) -> None:
     p.epilog = "Table times are UTC (HH:MM:SS today, MM-DD HH:MM this year); --json gives ISO."
 
 
+def _add_change(sub: Any, common: argparse.ArgumentParser, action: operations.Action) -> None:
+    fn = cmd_retry if action is operations.RETRY else cmd_cancel
+    after = "queued, due now" if action is operations.RETRY else "cancelled"
+    text = (
+        f"{action.verb} runs by id ({', '.join(action.accepts)} -> {after}), or in bulk with "
+        "--status and --type"
+    )
+    p = sub.add_parser(action.verb, parents=[common], help=text, description=text)
+    p.set_defaults(func=fn)
+    p.add_argument("run_ids", nargs="*", type=_run_id, metavar="RUN_ID")
+    p.add_argument(
+        "--status", metavar="S", help=f"bulk: runs in this status ({'/'.join(action.accepts)})"
+    )
+    p.add_argument("--type", metavar="T", help="bulk: runs of this job type")
+    p.add_argument("--since", metavar="WHEN", help=f"bulk: finished since ({WHEN_HELP} ago)")
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help=f"confirm a bulk change of more than {operations.CONFIRM_ABOVE_ROWS} runs",
+    )
+
+
 def _add_schedules(sub: Any, common: argparse.ArgumentParser) -> None:
     """``schedules`` lists; its verbs manage and inspect one schedule."""
     text = "list schedules (verbs: pause, resume, trigger, next, backfill)"
@@ -796,12 +1093,12 @@ def _add_schedules(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"how many (default {DEFAULT_NEXT_COUNT})",
     )
-    v.add_argument("--from", dest="from_", metavar="TIME", help="ISO 8601 time (default: now)")
+    v.add_argument("--from", dest="from_", metavar="WHEN", help=f"{WHEN_HELP} ago (default: now)")
     v = verb("backfill", cmd_schedules_backfill, "create runs for past occurrences in a range")
     v.add_argument(
-        "--from", dest="from_", required=True, metavar="TIME", help="ISO 8601, inclusive"
+        "--from", dest="from_", required=True, metavar="WHEN", help=f"inclusive: {WHEN_HELP} ago"
     )
-    v.add_argument("--to", required=True, metavar="TIME", help="ISO 8601, inclusive")
+    v.add_argument("--to", required=True, metavar="WHEN", help=f"inclusive: {WHEN_HELP} ago")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -842,11 +1139,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job_type", metavar="TYPE")
     p.add_argument("--payload", metavar="JSON", help="a JSON object (default {})")
     when = p.add_mutually_exclusive_group()
-    when.add_argument("--run-at", metavar="TIME", help="ISO 8601 time (default: now)")
-    when.add_argument("--in", dest="in_", metavar="DURATION", help="e.g. 90s, 5m, 2h")
+    when.add_argument("--run-at", metavar="WHEN", help=f"{WHEN_HELP} from now (default: now)")
+    when.add_argument("--in", dest="in_", metavar="DURATION", help="from now, e.g. 90s, 5m, 2h")
     p.add_argument("--key", metavar="KEY", help="idempotency key")
     p.add_argument("--max-attempts", type=_positive_int, metavar="N")
+    p = add(
+        "status",
+        cmd_status,
+        "workers, queues and schedules on one screen; exit 5 when something needs attention",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     _add_runs(sub, common)
+    _add_change(sub, common, operations.RETRY)
+    _add_change(sub, common, operations.CANCEL)
+    p = add("prune", cmd_prune, "delete old finished runs (and their attempts) in batches")
+    p.add_argument(
+        "--older-than",
+        metavar="WHEN",
+        help=f"finished before this: {WHEN_HELP} ago (default: the config's [retention])",
+    )
+    p.add_argument(
+        "--status",
+        action="append",
+        metavar="S",
+        help=f"only this status; repeatable ({', '.join(store_mod.TERMINAL_STATUSES)})",
+    )
+    p.add_argument("--dry-run", action="store_true", help="count only, delete nothing")
     p = add("show", cmd_show, "one run: its attempts and errors, schedule and effects")
     p.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")

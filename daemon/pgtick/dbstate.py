@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -25,7 +25,7 @@ from pgtick.config import ScheduleConfig
 from pgtick.errors import PgtickError, ScheduleError
 from pgtick.metrics import DatabaseSnapshot
 from pgtick.schedule import Cron
-from pgtick.store import MetricsSnapshot, RunStore
+from pgtick.store import MetricsSnapshot, RunStore, ScheduleHealth
 
 TERMINAL_RECOUNT_SECONDS = 300.0
 TERMINAL_RECOUNT_TIMEOUT_SECONDS = 120.0
@@ -35,6 +35,27 @@ OVERDUE_MIN_TOLERANCE_SECONDS = 60.0
 METRICS_POOL_SIZE = 2  # the aggregate query, and the occasional recount beside it
 
 log = structlog.get_logger("pgtick.dbstate")
+
+
+def overdue_grace_seconds(tick_interval_seconds: float, jitter_seconds: float) -> float:
+    """How late a schedule's run may start before the schedule counts as overdue."""
+    return max(OVERDUE_MIN_TOLERANCE_SECONDS, tick_interval_seconds) + jitter_seconds
+
+
+def due_occurrences(
+    schedules: Mapping[str, tuple[Cron, float]], now: datetime
+) -> dict[str, datetime | None]:
+    """Per schedule name (cron, grace seconds): the latest occurrence that should have started
+    by ``now``; the ``due_at`` that ``RunStore.metrics_snapshot`` asks about."""
+    return {
+        name: cron.latest_at_or_before(now - timedelta(seconds=grace))
+        for name, (cron, grace) in schedules.items()
+    }
+
+
+def is_overdue(health: ScheduleHealth) -> bool:
+    """The overdue rule of this module's docstring, on one snapshot row."""
+    return not health.paused and health.due_started is False
 
 
 class DatabaseProbe:
@@ -50,9 +71,11 @@ class DatabaseProbe:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
-        tolerance = max(OVERDUE_MIN_TOLERANCE_SECONDS, tick_interval_seconds)
         self._schedules = {
-            s.name: (Cron.parse(s.cron, s.timezone, s.name), tolerance + s.jitter_seconds)
+            s.name: (
+                Cron.parse(s.cron, s.timezone, s.name),
+                overdue_grace_seconds(tick_interval_seconds, s.jitter_seconds),
+            )
             for s in schedules
         }
         self._recount_seconds = recount_seconds
@@ -62,10 +85,7 @@ class DatabaseProbe:
 
     def __call__(self) -> DatabaseSnapshot:
         now = datetime.fromtimestamp(self._clock() + self._db_offset, UTC)
-        due_at = {
-            name: cron.latest_at_or_before(now - timedelta(seconds=grace))
-            for name, (cron, grace) in self._schedules.items()
-        }
+        due_at = due_occurrences(self._schedules, now)
         snap = self._store.metrics_snapshot(
             due_at,
             statement_timeout_seconds=STATEMENT_TIMEOUT_SECONDS,
@@ -101,9 +121,7 @@ class DatabaseProbe:
                 for name, (cron, _) in self._schedules.items()
                 if (upcoming := _next_after(cron, db_now)) is not None
             },
-            schedules_overdue=sum(
-                1 for s in snap.schedules if not s.paused and s.due_started is False
-            ),
+            schedules_overdue=sum(1 for s in snap.schedules if is_overdue(s)),
             terminal_counted_at=snap.terminal_counted_at,
         )
 

@@ -8,22 +8,43 @@ minutes before the database's now), so a client with a wrong clock still asks th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from pgtick.errors import NotFoundError, UsageError
+from pgtick import dbstate, handlers
+from pgtick.config import Config, RetentionConfig
+from pgtick.errors import NotFoundError, PgtickError, ScheduleError, UsageError
+from pgtick.schedule import Cron
 from pgtick.store import (
     STATUSES,
+    TERMINAL_STATUSES,
     Attempt,
     EffectKey,
+    JobTypeStats,
     Run,
     RunQuery,
     RunStore,
     RunSummary,
+    ScheduleHealth,
     ScheduleRef,
+    ScheduleState,
+    WorkerRow,
 )
 
+# A worker whose last heartbeat is older than this many heartbeat intervals is marked stale
+# and does not count as serving its job types.
+STALE_AFTER_HEARTBEATS = 3
+# status reads the metrics' aggregate query; an operator can wait longer than a scrape.
+STATUS_TIMEOUT_SECONDS = 30.0
+# The state rules: which runs an operator may retry (back to queued, due now) or cancel.
+RETRYABLE = ("failed", "dead", "cancelled")
+CANCELLABLE = ("queued", "running", "failed")
+# A bulk retry or cancel of more runs than this needs an explicit confirmation.
+CONFIRM_ABOVE_ROWS = 100
+# Bulk changes run in transactions of at most this many runs, so they never hold many row
+# locks at once against the daemons claiming and finishing runs.
+BULK_BATCH_ROWS = 500
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 10_000
 
@@ -116,3 +137,277 @@ def show_run(store: RunStore, run_id: int) -> RunDetail:
     return RunDetail(
         run, store.get_attempts(run_id), schedule, store.effect_keys(run_id), store.now()
     )
+
+
+# -- status ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    worker: WorkerRow
+    stale: bool
+
+
+@dataclass(frozen=True)
+class JobTypeStatus:
+    """A job type's queue and how many live daemons handle it."""
+
+    stats: JobTypeStats
+    live_workers: int
+
+    @property
+    def unserved(self) -> bool:
+        """Due runs that no live daemon will claim."""
+        return self.stats.due > 0 and self.live_workers == 0
+
+
+@dataclass(frozen=True)
+class ScheduleStatus:
+    state: ScheduleState
+    next_at: datetime | None  # None: paused, or a cron this version cannot compute
+    last_success_at: datetime | None
+    overdue: bool
+    error: str | None  # why next_at could not be computed
+
+
+@dataclass(frozen=True)
+class Status:
+    """One look at the whole system; ``problems`` is what needs an operator now."""
+
+    db_now: datetime
+    stale_after_seconds: float
+    workers: list[WorkerStatus]
+    job_types: list[JobTypeStatus]
+    schedules: list[ScheduleStatus]
+    problems: list[str]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+
+def _parsed(states: Sequence[ScheduleState]) -> dict[str, Cron | ScheduleError]:
+    out: dict[str, Cron | ScheduleError] = {}
+    for s in states:
+        try:
+            out[s.name] = Cron.parse(s.cron, s.timezone, s.name)
+        except ScheduleError as exc:
+            out[s.name] = exc
+    return out
+
+
+def status(store: RunStore, *, heartbeat_seconds: float, tick_interval_seconds: float) -> Status:
+    """Workers, queues per job type and schedules, with the problems among them: stuck runs,
+    overdue schedules, and due runs of a job type no live daemon handles."""
+    stale_after = STALE_AFTER_HEARTBEATS * heartbeat_seconds
+    workers = [WorkerStatus(w, w.heartbeat_age_seconds > stale_after) for w in store.list_workers()]
+    served: dict[str, int] = {}
+    for w in workers:
+        if not w.stale:
+            for job_type in w.worker.job_types:
+                served[job_type] = served.get(job_type, 0) + 1
+    job_types = [JobTypeStatus(t, served.get(t.job_type, 0)) for t in store.job_type_stats()]
+
+    states = store.schedule_states()
+    crons = _parsed(states)
+    now = store.now()
+    graced = {
+        s.name: (cron, dbstate.overdue_grace_seconds(tick_interval_seconds, s.jitter_seconds))
+        for s in states
+        if isinstance(cron := crons[s.name], Cron)
+    }
+    snap = store.metrics_snapshot(
+        dbstate.due_occurrences(graced, now),
+        statement_timeout_seconds=STATUS_TIMEOUT_SECONDS,
+        pool_timeout_seconds=STATUS_TIMEOUT_SECONDS,
+    )
+    health: dict[str, ScheduleHealth] = {h.name: h for h in snap.schedules}
+    schedules = [_schedule_status(s, crons[s.name], health.get(s.name), now) for s in states]
+
+    problems = [
+        f"{t.stats.stuck} stuck run(s) of {t.stats.job_type} (running with an expired lease)"
+        for t in job_types
+        if t.stats.stuck
+    ]
+    problems += [f"schedule {s.state.name} is overdue" for s in schedules if s.overdue]
+    problems += [
+        f"{t.stats.due} due run(s) of {t.stats.job_type} and no live daemon handles it"
+        for t in job_types
+        if t.unserved
+    ]
+    return Status(now, stale_after, workers, job_types, schedules, problems)
+
+
+def _schedule_status(
+    state: ScheduleState, cron: Cron | ScheduleError, health: ScheduleHealth | None, now: datetime
+) -> ScheduleStatus:
+    last_ok = None
+    if health is not None and health.last_success_at is not None:
+        last_ok = datetime.fromtimestamp(health.last_success_at, UTC)
+    if isinstance(cron, ScheduleError):
+        return ScheduleStatus(state, None, last_ok, False, str(cron))
+    next_at, error = None, None
+    if not state.paused:
+        try:
+            next_at = cron.next_after(now)
+        except ScheduleError as exc:
+            error = str(exc)
+    overdue = health is not None and dbstate.is_overdue(health)
+    return ScheduleStatus(state, next_at, last_ok, overdue, error)
+
+
+# -- retry and cancel ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Action:
+    """An operator's state change: its name, the states it accepts, the store call doing it."""
+
+    verb: str  # "retry" / "cancel"
+    past: str  # "retried" / "cancelled"
+    accepts: tuple[str, ...]
+    apply: Callable[[RunStore, Sequence[int]], list[int]]
+
+
+RETRY = Action("retry", "retried", RETRYABLE, RunStore.retry)
+CANCEL = Action("cancel", "cancelled", CANCELLABLE, RunStore.cancel)
+
+
+@dataclass(frozen=True)
+class Changed:
+    """What a retry or cancel did; ``missed`` changed state between the check and the change."""
+
+    changed: list[int]
+    missed: list[int]
+
+
+def _ids_text(ids: Sequence[int]) -> str:
+    return ", ".join(str(i) for i in sorted(ids))
+
+
+def change_runs(store: RunStore, action: Action, run_ids: Sequence[int]) -> Changed:
+    """Retry or cancel the given runs, all or none: an unknown id is NotFoundError, a run in a
+    state the action does not accept is UsageError naming its status; nothing changes then."""
+    ids = sorted(set(run_ids))
+    if not ids:
+        raise UsageError(f"{action.verb}: give run ids, or --status and --type")
+    if bad := [i for i in ids if i < 1]:
+        raise UsageError(f"RUN_ID: not a run id: {bad[0]} (ids start at 1)")
+    statuses = store.run_statuses(ids)
+    missing = [i for i in ids if i not in statuses]
+    if missing:
+        noun = "run" if len(missing) == 1 else "runs"
+        raise NotFoundError(f"{noun} {_ids_text(missing)} not found")
+    refused = {i: s for i, s in statuses.items() if s not in action.accepts}
+    if refused:
+        first = min(refused)
+        others = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        raise UsageError(
+            f"cannot {action.verb} run {first}: it is {refused[first]}{others}; only "
+            f"{', '.join(action.accepts)} runs can be {action.past}"
+        )
+    changed = action.apply(store, ids)
+    return Changed(changed, sorted(set(ids) - set(changed)))
+
+
+@dataclass(frozen=True)
+class Bulk:
+    """A bulk retry or cancel: every run of one status and job type (since a time)."""
+
+    action: Action
+    status: str
+    job_type: str
+    since: datetime | None
+
+
+def plan_bulk(
+    store: RunStore, action: Action, status: str, job_type: str, since: When | None
+) -> tuple[Bulk, int]:
+    """The bulk change and how many runs it would touch now (for the confirmation)."""
+    check_statuses([status], action.accepts)
+    if not job_type:
+        raise UsageError(f"{action.verb}: --type is required with --status")
+    bulk = Bulk(action, status, job_type, _ago(store, since))
+    return bulk, store.count_bulk(bulk.status, bulk.job_type, bulk.since)
+
+
+def run_bulk(store: RunStore, bulk: Bulk, batch: int = BULK_BATCH_ROWS) -> int:
+    """Apply a bulk change in batches of ``batch`` runs; how many runs changed."""
+    total, after = 0, 0
+    while True:
+        ids = store.bulk_ids(bulk.status, bulk.job_type, bulk.since, after, batch)
+        if not ids:
+            return total
+        total += len(bulk.action.apply(store, ids))
+        after = ids[-1]
+
+
+# -- prune -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """Per status: the age cutoff used and how many runs were (or, dry run, would be) deleted."""
+
+    older_than_seconds: dict[str, float]
+    counts: dict[str, int]
+    dry_run: bool
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def retention_seconds(retention: RetentionConfig) -> dict[str, float]:
+    """The config's ``[retention]`` per terminal status."""
+    return {
+        "succeeded": retention.succeeded_seconds,
+        "dead": retention.dead_seconds,
+        "cancelled": retention.cancelled_seconds,
+        "skipped": retention.skipped_seconds,
+    }
+
+
+def prune(
+    store: RunStore,
+    retention: RetentionConfig,
+    *,
+    older_than: When | None = None,
+    statuses: Sequence[str] = (),
+    dry_run: bool = False,
+) -> Pruned:
+    """Delete terminal runs finished longer ago than ``older_than`` (default: each status's
+    retention), in bounded batches; attempt rows go with them."""
+    wanted = check_statuses(statuses, TERMINAL_STATUSES) if statuses else TERMINAL_STATUSES
+    cutoffs = retention_seconds(retention)
+    if older_than is not None:
+        seconds = (
+            older_than.total_seconds()
+            if isinstance(older_than, timedelta)
+            else (store.now() - older_than).total_seconds()
+        )
+        if seconds <= 0:
+            raise UsageError(
+                "--older-than: must be in the past (more than 0s ago); it would delete "
+                "every finished run"
+            )
+        cutoffs = dict.fromkeys(cutoffs, seconds)
+    used = {status: cutoffs[status] for status in wanted}
+    count = store.count_prunable if dry_run else store.prune
+    return Pruned(used, {status: count(status, age) for status, age in used.items()}, dry_run)
+
+
+# -- enqueue ---------------------------------------------------------------------------------------
+
+
+def declares_job_type(config: Config, job_type: str) -> bool | None:
+    """Whether the config in use (its [job_types] or the @pgtick.job handlers of its
+    worker.imports) declares ``job_type``; None when its handlers cannot be imported here."""
+    if job_type in config.job_types:
+        return True
+    if not config.worker.imports:
+        return False
+    try:
+        return job_type in handlers.resolve(config)
+    except (PgtickError, ImportError):
+        return None

@@ -305,6 +305,35 @@ class EffectKey:
     created_at: datetime
 
 
+@dataclass(frozen=True)
+class WorkerRow:
+    """A registered daemon as ``pgtick status`` shows it."""
+
+    id: str
+    hostname: str
+    pid: int
+    version: str
+    threads: int
+    job_types: list[str]
+    started_at: datetime
+    heartbeat_age_seconds: float
+    busy: int
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    """A schedule's definition and pause state (``pgtick status``)."""
+
+    name: str
+    job_type: str
+    cron: str
+    timezone: str
+    jitter_seconds: float
+    paused: bool
+    paused_reason: str | None
+    paused_detail: str | None
+
+
 Pool = psycopg_pool.ConnectionPool[db.Connection]
 
 
@@ -555,6 +584,11 @@ class RunStore:
             if deleted < batch:
                 return total
 
+    def count_prunable(self, status: str, older_than_seconds: float) -> int:
+        """How many runs ``prune`` would delete now."""
+        params = {"status": status, "older_than": older_than_seconds}
+        return int(self._all("prune", "count_prunable", params)[0][0])
+
     # -- reading ----------------------------------------------------------------------------
 
     def get_run(self, run_id: int) -> Run | None:
@@ -570,6 +604,34 @@ class RunStore:
 
     def effect_keys(self, run_id: int) -> list[EffectKey]:
         return [EffectKey(*row) for row in self._all("show", "effect_keys", {"run_id": run_id})]
+
+    def run_statuses(self, run_ids: Sequence[int]) -> dict[int, str]:
+        """The status of each run that exists among ``run_ids``."""
+        rows = self._all("run_statuses", "run_statuses", {"ids": list(run_ids)})
+        return {int(i): str(status) for i, status in rows}
+
+    def count_bulk(self, status: str, job_type: str, since: datetime | None) -> int:
+        params = {"status": status, "job_type": job_type, "since": since}
+        return int(self._all("count_bulk", "count_bulk", params)[0][0])
+
+    def bulk_ids(
+        self, status: str, job_type: str, since: datetime | None, after: int, batch: int
+    ) -> list[int]:
+        """The next ``batch`` ids of count_bulk's runs above ``after``."""
+        params = {
+            "status": status,
+            "job_type": job_type,
+            "since": since,
+            "after": after,
+            "batch": batch,
+        }
+        return [int(r[0]) for r in self._all("bulk_ids", "bulk_ids", params)]
+
+    def list_workers(self) -> list[WorkerRow]:
+        return [WorkerRow(*row) for row in self._all("status", "list_workers", {})]
+
+    def schedule_states(self) -> list[ScheduleState]:
+        return [ScheduleState(*row) for row in self._all("status", "status_schedules", {})]
 
     def list_runs(self, q: RunQuery) -> list[RunSummary]:
         """Up to ``q.limit`` runs, newest first, below ``q.before`` (keyset pagination)."""

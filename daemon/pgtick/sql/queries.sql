@@ -638,3 +638,52 @@ FROM schedules WHERE id = %(id)s;
 -- effect_keys --
 -- The side-effect keys a run recorded through effect_once, oldest first.
 SELECT key, created_at FROM effects WHERE run_id = %(run_id)s ORDER BY created_at, key;
+
+-- list_workers --
+-- Registered daemons with their heartbeat age on the database clock and how many runs each
+-- holds now (running rows only, through runs_lease_idx), for `pgtick status`.
+SELECT w.id, w.hostname, w.pid, w.version, w.threads, w.job_types, w.started_at,
+       extract(epoch FROM now() - w.heartbeat_at)::float8,
+       (SELECT count(*) FROM runs r WHERE r.status = 'running' AND r.locked_by = w.id)
+FROM workers w
+ORDER BY w.hostname, w.pid, w.id;
+
+-- status_schedules --
+-- Every schedule's definition and pause state, for `pgtick status` (its last success and
+-- overdue flag come from metrics_snapshot).
+SELECT name, job_type, cron, timezone, jitter_seconds, paused, paused_reason, paused_detail
+FROM schedules
+ORDER BY name;
+
+-- run_statuses --
+-- The current status of the given runs (ids not found are missing), checked by retry and
+-- cancel before they change anything.
+SELECT id, status FROM runs WHERE id = ANY(%(ids)s::bigint[]);
+
+-- count_bulk --
+-- How many runs a bulk retry or cancel would change: one status and job type, optionally
+-- only those finished (or, unfinished, last changed) since a time.
+SELECT count(*)
+FROM runs
+WHERE status = %(status)s AND job_type = %(job_type)s
+  AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s::timestamptz
+       OR (finished_at IS NULL AND updated_at >= %(since)s::timestamptz));
+
+-- bulk_ids --
+-- One batch of count_bulk's runs, in id order after %(after)s (keyset), for retry or cancel.
+SELECT id
+FROM runs
+WHERE status = %(status)s AND job_type = %(job_type)s
+  AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s::timestamptz
+       OR (finished_at IS NULL AND updated_at >= %(since)s::timestamptz))
+  AND id > %(after)s
+ORDER BY id
+LIMIT %(batch)s;
+
+-- count_prunable --
+-- What prune would delete for one status and age (`pgtick prune --dry-run`); the same
+-- condition, read through runs_finished_idx.
+SELECT count(*)
+FROM runs
+WHERE status = %(status)s
+  AND finished_at < now() - make_interval(secs => %(older_than)s);

@@ -1,0 +1,87 @@
+"""`pgtick prune` as a subprocess: per-status retention from the config, --older-than,
+--status, --dry-run counting only; attempts go with their runs; bad input changes nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pgtick import db
+
+from .cli import checksum, insert_run, pgtick
+
+
+def _finished(conn: db.Connection, status: str, days_ago: float, attempts: int = 0) -> int:
+    run_id = insert_run(
+        conn,
+        job_type="email",
+        status=status,
+        attempts=attempts,
+        finished_at=datetime.now(UTC) - timedelta(days=days_ago),
+    )
+    for n in range(1, attempts + 1):
+        conn.execute(
+            "INSERT INTO attempts (run_id, attempt, worker_id, outcome)"
+            " VALUES (%s, %s, 'w', 'failed')",
+            (run_id, n),
+        )
+    return run_id
+
+
+def _remaining(conn: db.Connection) -> dict[str, int]:
+    return dict(conn.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
+
+
+def test_prune_per_retention_status_and_dry_run(
+    conn: db.Connection, dsn: str, tmp_path: Path
+) -> None:
+    for _ in range(3):
+        _finished(conn, "succeeded", 10, attempts=2)
+    _finished(conn, "succeeded", 1)
+    _finished(conn, "dead", 40, attempts=3)
+    _finished(conn, "dead", 10)
+    _finished(conn, "cancelled", 10)
+    _finished(conn, "skipped", 2)
+    insert_run(conn, job_type="email")  # queued: never pruned
+
+    before = checksum(conn)
+    dry = pgtick(dsn, "prune", "--dry-run")
+    assert dry.code == 0, dry.err
+    assert dry.out == [
+        "succeeded  would delete 3 (finished more than 7d ago)",
+        "dead       would delete 1 (finished more than 30d ago)",
+        "cancelled  would delete 1 (finished more than 7d ago)",
+        "skipped    would delete 1 (finished more than 1d ago)",
+        "total      would delete 6",
+    ]
+    assert checksum(conn) == before
+
+    config = tmp_path / "config.toml"
+    config.write_text('[retention]\nsucceeded = "12h"\n')
+    only = pgtick(dsn, "prune", "--config", str(config), "--status", "succeeded")
+    assert only.code == 0, only.err
+    assert only.out == ["succeeded  deleted 4 (finished more than 12h ago)", "total      deleted 4"]
+    assert _remaining(conn) == {"dead": 2, "cancelled": 1, "skipped": 1, "queued": 1}
+    assert conn.execute("SELECT count(*) FROM attempts").fetchone() == (3,)  # the dead run's
+
+    aged = pgtick(dsn, "prune", "--older-than", "20d")
+    assert aged.code == 0, aged.err
+    assert aged.out[-1] == "total      deleted 1"
+    assert _remaining(conn) == {"dead": 1, "cancelled": 1, "skipped": 1, "queued": 1}
+    assert conn.execute("SELECT count(*) FROM attempts").fetchone() == (0,)
+
+
+def test_prune_refuses_bad_input(conn: db.Connection, dsn: str) -> None:
+    _finished(conn, "succeeded", 10)
+    before = checksum(conn)
+    for argv, needle in (
+        (["--status", "queued"], "'queued' is not allowed here"),
+        (["--status", "gone"], "unknown status 'gone'"),
+        (["--older-than", "0s"], "--older-than: must be in the past"),
+        (["--older-than", "2999-01-01"], "--older-than: must be in the past"),
+        (["--older-than", "soon"], "--older-than: not an ISO 8601 time or a duration"),
+    ):
+        result = pgtick(dsn, "prune", *argv)
+        assert result.code == 2, (argv, result)
+        assert needle in result.error, result.error
+    assert checksum(conn) == before

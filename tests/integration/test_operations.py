@@ -1,0 +1,65 @@
+"""operations.py over a real database: bulk changes in batches, prune per status."""
+
+from __future__ import annotations
+
+from pgtick import db, operations
+from pgtick.config import RetentionConfig
+from pgtick.metrics import Metrics
+from pgtick.reaper import Reaper
+from pgtick.store import RunStore
+
+
+def test_bulk_retry_runs_in_batches_and_touches_only_its_runs(
+    store: RunStore, conn: db.Connection
+) -> None:
+    conn.execute(
+        "INSERT INTO runs (job_type, status, attempts, max_attempts, finished_at)"
+        " SELECT CASE WHEN g % 4 = 0 THEN 'other' ELSE 'email' END, 'dead', 2, 2, now()"
+        " FROM generate_series(1, 40) g"
+    )
+    bulk, count = operations.plan_bulk(store, operations.RETRY, "dead", "email", None)
+    assert count == 30
+    assert operations.run_bulk(store, bulk, batch=7) == 30
+    counts = dict(
+        conn.execute("SELECT job_type || ':' || status, count(*) FROM runs GROUP BY 1").fetchall()
+    )
+    assert counts == {"email:queued": 30, "other:dead": 10}
+    # A retried run that had used up its attempts gets one more.
+    assert conn.execute(
+        "SELECT DISTINCT max_attempts FROM runs WHERE job_type = 'email'"
+    ).fetchall() == [(3,)]
+    assert operations.run_bulk(store, bulk, batch=7) == 0
+
+
+def test_daemon_retention_prunes_each_status_after_its_own_age(
+    store: RunStore, conn: db.Connection
+) -> None:
+    """Reaper.prune_once applies [retention] per terminal status and leaves active runs."""
+    conn.execute(
+        "INSERT INTO runs (job_type, status, attempts, finished_at)"
+        " SELECT 'email', s, 1, now() - d * interval '1 hour'"
+        " FROM unnest(ARRAY['succeeded', 'dead', 'cancelled', 'skipped']) s,"
+        "      unnest(ARRAY[1, 5, 30]) d"
+    )
+    conn.execute("INSERT INTO runs (job_type) VALUES ('email')")
+    conn.execute("INSERT INTO attempts (run_id, attempt, worker_id) SELECT id, 1, 'w' FROM runs")
+    retention = RetentionConfig(
+        succeeded_seconds=2 * 3600,
+        dead_seconds=24 * 3600,
+        cancelled_seconds=10 * 3600,
+        skipped_seconds=0.5 * 3600,
+    )
+    reaper = Reaper(store, {}, 10.0, 20.0, retention, Metrics([], "test", 1))
+    assert reaper.prune_once() == 2 + 1 + 1 + 3
+    left = conn.execute(
+        "SELECT status, array_agg(round(extract(epoch FROM now() - finished_at) / 3600)::int"
+        " ORDER BY finished_at DESC) FROM runs GROUP BY status ORDER BY status"
+    ).fetchall()
+    assert left == [
+        ("cancelled", [1, 5]),
+        ("dead", [1, 5]),
+        ("queued", [None]),
+        ("succeeded", [1]),
+    ]
+    assert conn.execute("SELECT count(*) FROM attempts").fetchone() == (6,)
+    assert reaper.prune_once() == 0
