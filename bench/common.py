@@ -155,6 +155,32 @@ def enqueue_noop(dsn: str, runs: int, job_type: str = "noop") -> None:
 # -- `pgtick run` as a real process -------------------------------------------------------------
 
 
+def merged(*layers: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Settings by section, later layers winning key by key."""
+    out: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        for section, values in layer.items():
+            out.setdefault(section, {}).update(values)
+    return out
+
+
+def write_config(
+    path: Path, settings: Mapping[str, Mapping[str, Any]] | None = None, extra: str = ""
+) -> Path:
+    """``daemon_config`` from settings grouped by section (worker, ticker, logging)."""
+    settings = settings or {}
+    unknown = set(settings) - {"worker", "ticker", "logging"}
+    if unknown:
+        raise BenchError(f"--set: only worker.*, ticker.* and logging.* keys, not {unknown}", 2)
+    return daemon_config(
+        path,
+        worker=settings.get("worker"),
+        ticker=settings.get("ticker"),
+        logging=settings.get("logging"),
+        extra=extra,
+    )
+
+
 def daemon_config(
     path: Path,
     *,
@@ -185,6 +211,16 @@ def toml_value(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     raise TypeError(f"no TOML literal for {value!r}")
+
+
+def add_settings_option(parser: Any) -> None:
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="a config key for every daemon, e.g. --set worker.threads=16 (repeatable)",
+    )
 
 
 def parse_settings(items: Sequence[str]) -> dict[str, dict[str, Any]]:

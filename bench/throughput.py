@@ -29,13 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads-list", default=",".join(map(str, SWEEP_THREADS)))
     parser.add_argument("--prefetch-list", default=",".join(map(str, SWEEP_PREFETCH)))
     parser.add_argument("--daemons", type=int, default=1, help="daemons on one database (1)")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="a config key for every daemon, e.g. --set worker.threads=16 (repeatable)",
-    )
+    common.add_settings_option(parser)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS)
     parser.add_argument("--profile", help="record the (single) daemon with py-spy into this file")
 
@@ -64,12 +58,7 @@ def drain(
     settings = settings or {}
     with common.fresh_database(admin_dsn, "tp") as dsn:
         common.enqueue_noop(dsn, runs)
-        config = common.daemon_config(
-            tmp / f"throughput-{time.monotonic_ns()}.toml",
-            worker=settings.get("worker"),
-            ticker=settings.get("ticker"),
-            logging=settings.get("logging"),
-        )
+        config = common.write_config(tmp / f"throughput-{time.monotonic_ns()}.toml", settings)
         started = time.monotonic()
         procs = [
             common.start_daemon(
@@ -180,7 +169,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
     rows: list[dict[str, Any]] = []
     for t in threads:
         for p in prefetch:
-            settings = {**base, "worker": {**base.get("worker", {}), "threads": t, "prefetch": p}}
+            settings = common.merged(base, {"worker": {"threads": t, "prefetch": p}})
             result = drain(
                 admin_dsn,
                 tmp,
