@@ -144,11 +144,15 @@ def server_version(dsn: str) -> str:
 
 
 def enqueue_noop(dsn: str, runs: int, job_type: str = "noop") -> None:
-    """``runs`` queued runs due now, inserted by one SQL statement (no client loop)."""
+    """``runs`` queued runs due now, inserted by one SQL statement (no client loop), with the
+    NOTIFY that ``pgtick.enqueue`` sends, so idle daemons wake at once."""
     with connect(dsn) as conn:
-        conn.execute(
-            "INSERT INTO runs (job_type) SELECT %s FROM generate_series(1, %s)", [job_type, runs]
-        )
+        with conn.transaction():
+            conn.execute(
+                "INSERT INTO runs (job_type) SELECT %s FROM generate_series(1, %s)",
+                [job_type, runs],
+            )
+            conn.execute("SELECT pg_notify(current_schema(), %s)", [job_type])
         conn.execute("ANALYZE runs")
 
 

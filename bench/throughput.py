@@ -1,8 +1,8 @@
-"""Throughput: N no-op runs, enqueued by one SQL statement, drained by `pgtick run` at default
-settings; timed on the database clock from the first claim (min started_at) to the last finish
-(max finished_at) in the runs table. Every run must have succeeded exactly once: one attempt
-row per run, outcome 'succeeded'. ``--sweep`` repeats it over worker.threads x worker.prefetch,
-``--daemons K`` drains with K daemons on one database."""
+"""Throughput: N no-op runs, enqueued by one SQL statement (with a NOTIFY) once the daemons are up
+and idle, drained by `pgtick run` at default settings; timed on the database clock from the first
+claim (min started_at) to the last finish (max finished_at) in the runs table. Every run must have
+succeeded exactly once: one attempt row per run, outcome 'succeeded'. ``--sweep`` repeats it over
+worker.threads x worker.prefetch, ``--daemons K`` drains with K daemons on one database."""
 
 from __future__ import annotations
 
@@ -57,9 +57,8 @@ def drain(
     """One drain in a fresh database; returns runs/s and the checks, raises if a check fails."""
     settings = settings or {}
     with common.fresh_database(admin_dsn, "tp") as dsn:
-        common.enqueue_noop(dsn, runs)
         config = common.write_config(tmp / f"throughput-{time.monotonic_ns()}.toml", settings)
-        started = time.monotonic()
+        # Every daemon is up and idle before the backlog appears, so none gets a head start.
         procs = [
             common.start_daemon(
                 dsn, config, tmp / f"daemon-{time.monotonic_ns()}.log", profile=profile
@@ -67,6 +66,8 @@ def drain(
             for _ in range(daemons)
         ]
         try:
+            started = time.monotonic()
+            common.enqueue_noop(dsn, runs)
             with common.connect(dsn) as conn:
 
                 def drained() -> bool:
