@@ -133,6 +133,14 @@ def connect(dsn: str) -> psycopg.Connection[tuple[Any, ...]]:
     return conn
 
 
+def one(conn: psycopg.Connection[tuple[Any, ...]], query: str, params: Any = None) -> Any:
+    """The single row of ``query`` (a BenchError if there is none)."""
+    row = conn.execute(query, params).fetchone()
+    if row is None:
+        raise BenchError(f"no row from {query.split()[0]} ...")
+    return row
+
+
 def database_name(dsn: str) -> str:
     return str(conninfo_to_dict(dsn).get("dbname", ""))
 
