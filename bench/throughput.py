@@ -180,7 +180,8 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
                 timeout=args.timeout,
             )
             rows.append({"threads": t, "prefetch": p, **result})
-            print(f"  threads={t} prefetch={p}: {result['runs_per_second']:,} runs/s", flush=True)
+            rps = result["runs_per_second"]
+            print(f"  threads={t} prefetch={p}: {rps:,.0f} runs/s", flush=True)
     record.results = {"sweep": rows}
     print(
         common.table(
