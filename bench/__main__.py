@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_part(args: argparse.Namespace) -> None:
     module = load(args.part)
+    if hasattr(module, "check"):
+        module.check(args)
     tmp = Path(tempfile.mkdtemp(prefix=f"pgtick-bench-{args.part}-"))
     try:
         with common.server(args.dsn) as admin_dsn:

@@ -83,7 +83,7 @@ def server(dsn: str | None) -> Iterator[str]:
     embedded PostgreSQL (fsync off) that is removed afterwards."""
     given = dsn or os.environ.get(DSN_ENV)
     if given:
-        check_reachable(given)
+        check_reachable(given, "--dsn" if dsn else DSN_ENV)
         yield given
         return
     data_dir = Path(tempfile.mkdtemp(prefix="pgtick-bench-pg-"))
@@ -95,13 +95,13 @@ def server(dsn: str | None) -> Iterator[str]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def check_reachable(admin_dsn: str) -> None:
+def check_reachable(admin_dsn: str, source: str) -> None:
     try:
         with psycopg.connect(admin_dsn, connect_timeout=10):
             pass
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BenchError(f"{DSN_ENV}: database unreachable: {first}", code=3) from exc
+        raise BenchError(f"{source}: database unreachable: {first}", code=3) from exc
 
 
 def admin_execute(admin_dsn: str, statement: sql.Composed) -> None:

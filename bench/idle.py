@@ -60,9 +60,14 @@ def rss_kib(pid: int) -> tuple[int, int]:
     return values["VmRSS"], values["VmHWM"]
 
 
-def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
+def check(args: argparse.Namespace) -> None:
+    """Usage errors, found before a server is started."""
     if args.seconds <= 0 or args.settle < 0:
         raise common.BenchError("--seconds must be positive and --settle not negative", 2)
+    common.parse_settings(args.set)
+
+
+def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
     settings = common.parse_settings(args.set)
     record.options = {"seconds": args.seconds, "settle": args.settle, "set": args.set}
     with common.fresh_database(admin_dsn, "idle") as dsn:

@@ -31,9 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_settings_option(parser)
 
 
-def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
+def check(args: argparse.Namespace) -> None:
+    """Usage errors, found before a server is started."""
     if args.runs < MIN_RUNS:
         raise common.BenchError(f"--runs must be at least {MIN_RUNS}", 2)
+    common.parse_settings(args.set)
+
+
+def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
     settings = common.parse_settings(args.set)
     record.options = {"runs": args.runs, "interval": args.interval, "set": args.set}
     with common.fresh_database(admin_dsn, "latency") as dsn:

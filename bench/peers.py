@@ -91,15 +91,18 @@ def check_installed() -> dict[str, str | None]:
     return {p: versions.get(p) for p in PEER_PACKAGES}
 
 
-def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
+def check(args: argparse.Namespace) -> None:
+    """Usage errors, found before a server is started."""
     if args.runs < 1:
         raise common.BenchError("--runs must be at least 1", 2)
+    common.parse_settings(args.set)
+    selected(args.only)
+    check_installed()
+
+
+def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
     versions = check_installed()
-    only = {name.strip() for name in args.only.split(",")} if args.only else None
-    if only and only - {p.name for p in PEERS}:
-        raise common.BenchError(
-            f"--only: unknown peers {sorted(only - {p.name for p in PEERS})}", 2
-        )
+    only = selected(args.only)
     record.options = {"runs": args.runs, "set": args.set, "peers": versions}
     pgtick = throughput.drain(
         admin_dsn, tmp, args.runs, settings=common.parse_settings(args.set), timeout=args.timeout
@@ -124,6 +127,17 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         for r in rows
     ]
     print(common.table(["queue", "setting", "jobs", "seconds", "jobs/s", "pgtick x"], table_rows))
+
+
+def selected(only: str | None) -> set[str] | None:
+    """The peer names given to --only (None: all)."""
+    if not only:
+        return None
+    names = {name.strip() for name in only.split(",")}
+    unknown = sorted(names - {p.name for p in PEERS})
+    if unknown:
+        raise common.BenchError(f"--only: unknown peers {unknown}", 2)
+    return names
 
 
 def peer_command(peer: Peer, dsn: str, *extra: str) -> list[str]:

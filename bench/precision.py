@@ -33,9 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_settings_option(parser)
 
 
-def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
+def check(args: argparse.Namespace) -> None:
+    """Usage errors, found before a server is started."""
     if args.schedules < 1 or args.minutes < 1:
         raise common.BenchError("--schedules and --minutes must be at least 1", 2)
+    common.parse_settings(args.set)
+
+
+def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
     settings = common.parse_settings(args.set)
     record.options = {"schedules": args.schedules, "minutes": args.minutes, "set": args.set}
     extra = "".join(SCHEDULE.format(i=i) for i in range(args.schedules))

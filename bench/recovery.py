@@ -44,9 +44,14 @@ def bound_seconds(settings: dict[str, dict[str, Any]]) -> tuple[float, float]:
     return lease, reaper
 
 
-def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
+def check(args: argparse.Namespace) -> None:
+    """Usage errors, found before a server is started."""
     if args.held < 1:
         raise common.BenchError("--held must be at least 1", 2)
+    bound_seconds(common.parse_settings(args.set))
+
+
+def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
     # Enough threads for every held run; B must be able to take them all at once.
     settings = common.merged(
         {"worker": {"threads": max(args.held, 8), "shutdown_grace": "0s"}},

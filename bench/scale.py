@@ -57,9 +57,13 @@ def claim_params(limit: int, lease: float = LEASE_SECONDS) -> dict[str, Any]:
     }
 
 
-def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
+def check(args: argparse.Namespace) -> None:
+    """Usage errors, found before a server is started."""
     if args.claims < 1 or args.queued < CLAIM_LIMIT * args.claims // 2 + EXPIRED_RUNS:
         raise common.BenchError("--queued must cover the due runs that --claims finishes", 2)
+
+
+def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
     record.options = {"terminal": args.terminal, "queued": args.queued, "claims": args.claims}
     with common.fresh_database(admin_dsn, "scale") as dsn:
         rows = f"{args.terminal:,} terminal + {args.queued:,} queued runs"

@@ -132,9 +132,17 @@ def measure(conn: Any, runs: int) -> dict[str, Any]:
     }
 
 
-def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
+def check(args: argparse.Namespace) -> None:
+    """Usage errors, found before a server is started."""
     if args.runs < 1 or args.daemons < 1:
         raise common.BenchError("--runs and --daemons must be at least 1", 2)
+    common.parse_settings(args.set)
+    if args.sweep:
+        int_list(args.threads_list, "--threads-list")
+        int_list(args.prefetch_list, "--prefetch-list")
+
+
+def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
     base = common.parse_settings(args.set)
     record.options = {"runs": args.runs, "daemons": args.daemons, "set": args.set}
     if not args.sweep:
