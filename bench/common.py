@@ -31,6 +31,7 @@ from pgtick.embedded import EmbeddedPostgres
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
+RESULTS_ENV = "PGTICK_BENCH_RESULTS"  # another directory for the JSON (the tests use it)
 DSN_ENV = "PGTICK_BENCH_DSN"
 SCHEMA = "pgtick"
 START_TIMEOUT_SECONDS = 60.0
@@ -464,9 +465,10 @@ class Record:
     results: dict[str, Any] = field(default_factory=dict)
 
     def write(self) -> Path:
-        RESULTS_DIR.mkdir(exist_ok=True)
+        directory = Path(os.environ.get(RESULTS_ENV) or RESULTS_DIR)
+        directory.mkdir(parents=True, exist_ok=True)
         stamp = self.started.strftime("%Y-%m-%dT%H%M%SZ")
-        path = RESULTS_DIR / f"{self.part}-{stamp}.json"
+        path = directory / f"{self.part}-{stamp}.json"
         document = {
             "part": self.part,
             "date": self.started.isoformat(timespec="seconds"),
