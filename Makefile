@@ -1,12 +1,13 @@
-# The two commands a newcomer needs: `make demo` and `make test`.
+# The two commands a newcomer needs: `make demo` and `make test`; `make bench` for figures.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
+BENCH_STAMP = $(VENV)/.bench-installed
 # Lint what exists: git keeps no empty directories, so bench/ may be missing from a clone.
 LINT    = $(wildcard daemon tests bench)
 
-.PHONY: demo test lint typecheck check clean
+.PHONY: demo test lint typecheck check clean bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +24,16 @@ test: $(STAMP)   ## lint, type-check and run the whole test suite
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+# The benchmark parts, in this order; one part: `make bench BENCH=latency BENCH_ARGS="--runs 300"`.
+BENCH ?= throughput peers latency precision scale recovery idle scrape
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)   ## the benchmarks at full size on a throwaway PostgreSQL (README: Performance)
+	@for part in $(BENCH); do $(BIN)/python -m bench $$part $(BENCH_ARGS) || exit $$?; done
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT)

@@ -1,103 +1,206 @@
-"""Throughput: how fast one `pgtick run` with default settings drains queued no-op runs.
-
-    python bench/throughput.py [--runs 50000] [--threads N] [--prefetch N] [--dsn DSN]
-
-Without --dsn it starts an embedded PostgreSQL (throwaway settings: fsync off). It enqueues
-the runs first, then starts the daemon as a real process and times from its READY to the
-last run's finish, on the database clock (min(started_at) .. max(finished_at)).
-"""
+"""Throughput: N no-op runs, enqueued by one SQL statement (with a NOTIFY) once the daemons are up
+and idle, drained by `pgtick run` at default settings; timed on the database clock from the first
+claim (min started_at) to the last finish (max finished_at) in the runs table. Every run must have
+succeeded exactly once: one attempt row per run, outcome 'succeeded'. ``--sweep`` repeats it over
+worker.threads x worker.prefetch, ``--daemons K`` drains with K daemons on one database."""
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-import psycopg
-from psycopg.conninfo import make_conninfo
+from bench import common
 
-from pgtick import db, migrate
-from pgtick.embedded import EmbeddedPostgres
-from pgtick.store import NewRun, RunStore
-
-HERE = Path(__file__).resolve().parent
-ENQUEUE_BATCH = 5000
-CONFIG = """
-[worker]
-imports = ["noop_jobs"]
-threads = {threads}
-prefetch = {prefetch}
-[metrics]
-listen = ""
-[logging]
-format = "json"
-level = "warning"
-"""
+DEFAULT_RUNS = 20_000
+DEFAULT_TIMEOUT_SECONDS = 1800.0
+SWEEP_THREADS = (8, 16, 32)
+SWEEP_PREFETCH = (0, 16, 64)
+DRAIN_POLL_SECONDS = 0.25
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=50_000)
-    parser.add_argument("--threads", type=int, default=8, help="worker.threads (default 8)")
-    parser.add_argument("--prefetch", type=int, default=0, help="worker.prefetch (default 0)")
-    parser.add_argument("--dsn", help="admin DSN of a server to use (default: embedded)")
-    args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="pgtick-bench-"))
-    server = None if args.dsn else EmbeddedPostgres(tmp / "pg", throwaway=True)
-    admin = args.dsn or server.dsn  # type: ignore[union-attr]
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="runs to drain (20000)")
+    parser.add_argument(
+        "--sweep", action="store_true", help="every worker.threads x worker.prefetch pair"
+    )
+    parser.add_argument("--threads-list", default=",".join(map(str, SWEEP_THREADS)))
+    parser.add_argument("--prefetch-list", default=",".join(map(str, SWEEP_PREFETCH)))
+    parser.add_argument("--daemons", type=int, default=1, help="daemons on one database (1)")
+    common.add_settings_option(parser)
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS)
+    parser.add_argument("--profile", help="record the (single) daemon with py-spy into this file")
+
+
+def int_list(text: str, option: str) -> list[int]:
     try:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute("DROP DATABASE IF EXISTS pgtick_bench WITH (FORCE)")
-            conn.execute("CREATE DATABASE pgtick_bench")
-        dsn = make_conninfo(admin, dbname="pgtick_bench")
-        migrate.migrate(dsn, "pgtick")
-        pool = db.make_pool(dsn, "pgtick", size=2)
-        store = RunStore(pool)
-        for start in range(0, args.runs, ENQUEUE_BATCH):
-            count = min(ENQUEUE_BATCH, args.runs - start)
-            store.enqueue_many([NewRun("noop") for _ in range(count)])
-        config = tmp / "config.toml"
-        config.write_text(CONFIG.format(threads=args.threads, prefetch=args.prefetch))
-        env = {**os.environ, "PGTICK_DSN": dsn, "PYTHONPATH": str(HERE)}
-        command = [sys.executable, "-m", "pgtick", "run", "--config", str(config)]
-        if os.environ.get("BENCH_PROFILE"):
-            command = ["py-spy", "record", "-o", os.environ["BENCH_PROFILE"], "-f", "raw",
-                       "--", *command]  # fmt: skip
-        daemon = subprocess.Popen(command, env=env)
-        with pool.connection() as conn:
-            while True:
-                row = conn.execute(
-                    "SELECT count(*) FILTER (WHERE status = 'succeeded'), "
-                    "extract(epoch FROM max(finished_at) - min(started_at)) FROM pgtick.runs"
-                ).fetchone()
-                assert row is not None
-                if row[0] == args.runs:
-                    break
-                if daemon.poll() is not None:
-                    raise SystemExit(f"daemon exited with {daemon.returncode}")
-                time.sleep(0.2)
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(30)
-        seconds = float(row[1])
-        pool.close()
-        print(
-            f"{args.runs} no-op runs drained in {seconds:.2f} s by one daemon "
-            f"(threads={args.threads}, prefetch={args.prefetch}): "
-            f"{args.runs / seconds:,.0f} runs/s  [{platform.node()}, {os.cpu_count()} cpus, "
-            f"python {platform.python_version()}, {time.strftime('%Y-%m-%d')}]"
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise common.BenchError(f"{option}: expected numbers separated by commas", 2) from exc
+    if not values:
+        raise common.BenchError(f"{option}: empty", 2)
+    return values
+
+
+def drain(
+    admin_dsn: str,
+    tmp: Path,
+    runs: int,
+    *,
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
+    daemons: int = 1,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    profile: str | None = None,
+) -> dict[str, Any]:
+    """One drain in a fresh database; returns runs/s and the checks, raises if a check fails."""
+    settings = settings or {}
+    with common.fresh_database(admin_dsn, "tp") as dsn:
+        config = common.write_config(tmp / f"throughput-{time.monotonic_ns()}.toml", settings)
+        # Every daemon is up and idle before the backlog appears, so none gets a head start.
+        procs = [
+            common.start_daemon(
+                dsn, config, tmp / f"daemon-{time.monotonic_ns()}.log", profile=profile
+            )
+            for _ in range(daemons)
+        ]
+        try:
+            started = time.monotonic()
+            common.enqueue_noop(dsn, runs)
+            with common.connect(dsn) as conn:
+
+                def drained() -> bool:
+                    for proc in procs:
+                        proc.check_alive()
+                    row = conn.execute(
+                        "SELECT count(*) FROM runs WHERE status IN ('queued', 'running', 'failed')"
+                    ).fetchone()
+                    if row and row[0] == 0:
+                        return True
+                    time.sleep(DRAIN_POLL_SECONDS)
+                    return False
+
+                common.wait_for(drained, timeout, f"{runs} runs to finish")
+                wall = time.monotonic() - started
+                codes = [proc.stop() for proc in procs]
+                result = measure(conn, runs)
+        finally:
+            for proc in procs:
+                proc.kill()
+    if any(code != 0 for code in codes):
+        raise common.BenchError(f"daemon exit codes {codes} (expected 0 after SIGTERM)")
+    result.update(daemons=daemons, settings=settings, client_wall_seconds=round(wall, 3))
+    return result
+
+
+def measure(conn: Any, runs: int) -> dict[str, Any]:
+    """Timing from the runs table and the exactly-once checks from the attempts table."""
+    statuses = dict(conn.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
+    if statuses != {"succeeded": runs}:
+        raise common.BenchError(f"expected {runs} succeeded runs, found {statuses}")
+    attempts = conn.execute(
+        """
+        SELECT count(*), count(*) FILTER (WHERE n = 1 AND ok = 1), coalesce(sum(n), 0)
+        FROM (SELECT run_id, count(*) AS n, count(*) FILTER (WHERE outcome = 'succeeded') AS ok
+              FROM attempts GROUP BY run_id) a
+        """
+    ).fetchone()
+    runs_seen, exactly_once, total_attempts = attempts
+    if not (runs_seen == exactly_once == total_attempts == runs):
+        raise common.BenchError(
+            f"not exactly once: {runs} runs, {runs_seen} with attempts, {exactly_once} with one "
+            f"'succeeded' attempt, {total_attempts} attempt rows"
         )
-    finally:
-        if server is not None:
-            server.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+    seconds = float(
+        conn.execute(
+            "SELECT extract(epoch FROM max(finished_at) - min(started_at)) FROM runs"
+        ).fetchone()[0]
+    )
+    per_daemon = [
+        n
+        for _, n in conn.execute(
+            "SELECT worker_id, count(*) FROM attempts GROUP BY worker_id ORDER BY 2 DESC"
+        ).fetchall()
+    ]
+    return {
+        "runs": runs,
+        "seconds": round(seconds, 3),
+        "runs_per_second": round(runs / seconds, 1) if seconds > 0 else None,
+        "exactly_once": True,
+        "runs_per_daemon": per_daemon,
+    }
 
 
-if __name__ == "__main__":
-    main()
+def check(args: argparse.Namespace) -> None:
+    """Usage errors, found before a server is started."""
+    if args.runs < 1 or args.daemons < 1:
+        raise common.BenchError("--runs and --daemons must be at least 1", 2)
+    common.parse_settings(args.set)
+    if args.sweep:
+        int_list(args.threads_list, "--threads-list")
+        int_list(args.prefetch_list, "--prefetch-list")
+
+
+def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
+    base = common.parse_settings(args.set)
+    record.options = {"runs": args.runs, "daemons": args.daemons, "set": args.set}
+    if not args.sweep:
+        result = drain(
+            admin_dsn,
+            tmp,
+            args.runs,
+            settings=base,
+            daemons=args.daemons,
+            timeout=args.timeout,
+            profile=args.profile,
+        )
+        record.results = result
+        print(
+            common.table(
+                ["daemons", "settings", "runs", "seconds", "runs/s", "runs per daemon"],
+                [
+                    [
+                        args.daemons,
+                        settings_label(base) or "defaults",
+                        args.runs,
+                        result["seconds"],
+                        result["runs_per_second"],
+                        " / ".join(map(str, result["runs_per_daemon"])),
+                    ]
+                ],
+            )
+        )
+        return
+    threads = int_list(args.threads_list, "--threads-list")
+    prefetch = int_list(args.prefetch_list, "--prefetch-list")
+    record.options.update(threads=threads, prefetch=prefetch)
+    rows: list[dict[str, Any]] = []
+    for t in threads:
+        for p in prefetch:
+            settings = common.merged(base, {"worker": {"threads": t, "prefetch": p}})
+            result = drain(
+                admin_dsn,
+                tmp,
+                args.runs,
+                settings=settings,
+                daemons=args.daemons,
+                timeout=args.timeout,
+            )
+            rows.append({"threads": t, "prefetch": p, **result})
+            rps = result["runs_per_second"]
+            print(f"  threads={t} prefetch={p}: {rps:,.0f} runs/s", flush=True)
+    record.results = {"sweep": rows}
+    print(
+        common.table(
+            ["threads", "prefetch", "runs", "seconds", "runs/s"],
+            [
+                [r["threads"], r["prefetch"], r["runs"], r["seconds"], r["runs_per_second"]]
+                for r in rows
+            ],
+        )
+    )
+
+
+def settings_label(settings: Mapping[str, Mapping[str, Any]]) -> str:
+    return ", ".join(f"{s}.{k}={v}" for s, values in settings.items() for k, v in values.items())

@@ -1,0 +1,1 @@
+"""pgtick's benchmarks: ``python -m bench <part> [options]`` (see README, Performance)."""

@@ -1,0 +1,124 @@
+"""Idle cost: what one daemon at default settings, with nothing to do, costs the database and
+the host over ``--seconds`` (60).
+
+Queries per second come from pg_stat_statements (calls in the daemon's database) when the
+server has it loaded, else from pg_stat_database (xact_commit + xact_rollback of the daemon's
+database): the output says which. Transactions per second from pg_stat_database are always
+reported. PostgreSQL flushes a backend's counters within about 10 s of its activity, so the
+daemon first settles for ``--settle`` seconds. RSS is sampled from /proc/<pid>/status every
+second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench import common
+
+DEFAULT_SECONDS = 60.0
+DEFAULT_SETTLE_SECONDS = 15.0
+SAMPLE_SECONDS = 1.0
+STATEMENTS_CALLS = """
+SELECT coalesce(sum(calls), 0) FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)
+  AND query NOT ILIKE '%%pg_stat_statements%%'
+"""
+XACTS = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS, help="window (60)")
+    parser.add_argument(
+        "--settle", type=float, default=DEFAULT_SETTLE_SECONDS, help="after start (15)"
+    )
+    common.add_settings_option(parser)
+
+
+def statements_available(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
+    """Whether pg_stat_statements can be read here (the module must be preloaded)."""
+    try:
+        with conn.transaction():
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute("SELECT 1 FROM pg_stat_statements LIMIT 1")
+    except psycopg.Error:
+        return False
+    return True
+
+
+def rss_kib(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of ``pid`` in KiB."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0])
+    return values["VmRSS"], values["VmHWM"]
+
+
+def check(args: argparse.Namespace) -> None:
+    """Usage errors, found before a server is started."""
+    if args.seconds <= 0 or args.settle < 0:
+        raise common.BenchError("--seconds must be positive and --settle not negative", 2)
+    common.parse_settings(args.set)
+
+
+def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
+    settings = common.parse_settings(args.set)
+    record.options = {"seconds": args.seconds, "settle": args.settle, "set": args.set}
+    with common.fresh_database(admin_dsn, "idle") as dsn:
+        name = common.database_name(dsn)
+        with common.connect(dsn) as conn:
+            use_statements = statements_available(conn)
+        daemon = common.start_daemon(
+            dsn, common.write_config(tmp / "idle.toml", settings), tmp / "idle.log"
+        )
+        try:
+            time.sleep(args.settle)
+            with common.connect(dsn) as conn, psycopg.connect(admin_dsn, autocommit=True) as adm:
+                calls0 = common.one(conn, STATEMENTS_CALLS, [name])[0] if use_statements else 0
+                xacts0 = common.one(adm, XACTS, [name])[0]
+                started = time.monotonic()
+                samples = []
+                while time.monotonic() - started < args.seconds:
+                    daemon.check_alive()
+                    samples.append(rss_kib(daemon.pid)[0])
+                    time.sleep(SAMPLE_SECONDS)
+                elapsed = time.monotonic() - started
+                calls1 = common.one(conn, STATEMENTS_CALLS, [name])[0] if use_statements else 0
+                xacts1 = common.one(adm, XACTS, [name])[0]
+                rss, hwm = rss_kib(daemon.pid)
+        finally:
+            daemon.stop()
+    xacts_per_second = (xacts1 - xacts0) / elapsed
+    queries_per_second = (calls1 - calls0) / elapsed if use_statements else xacts_per_second
+    source = "pg_stat_statements calls" if use_statements else "pg_stat_database transactions"
+    result = {
+        "seconds": round(elapsed, 1),
+        "queries_per_second": round(queries_per_second, 3),
+        "queries_source": source,
+        "transactions_per_second": round(xacts_per_second, 3),
+        "rss_mib_mean": round(sum(samples) / len(samples) / 1024, 1),
+        "rss_mib_end": round(rss / 1024, 1),
+        "rss_mib_peak": round(hwm / 1024, 1),
+    }
+    record.results = result
+    print(
+        common.table(
+            ["seconds", "queries/s", "source", "xacts/s", "RSS MiB", "peak RSS MiB"],
+            [
+                [
+                    result["seconds"],
+                    result["queries_per_second"],
+                    source,
+                    result["transactions_per_second"],
+                    result["rss_mib_end"],
+                    result["rss_mib_peak"],
+                ]
+            ],
+        )
+    )

@@ -1,0 +1,100 @@
+"""Pickup latency: enqueue -> handler start with idle workers (the NOTIFY path), p50/p99.
+
+One daemon at default settings waits idle; the client enqueues one ``stamp`` run at a time,
+taking time.time() right before its commit, every ``--interval`` seconds (longer than a run
+takes, so the workers are idle each time). The handler records time.time() when it starts.
+Both stamps come from the same host clock; the database clock is not involved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import pgtick
+from bench import common, jobs
+
+DEFAULT_RUNS = 300
+MIN_RUNS = 200
+DEFAULT_INTERVAL_SECONDS = 0.05
+SETTLE_SECONDS = 2.0
+FINISH_TIMEOUT_SECONDS = 60.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="runs (300, at least 200)")
+    parser.add_argument(
+        "--interval", type=float, default=DEFAULT_INTERVAL_SECONDS, help="seconds between runs"
+    )
+    common.add_settings_option(parser)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Usage errors, found before a server is started."""
+    if args.runs < MIN_RUNS:
+        raise common.BenchError(f"--runs must be at least {MIN_RUNS}", 2)
+    common.parse_settings(args.set)
+
+
+def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
+    settings = common.parse_settings(args.set)
+    record.options = {"runs": args.runs, "interval": args.interval, "set": args.set}
+    with common.fresh_database(admin_dsn, "latency") as dsn:
+        with common.connect(dsn) as conn:
+            conn.execute(jobs.STARTS_DDL)
+        daemon = common.start_daemon(
+            dsn, common.write_config(tmp / "latency.toml", settings), tmp / "latency.log"
+        )
+        try:
+            # Let the start-up claims, ticks and registration pass: idle means idle.
+            time.sleep(SETTLE_SECONDS)
+            enqueued = enqueue_paced(dsn, args.runs, args.interval)
+            starts = wait_started(dsn, daemon, enqueued)
+        finally:
+            daemon.stop()
+    ms = [(starts[run_id] - at) * 1000 for run_id, at in enqueued.items()]
+    stats = common.distribution(ms)
+    record.results = {"latency_ms": stats}
+    print(
+        common.table(
+            ["runs", "p50 ms", "p90 ms", "p99 ms", "max ms", "mean ms"],
+            [[stats["n"], stats["p50"], stats["p90"], stats["p99"], stats["max"], stats["mean"]]],
+        )
+    )
+
+
+def enqueue_paced(dsn: str, runs: int, interval: float) -> dict[int, float]:
+    """Enqueue one run every ``interval`` seconds; {run id: time.time() right before commit}."""
+    enqueued: dict[int, float] = {}
+    next_at = time.monotonic()
+    with common.connect(dsn) as conn:
+        for _ in range(runs):
+            with conn.transaction():
+                run_id = pgtick.enqueue(conn, "stamp")
+                at = time.time()
+            enqueued[run_id] = at
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+    return enqueued
+
+
+def wait_started(dsn: str, daemon: common.Daemon, enqueued: dict[int, float]) -> dict[int, float]:
+    """{run id: handler start} once every enqueued run has started and succeeded."""
+    with common.connect(dsn) as conn:
+
+        def all_started() -> dict[int, Any] | None:
+            daemon.check_alive()
+            rows = conn.execute(
+                "SELECT s.run_id, s.started FROM public.bench_starts s"
+                " JOIN runs r ON r.id = s.run_id AND r.status = 'succeeded'"
+                " WHERE s.run_id = ANY(%s)",
+                [list(enqueued)],
+            ).fetchall()
+            return dict(rows) if len(rows) == len(enqueued) else None
+
+        started: dict[int, float] = common.wait_for(
+            all_started, FINISH_TIMEOUT_SECONDS, f"{len(enqueued)} runs to start"
+        )
+    return started

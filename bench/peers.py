@@ -1,0 +1,196 @@
+"""Peers side by side: the same N no-op jobs on the same server, drained by pgtick at default
+settings, by procrastinate (concurrency 1, its default, and 50) and by pgqueuer (psycopg and
+asyncpg drivers, batch size 10, its default, and 50), each in its own fresh database, with
+pgtick's ratio to each.
+
+Each peer installs its schema and enqueues the jobs through its own API, then one worker
+process of it drains the queue and exits (procrastinate ``wait=False``, pgqueuer drain mode).
+Each is timed on its own table, database clock: procrastinate from the first 'started' to the
+last 'succeeded' in procrastinate_events; pgqueuer from the first 'picked' to the last
+'successful' in pgqueuer_log; pgtick as in the throughput part. Each must have run every job
+exactly once. The peers come from the ``bench`` extra (pinned versions): pip install -e
+'.[bench]'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import common, throughput
+from bench.peer_worker import require
+
+DEFAULT_RUNS = throughput.DEFAULT_RUNS
+DEFAULT_TIMEOUT_SECONDS = 1800.0
+PREPARE_TIMEOUT_SECONDS = 600.0
+PEER_PACKAGES = ("procrastinate", "pgqueuer", "asyncpg")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One peer configuration: how its worker is started and how it is measured."""
+
+    name: str
+    setting: str
+    args: tuple[str, ...]
+
+
+PEERS = (
+    Peer("procrastinate", "concurrency 1 (default)", ("--concurrency", "1")),
+    Peer("procrastinate", "concurrency 50", ("--concurrency", "50")),
+    Peer("pgqueuer", "psycopg, batch 10 (default)", ("--driver", "psycopg")),
+    Peer("pgqueuer", "psycopg, batch 50", ("--driver", "psycopg", "--batch-size", "50")),
+    Peer("pgqueuer", "asyncpg, batch 10 (default)", ("--driver", "asyncpg")),
+    Peer("pgqueuer", "asyncpg, batch 50", ("--driver", "asyncpg", "--batch-size", "50")),
+)
+
+PROCRASTINATE_MEASURE = """
+SELECT
+    (SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'),
+    count(*) FILTER (WHERE type = 'started'),
+    count(DISTINCT job_id) FILTER (WHERE type = 'started'),
+    count(*) FILTER (WHERE type = 'succeeded'),
+    extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded')
+                     - min(at) FILTER (WHERE type = 'started'))
+FROM procrastinate_events
+"""
+PGQUEUER_MEASURE = """
+SELECT
+    count(*) FILTER (WHERE status = 'successful'),
+    count(*) FILTER (WHERE status = 'picked'),
+    count(DISTINCT job_id) FILTER (WHERE status = 'picked'),
+    count(DISTINCT job_id) FILTER (WHERE status = 'successful'),
+    extract(epoch FROM max(created) FILTER (WHERE status = 'successful')
+                     - min(created) FILTER (WHERE status = 'picked'))
+FROM pgqueuer_log
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="jobs per peer (20000)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS)
+    parser.add_argument(
+        "--only", help="comma-separated peer names to run (procrastinate, pgqueuer)"
+    )
+    common.add_settings_option(parser)
+
+
+def check_installed() -> dict[str, str | None]:
+    """Fail with a line naming the first peer package that does not import."""
+    for package in PEER_PACKAGES:
+        try:
+            require(package)
+        except ImportError as exc:
+            raise common.BenchError(str(exc), 2) from exc
+    versions = common.package_versions()
+    return {p: versions.get(p) for p in PEER_PACKAGES}
+
+
+def check(args: argparse.Namespace) -> None:
+    """Usage errors, found before a server is started."""
+    if args.runs < 1:
+        raise common.BenchError("--runs must be at least 1", 2)
+    common.parse_settings(args.set)
+    selected(args.only)
+    check_installed()
+
+
+def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
+    versions = check_installed()
+    only = selected(args.only)
+    record.options = {"runs": args.runs, "set": args.set, "peers": versions}
+    pgtick = throughput.drain(
+        admin_dsn, tmp, args.runs, settings=common.parse_settings(args.set), timeout=args.timeout
+    )
+    pgtick_rps = pgtick["runs_per_second"]
+    print(f"  pgtick (defaults): {pgtick_rps:,.0f} runs/s", flush=True)
+    rows: list[dict[str, Any]] = []
+    for peer in PEERS:
+        if only and peer.name not in only:
+            continue
+        result = drain_peer(admin_dsn, tmp, peer, args.runs, args.timeout)
+        result["pgtick_ratio"] = round(pgtick_rps / result["runs_per_second"], 2)
+        rows.append(result)
+        rps = result["runs_per_second"]
+        print(f"  {peer.name} ({peer.setting}): {rps:,.0f} runs/s", flush=True)
+    record.results = {"pgtick": pgtick, "peers": rows}
+    table_rows: list[list[Any]] = [
+        ["pgtick", "defaults", args.runs, pgtick["seconds"], pgtick_rps, 1.0]
+    ]
+    table_rows += [
+        [r["peer"], r["setting"], r["runs"], r["seconds"], r["runs_per_second"], r["pgtick_ratio"]]
+        for r in rows
+    ]
+    print(common.table(["queue", "setting", "jobs", "seconds", "jobs/s", "pgtick x"], table_rows))
+
+
+def selected(only: str | None) -> set[str] | None:
+    """The peer names given to --only (None: all)."""
+    if not only:
+        return None
+    names = {name.strip() for name in only.split(",")}
+    unknown = sorted(names - {p.name for p in PEERS})
+    if unknown:
+        raise common.BenchError(f"--only: unknown peers {unknown}", 2)
+    return names
+
+
+def peer_command(peer: Peer, dsn: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "bench.peer_worker", peer.name, dsn, *extra]
+
+
+def run_logged(command: list[str], log_path: Path, timeout: float, what: str) -> float:
+    """Run a peer process to completion; its output goes to ``log_path``. Returns seconds."""
+    started = time.monotonic()
+    with log_path.open("ab") as log_file:
+        try:
+            proc = subprocess.run(
+                command,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                cwd=common.REPO_DIR,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise common.BenchError(f"{what}: still running after {timeout:.0f} s") from exc
+    if proc.returncode != 0:
+        log = common.tail(log_path.read_text(errors="replace"))
+        raise common.BenchError(f"{what}: exit {proc.returncode}; log:\n{log}")
+    return time.monotonic() - started
+
+
+def drain_peer(admin_dsn: str, tmp: Path, peer: Peer, runs: int, timeout: float) -> dict[str, Any]:
+    """Install, enqueue and drain one peer in a fresh database; measured from its own table."""
+    label = f"{peer.name} ({peer.setting})"
+    log_path = tmp / f"{peer.name}-{time.monotonic_ns()}.log"
+    with common.fresh_database(admin_dsn, peer.name, pgtick_schema=False) as dsn:
+        run_logged(
+            peer_command(peer, dsn, "--prepare", str(runs)),
+            log_path,
+            PREPARE_TIMEOUT_SECONDS,
+            f"{label} prepare",
+        )
+        wall = run_logged(peer_command(peer, dsn, *peer.args), log_path, timeout, label)
+        with common.connect(dsn) as conn:
+            query = PROCRASTINATE_MEASURE if peer.name == "procrastinate" else PGQUEUER_MEASURE
+            done, picks, picked_jobs, finished, seconds = common.one(conn, query)
+    if not (done == picks == picked_jobs == finished == runs) or not seconds:
+        raise common.BenchError(
+            f"{label}: not every job ran exactly once: {runs} jobs, {done} done, "
+            f"{picks} starts of {picked_jobs} jobs, {finished} finished"
+        )
+    seconds = float(seconds)
+    return {
+        "peer": peer.name,
+        "setting": peer.setting,
+        "runs": runs,
+        "seconds": round(seconds, 3),
+        "runs_per_second": round(runs / seconds, 1),
+        "client_wall_seconds": round(wall, 3),
+    }
