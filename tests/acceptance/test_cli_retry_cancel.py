@@ -4,6 +4,10 @@ changes nothing; bulk forms need --yes above 100 runs when stdin is not a termin
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from pgtick import db
@@ -116,3 +120,39 @@ def test_bulk_retry_and_cancel_need_yes_above_100(conn: db.Connection, dsn: str)
     assert (done.code, done.out) == (0, ["cancelled 150 run(s) (queued email)"])
     row = conn.execute("SELECT count(*) FROM runs WHERE status = 'cancelled'").fetchone()
     assert row == (150,)
+
+
+def _on_a_terminal(dsn: str, answer: str, *argv: str) -> tuple[int, str]:
+    """`pgtick ARGV` with stdin a pseudo-terminal on which ``answer`` is typed."""
+    main, tty = os.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgtick", *argv],
+            stdin=tty,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PGTICK_DSN": dsn, "PGTICK_CONFIG": ""},
+        )
+        os.write(main, answer.encode() + b"\n")
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        os.close(tty)
+        os.close(main)
+    return proc.returncode, out
+
+
+def test_bulk_change_asks_on_a_terminal(conn: db.Connection, dsn: str) -> None:
+    conn.execute(
+        "INSERT INTO runs (job_type, status, attempts, max_attempts, finished_at)"
+        " SELECT 'email', 'dead', 1, 1, now() FROM generate_series(1, 101)"
+    )
+    before = checksum(conn)
+    code, out = _on_a_terminal(dsn, "n", "retry", "--status", "dead", "--type", "email")
+    assert code == 0, out
+    assert "retry 101 dead runs of email? [y/N]" in out and "nothing retried" in out
+    assert checksum(conn) == before
+    code, out = _on_a_terminal(dsn, "y", "retry", "--status", "dead", "--type", "email")
+    assert code == 0, out
+    assert out.rstrip().endswith("? [y/N] retried 101 run(s) (dead email)"), out
+    assert conn.execute("SELECT count(*) FROM runs WHERE status = 'queued'").fetchone() == (101,)
