@@ -265,10 +265,18 @@ class Daemon:
     proc: subprocess.Popen[bytes]
     log_path: Path
     worker_id: str = ""
+    profiled: bool = False
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        """The daemon's pid (under py-spy, py-spy's child: signals go to the daemon, and
+        py-spy writes its profile when the daemon exits)."""
+        if not self.profiled:
+            return self.proc.pid
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+        if not children.split():
+            raise BenchError("py-spy has no child process")
+        return int(children.split()[0])
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -290,7 +298,7 @@ class Daemon:
     def stop(self, timeout: float = STOP_TIMEOUT_SECONDS) -> int | None:
         """SIGTERM and wait; SIGKILL if it does not exit in time."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            os.kill(self.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -302,6 +310,15 @@ class Daemon:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+def py_spy() -> str:
+    """The py-spy next to this Python (the bench extra installs it), else one on PATH."""
+    beside = Path(sys.executable).with_name("py-spy")
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if not found:
+        raise BenchError("--profile needs py-spy: pip install -e '.[bench]'", 2)
+    return found
 
 
 def tail(text: str, lines: int = 20) -> str:
@@ -319,10 +336,10 @@ def start_daemon(
     }
     command = [sys.executable, "-m", "pgtick", "run", "--config", str(config)]
     if profile:
-        command = ["py-spy", "record", "-o", profile, "-f", "raw", "--", *command]
+        command = [py_spy(), "record", "-o", profile, "-f", "raw", "--", *command]
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
-    daemon = Daemon(proc, log_path)
+    daemon = Daemon(proc, log_path, profiled=bool(profile))
     if wait:
 
         def started_events() -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from bench import common, jobs
 DEFAULT_SCHEDULES = 10
 DEFAULT_MINUTES = 3
 FINISH_TIMEOUT_SECONDS = 60.0
+MIN_LEAD_SECONDS = 5.0
 SCHEDULE = """
 [schedules.every_minute_{i}]
 job_type = "stamp"
@@ -72,8 +73,12 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
 
 
 def next_minute(now: datetime) -> datetime:
-    """The first whole minute strictly after ``now``."""
-    return now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    """The first whole minute at least ``MIN_LEAD_SECONDS`` after ``now`` (the daemon has
+    just started: an occurrence a moment away would measure its start-up, not the ticker)."""
+    minute = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    if (minute - now).total_seconds() < MIN_LEAD_SECONDS:
+        minute += timedelta(minutes=1)
+    return minute
 
 
 def wait_delays(

@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
-from pgtick.config import DEFAULT_LEASE_SECONDS, DEFAULT_REAPER_INTERVAL_SECONDS, parse_duration
+from pgtick.config import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_POLL_INTERVAL_SECONDS,
+    DEFAULT_REAPER_INTERVAL_SECONDS,
+    parse_duration,
+)
 from pgtick.errors import ConfigError
 
 DEFAULT_HELD = 8
@@ -58,6 +63,10 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         common.parse_settings(args.set),
     )
     lease, reaper = bound_seconds(settings)
+    poll = parse_duration(
+        settings["worker"].get("poll_interval", DEFAULT_POLL_INTERVAL_SECONDS),
+        "worker.poll_interval",
+    )
     record.options = {"held": args.held, "set": args.set, "lease": lease, "reaper": reaper}
     with common.fresh_database(admin_dsn, "recovery") as dsn:
         config = common.write_config(tmp / "recovery.toml", settings)
@@ -100,6 +109,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         "held": args.held,
         "lease_seconds": lease,
         "reaper_interval_seconds": reaper,
+        "poll_interval_seconds": poll,
         "bound_seconds": lease + reaper,
         "lease_expired_after_kill_seconds": round(expiry, 3),
         "first_back_seconds": round(min(seconds), 3),
@@ -114,6 +124,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
                 "held",
                 "lease s",
                 "reaper s",
+                "poll s",
                 "expired after s",
                 "first back s",
                 "all back s",
@@ -125,6 +136,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
                     args.held,
                     lease,
                     reaper,
+                    poll,
                     result["lease_expired_after_kill_seconds"],
                     result["first_back_seconds"],
                     result["all_back_seconds"],

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--daemons", type=int, default=1, help="daemons on one database (1)")
     common.add_settings_option(parser)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS)
-    parser.add_argument("--profile", help="record the (single) daemon with py-spy into this file")
+    parser.add_argument("--profile", help="record the (first) daemon with py-spy into this file")
 
 
 def int_list(text: str, option: str) -> list[int]:
@@ -61,9 +61,12 @@ def drain(
         # Every daemon is up and idle before the backlog appears, so none gets a head start.
         procs = [
             common.start_daemon(
-                dsn, config, tmp / f"daemon-{time.monotonic_ns()}.log", profile=profile
+                dsn,
+                config,
+                tmp / f"daemon-{time.monotonic_ns()}.log",
+                profile=profile if i == 0 else None,
             )
-            for _ in range(daemons)
+            for i in range(daemons)
         ]
         try:
             started = time.monotonic()
@@ -137,6 +140,8 @@ def check(args: argparse.Namespace) -> None:
     if args.runs < 1 or args.daemons < 1:
         raise common.BenchError("--runs and --daemons must be at least 1", 2)
     common.parse_settings(args.set)
+    if args.profile:
+        common.py_spy()
     if args.sweep:
         int_list(args.threads_list, "--threads-list")
         int_list(args.prefetch_list, "--prefetch-list")
