@@ -49,7 +49,7 @@ DEFAULT_LEASE_SECONDS = 60.0
 DEFAULT_HEARTBEAT_SECONDS = DEFAULT_LEASE_SECONDS / 3  # SPEC §5: heartbeat every lease/3
 DEFAULT_POLL_INTERVAL_SECONDS = 5.0
 DEFAULT_SHUTDOWN_GRACE_SECONDS = 30.0
-DEFAULT_PREFETCH = 0
+DEFAULT_PREFETCH = 64  # an upper bound: see worker.prefetch_now
 MAX_PREFETCH = 1024
 
 DEFAULT_TICK_INTERVAL_SECONDS = 60.0
@@ -108,7 +108,8 @@ class WorkerConfig:
     """The worker pool.
 
     ``heartbeat_seconds`` defaults to a third of the lease when only ``worker.lease`` is set;
-    ``prefetch`` is how many runs may be claimed beyond free threads (SPEC §6).
+    ``prefetch`` bounds how many runs may be claimed beyond free threads while there is a
+    backlog of short runs (the worker claims fewer the longer its handlers take).
     """
 
     threads: int = DEFAULT_THREADS

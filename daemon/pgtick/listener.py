@@ -10,11 +10,9 @@ import threading
 import time
 from collections.abc import Callable
 
-import psycopg
 import structlog
-from psycopg import sql
 
-from pgtick import db
+from pgtick import store
 from pgtick.db import retry_delay
 from pgtick.errors import DatabaseError
 from pgtick.metrics import Metrics
@@ -48,15 +46,14 @@ class Listener:
         failures = 0
         while not self.stop_event.is_set():
             try:
-                with db.connect_raw(self._dsn, application_name="pgtick-listener") as conn:
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._schema)))
+                with store.listening(self._dsn, self._schema) as notifications:
                     self.connected = True
                     if failures:
                         log.info("listener_reconnected", after_failures=failures)
                     failures = 0
                     self._on_wake()  # catch up on what was enqueued while we were away
-                    self._listen(conn)
-            except (DatabaseError, psycopg.Error) as exc:
+                    self._listen(notifications)
+            except DatabaseError as exc:
                 self.connected = False
                 failures += 1
                 self._metrics.db_error("listen")
@@ -64,11 +61,9 @@ class Listener:
                 self.stop_event.wait(retry_delay(failures))
         self.connected = False
 
-    def _listen(self, conn: db.Connection) -> None:
+    def _listen(self, notifications: store.Notifications) -> None:
         while not self.stop_event.is_set():
             self.alive_at = time.monotonic()
-            for notify in conn.notifies(timeout=NOTIFY_POLL_SECONDS):
-                if notify.payload in self._job_types:
+            for payload in notifications.next(NOTIFY_POLL_SECONDS):
+                if payload in self._job_types:
                     self._on_wake()
-                if self.stop_event.is_set():
-                    return

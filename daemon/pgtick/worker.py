@@ -28,6 +28,11 @@ from pgtick.metrics import Metrics
 from pgtick.store import ClaimedRun, ClaimType, Failure, RunStore
 
 COMPLETE_BATCH_MAX = 500
+# Claim ahead only as many runs as the threads would start within this long, judged by how
+# long recent handlers took: a backlog of no-op runs is claimed up to worker.prefetch ahead,
+# runs that take seconds are not claimed ahead at all (other daemons may take them).
+PREFETCH_HORIZON_SECONDS = 0.05
+DURATION_SMOOTHING = 0.05  # weight of the newest handler duration in the running average
 COMPLETE_BATCH_WINDOW_SECONDS = 0.002
 MIN_IDLE_WAIT_SECONDS = 0.02
 BACKLOG_WAIT_SECONDS = 0.005
@@ -166,6 +171,7 @@ class Worker:
         self._dispatcher: threading.Thread | None = None
         self.dispatcher_alive_at = time.monotonic()
         self.claimed_total = 0
+        self._avg_duration: float | None = None  # seconds, recent handlers (None: none yet)
 
     # -- threads ------------------------------------------------------------------------------
 
@@ -196,9 +202,19 @@ class Worker:
 
     # -- claiming -----------------------------------------------------------------------------
 
-    def _capacity(self) -> int:
+    def prefetch_now(self) -> int:
+        """How many runs to hold ahead of free threads now that there is a backlog: up to
+        ``worker.prefetch``, fewer the longer recent handlers took, none before any finished."""
+        avg = self._avg_duration
+        if avg is None or self._cfg.prefetch == 0:
+            return 0
+        startable = self._cfg.threads * PREFETCH_HORIZON_SECONDS / max(avg, 1e-6)
+        return min(self._cfg.prefetch, int(startable))
+
+    def _capacity(self, backlog: bool) -> int:
+        ahead = self.prefetch_now() if backlog else 0
         with self._cond:
-            return self._cfg.threads + self._cfg.prefetch - self.life.active - len(self._local)
+            return self._cfg.threads + ahead - self.life.active - len(self._local)
 
     def _dispatch_loop(self) -> None:
         """Claim until told to stop, on a pinned connection (re-pinned after errors)."""
@@ -218,18 +234,19 @@ class Worker:
 
     def _claim_loop(self, store: RunStore) -> None:
         backlog = False
-        min_batch = max(1, (self._cfg.threads + self._cfg.prefetch) // 2)
         while not self._stop_claiming.is_set():
             self.dispatcher_alive_at = time.monotonic()
-            capacity = self._capacity()
-            # With a backlog, wait for a real batch of free threads: one claim per freed
-            # thread would make every run pay a round trip of its own.
+            capacity = self._capacity(backlog)
+            ahead = self.prefetch_now()
+            # With a backlog of short runs, wait for a real batch of free slots: one claim
+            # per freed thread would make every run pay a round trip of its own. Long runs
+            # are claimed as soon as a thread is free.
+            min_batch = max(1, (self._cfg.threads + ahead) // 2) if ahead else 1
             if capacity <= 0 or (backlog and capacity < min_batch):
                 self._wake.wait(
                     BACKLOG_WAIT_SECONDS if backlog else self._cfg.poll_interval_seconds
                 )
                 self._wake.clear()
-                backlog = backlog and self._capacity() < min_batch
                 continue
             self._wake.clear()
             runs = store.claim(self.worker_id, self._claim_types, capacity)
@@ -277,6 +294,10 @@ class Worker:
                 continue  # released or lost before a thread got to it
             outcome = handlers.execute(held.ctx, held.job_type, held.run.payload)
             duration = time.monotonic() - (held.started_at or time.monotonic())
+            avg = self._avg_duration  # threads race here; any recent value will do
+            self._avg_duration = (
+                duration if avg is None else avg + DURATION_SMOOTHING * (duration - avg)
+            )
             to_write = self.life.finish(held, outcome, duration)
             if to_write is not None:
                 self.completer.submit(held, to_write, duration)

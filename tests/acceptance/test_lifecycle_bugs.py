@@ -69,8 +69,11 @@ def test_prefetched_runs_are_released_on_sigterm_and_nothing_is_claimed_after(
     """Must show 3, second half: with prefetch, SIGTERM gives back every claimed run no
     thread started, and no claim is accepted once the drain has begun."""
     daemon = cluster.start(cluster.config(threads=1, prefetch=4, grace="2s"))
+    # Short runs first: the daemon claims ahead only once it has seen handlers finish fast.
+    store.enqueue_many([NewRun("record") for _ in range(20)])
+    wait_for(lambda: len(cluster.executions()) == 20, 10, what="warm-up runs")
     ids = store.enqueue_many([NewRun("polite", {"seconds": 60}) for _ in range(5)])
-    wait_for(lambda: len(cluster.executions()) == 1, 10, what="one started")
+    wait_for(lambda: len(cluster.executions()) == 21, 10, what="one started")
     wait_for(
         lambda: (
             conn.execute("SELECT count(*) FROM runs WHERE status = 'running'").fetchone() == (5,)
@@ -91,7 +94,7 @@ def test_prefetched_runs_are_released_on_sigterm_and_nothing_is_claimed_after(
         assert by_id[run_id] == ("queued", 0, ["released"]), by_id[run_id]
     for run_id in late:
         assert by_id[run_id] == ("queued", 0, [None]), by_id[run_id]
-    assert len(cluster.executions()) == 1  # the 4 prefetched never started
+    assert len(cluster.executions()) == 21  # the 4 prefetched never started
     drained = next(e for e in daemon.events() if e["event"] == "drained")
     assert drained["released"] == 5
 

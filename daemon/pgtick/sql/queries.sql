@@ -47,6 +47,11 @@ ORDER BY input.ord;
 -- Existing runs for idempotency keys (after a conflict with a concurrent enqueue).
 SELECT idempotency_key, id FROM runs WHERE idempotency_key = ANY(%(keys)s::text[]);
 
+-- listen --
+-- The LISTEN connection subscribes to the channel named after the schema (enqueue NOTIFYs it
+-- with the job type as payload).
+LISTEN {schema};
+
 -- notify --
 -- Wake idle daemons that handle this job type.
 SELECT pg_notify(current_schema(), %(job_type)s);
