@@ -116,3 +116,11 @@ def always_retry(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Asks for a retry on every attempt, soon, until the run has no attempts left."""
     record(ctx)
     raise pgtick.Retry(after=payload.get("after", 0.0), message=f"attempt {ctx.attempt}")
+
+
+@job("span")
+def span(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Records when it started and when it ended, to show two executions never overlap."""
+    record(ctx)
+    time.sleep(payload["sleep"])
+    record(ctx, "end")
