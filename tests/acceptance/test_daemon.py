@@ -133,7 +133,7 @@ def test_second_sigterm_skips_the_grace(cluster: Cluster, store: RunStore) -> No
     store.enqueue(NewRun("polite", {"seconds": 60}))
     wait_for(lambda: len(cluster.executions()) == 1, 10, what="started")
     daemon.signal(signal.SIGTERM)
-    time.sleep(0.5)
+    wait_for(lambda: '"draining"' in daemon.log(), 10, what="the first SIGTERM's drain")
     started = time.monotonic()
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(15) == 0
@@ -324,7 +324,18 @@ def test_pickup_with_idle_workers_is_fast(
 ) -> None:
     """Must show 9: enqueue -> handler start, median of 20, under 50 ms (poll interval 5 s)."""
     cluster.start()
-    time.sleep(0.5)
+    # Idle means listening: the LISTEN connection is up (NOTIFYs before it would be lost).
+    wait_for(
+        lambda: (
+            conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name = 'pgtick-listener' AND query LIKE 'LISTEN%'"
+            ).fetchone()
+            == (1,)
+        ),
+        10,
+        what="the daemon listening",
+    )
     delays = []
     for _ in range(20):
         run_id = store.enqueue(NewRun("pickup"))
@@ -335,7 +346,8 @@ def test_pickup_with_idle_workers_is_fast(
             lambda rid=run_id: [r for r in cluster.records() if r["run_id"] == rid], 5
         )
         delays.append(record[0]["t"] - float(created))
-        time.sleep(0.1)
+        # Idle again before the next one: this run's success is written.
+        wait_for(lambda rid=run_id: store.get_run(rid).status == "succeeded", 5)  # type: ignore[union-attr]
     assert statistics.median(delays) < 0.050, delays
 
 
