@@ -100,5 +100,31 @@ def boom(ctx: JobContext, payload: dict[str, Any]) -> None:
     raise ValueError("unexpected input " + "x" * 20_000)
 
 
+@job("yielding")
+def yielding(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Succeeds on its own after `seconds` unless told to stop first; either way it returns
+    normally, so a cancelled run still hands the daemon a success that must be dropped."""
+    record(ctx)
+    if ctx.cancelled.wait(payload["seconds"]):
+        record(ctx, "cancelled")
+    else:
+        record(ctx, "done")
+
+
+@job("always_retry")
+def always_retry(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Asks for a retry on every attempt, soon, until the run has no attempts left."""
+    record(ctx)
+    raise pgtick.Retry(after=payload.get("after", 0.0), message=f"attempt {ctx.attempt}")
+
+
+@job("span")
+def span(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Records when it started and when it ended, to show two executions never overlap."""
+    record(ctx)
+    time.sleep(payload["sleep"])
+    record(ctx, "end")
+
+
 # The lifecycle bug tests' handlers register themselves on import (they use record()).
 import lifecycle_jobs  # noqa: E402, F401

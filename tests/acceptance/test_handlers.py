@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pgtick import db
 from pgtick.migrate import available as shipped_migrations
@@ -76,6 +77,54 @@ def test_retry_fail_exception_and_timeout(
     assert timed_out is not None and timed_out.error_type == "timeout"
     assert timed_out.finished_at is not None and timed_out.started_at is not None
     assert timed_out.finished_at - timed_out.started_at < timedelta(seconds=3)
+
+
+RETRY_EVERY_TIME = """
+[job_types.always_retry]
+max_attempts = 3
+"""
+
+
+def test_retry_on_every_attempt_goes_dead_after_max_attempts(
+    cluster: Cluster, store: RunStore
+) -> None:
+    """Retry asks for another attempt only while attempts remain: with max_attempts = 3 the
+    run is dead after exactly three, keeps the last error, and the log says failed twice
+    (warning, with when it runs again) and dead once (error)."""
+    daemon = cluster.start(cluster.config(RETRY_EVERY_TIME, poll_interval="1s"))
+    run_id = store.enqueue(NewRun("always_retry", {"after": 0}))
+    wait_for(lambda: _status(store, run_id) == "dead", 20, what="dead")
+    run = store.get_run(run_id)
+    assert run is not None
+    assert (run.attempts, run.max_attempts, run.error_type, run.last_error) == (
+        3, 3, "Retry", "Retry: attempt 3")  # fmt: skip
+    attempts = store.get_attempts(run_id)
+    assert [(a.attempt, a.outcome, a.error_type) for a in attempts] == [
+        (n, "failed", "Retry") for n in (1, 2, 3)
+    ]
+    assert all(f"attempt {a.attempt}" in (a.error or "") for a in attempts)
+    assert [r["attempt"] for r in cluster.records()] == [1, 2, 3]
+
+    def outcome_lines() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in daemon.events()
+            if e.get("event") in ("run_failed", "run_dead") and e.get("run_id") == run_id
+        ]
+
+    # The dead line is logged just after the transaction that made the run dead.
+    wait_for(lambda: any(e["event"] == "run_dead" for e in outcome_lines()), 5, what="run_dead")
+    lines = outcome_lines()
+    assert [(e["event"], e["level"], e["attempt"]) for e in lines] == [
+        ("run_failed", "warning", 1),
+        ("run_failed", "warning", 2),
+        ("run_dead", "error", 3),
+    ]
+    for line in lines[:2]:
+        assert line["error_type"] == "Retry"
+        assert datetime.fromisoformat(line["retry_at"]) <= datetime.now(UTC)  # after=0: now
+    assert "retry_at" not in lines[2]
+    assert lines[2]["error"] == "Retry: attempt 3"
 
 
 def test_a_bad_handler_config_is_refused_with_the_key(cluster: Cluster) -> None:

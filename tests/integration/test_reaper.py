@@ -1,0 +1,193 @@
+"""The reaper against a real PostgreSQL: a lost run waits for its job type's backoff, a lost
+run with no attempts left is dead, and two reapers at once reap each run once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from pgtick import db
+from pgtick.backoff import Backoff
+from pgtick.config import JobTypeConfig, RetentionConfig
+from pgtick.handlers import JobType
+from pgtick.metrics import Metrics
+from pgtick.reaper import Reaper
+from pgtick.store import ClaimType, NewRun, RunStore
+
+# The job types the reaper knows: one with jitter, one without. "stranger" is a type no
+# handler of this daemon knows (another fleet's): the default backoff applies.
+JOB_TYPES = {
+    "jittery": JobType(
+        JobTypeConfig("jittery", backoff="exponential", backoff_base_seconds=10, jitter=0.2),
+        lease_seconds=60.0,
+    ),
+    "hourly": JobType(
+        JobTypeConfig("hourly", backoff="fixed", backoff_base_seconds=3600, jitter=0.0),
+        lease_seconds=60.0,
+    ),
+}
+CLAIM = [ClaimType(name, 60.0, 10) for name in ("jittery", "hourly", "stranger")]
+# Float seconds through make_interval() come back in whole microseconds.
+TOLERANCE_SECONDS = 1e-5
+
+
+def make_reaper(store: RunStore) -> Reaper:
+    metrics = Metrics(JOB_TYPES, "test", threads=1)
+    return Reaper(store, JOB_TYPES, 1.0, 1.0, RetentionConfig(), metrics)
+
+
+@pytest.fixture
+def reaper(store: RunStore) -> Reaper:
+    return make_reaper(store)
+
+
+def expire(conn: db.Connection, run_ids: list[int]) -> None:
+    """What a dead daemon leaves behind: its leases run out."""
+    conn.execute(
+        "UPDATE runs SET locked_until = now() - interval '1 second' WHERE id = ANY(%s)", [run_ids]
+    )
+
+
+def lose_attempt(store: RunStore, conn: db.Connection, reaper: Reaper, run_id: int) -> None:
+    """Claim the run (next attempt), let its lease expire, reap it; due again at once."""
+    [claimed] = store.claim("crashy", CLAIM, 1)
+    assert claimed.id == run_id
+    expire(conn, [run_id])
+    assert reaper.reap_once() == 1
+
+
+def delay_of(conn: db.Connection, run_id: int) -> float:
+    """run_at - updated_at: both are the reaping statement's now()."""
+    row = conn.execute("SELECT run_at - updated_at FROM runs WHERE id = %s", [run_id]).fetchone()
+    assert row is not None
+    delta: timedelta = row[0]
+    return delta.total_seconds()
+
+
+def make_due(conn: db.Connection, run_id: int) -> None:
+    conn.execute("UPDATE runs SET run_at = now() WHERE id = %s", [run_id])
+
+
+def assert_within_jitter(delay: float, policy: Backoff, attempt: int) -> None:
+    base = policy.base_delay(attempt)
+    low, high = base * (1 - policy.jitter), min(policy.max_seconds, base * (1 + policy.jitter))
+    assert low - TOLERANCE_SECONDS <= delay <= high + TOLERANCE_SECONDS, (delay, low, high)
+
+
+def test_lost_attempts_wait_for_the_job_types_backoff(
+    store: RunStore, conn: db.Connection, reaper: Reaper
+) -> None:
+    """After an isolated crash (attempt 1) the run keeps its place; after lost attempt n > 1
+    it waits the job type's backoff for attempt n - 1, jitter included."""
+    jittery = store.enqueue(NewRun("jittery"))
+    run_at = store.get_run(jittery).run_at  # type: ignore[union-attr]
+    lose_attempt(store, conn, reaper, jittery)
+    run = store.get_run(jittery)
+    assert run is not None
+    assert (run.status, run.attempts, run.run_at, run.locked_by) == ("failed", 1, run_at, None)
+    assert (run.error_type, run.last_error) == (
+        "lease_expired",
+        "lease expired while running on crashy",
+    )
+
+    policy = JOB_TYPES["jittery"].backoff
+    lose_attempt(store, conn, reaper, jittery)
+    assert_within_jitter(delay_of(conn, jittery), policy, 1)  # 10 s +- 20 %
+    make_due(conn, jittery)
+    lose_attempt(store, conn, reaper, jittery)
+    assert_within_jitter(delay_of(conn, jittery), policy, 2)  # 20 s +- 20 %
+    assert store.get_run(jittery).status == "failed"  # type: ignore[union-attr]
+    attempts = store.get_attempts(jittery)
+    assert [(a.attempt, a.worker_id, a.outcome, a.error_type) for a in attempts] == [
+        (n, "crashy", "lost", "lease_expired") for n in (1, 2, 3)
+    ]
+    assert all(a.finished_at is not None for a in attempts)
+
+    # Each job type its own policy: fixed one hour, no jitter.
+    hourly = store.enqueue(NewRun("hourly"))
+    lose_attempt(store, conn, reaper, hourly)
+    lose_attempt(store, conn, reaper, hourly)
+    assert delay_of(conn, hourly) == pytest.approx(3600.0, abs=TOLERANCE_SECONDS)
+
+    # A type this daemon has no handler for: the default backoff (10 s exponential, 20 %).
+    stranger = store.enqueue(NewRun("stranger"))
+    lose_attempt(store, conn, reaper, stranger)
+    lose_attempt(store, conn, reaper, stranger)
+    assert_within_jitter(delay_of(conn, stranger), Backoff(), 1)
+
+    # Not due until the backoff has passed: nothing to claim now.
+    assert store.claim("other", CLAIM, 10) == []
+
+
+def test_a_lost_run_with_no_attempts_left_is_dead(
+    store: RunStore, conn: db.Connection, reaper: Reaper
+) -> None:
+    once = store.enqueue(NewRun("jittery", max_attempts=1))
+    twice = store.enqueue(NewRun("jittery", max_attempts=2))
+    lose_attempt(store, conn, reaper, once)
+    lose_attempt(store, conn, reaper, twice)
+    assert store.get_run(twice).status == "failed"  # type: ignore[union-attr]
+    lose_attempt(store, conn, reaper, twice)
+    for run_id, attempts in ((once, 1), (twice, 2)):
+        run = store.get_run(run_id)
+        assert run is not None
+        assert (run.status, run.attempts, run.error_type, run.locked_by) == (
+            "dead", attempts, "lease_expired", None)  # fmt: skip
+        assert run.finished_at is not None
+        outcomes = [(a.attempt, a.outcome) for a in store.get_attempts(run_id)]
+        assert outcomes == [(n, "lost") for n in range(1, attempts + 1)]
+    assert store.claim("other", CLAIM, 10) == []
+
+
+RUNS = 1500  # three of the reaper's batches
+
+
+@pytest.fixture
+def second_store(dsn: str) -> Iterator[RunStore]:
+    """Another daemon's pool on the same database."""
+    pool = db.make_pool(dsn, "pgtick", size=2, name="pgtick-test-2")
+    try:
+        yield RunStore(pool)
+    finally:
+        pool.close()
+
+
+def test_two_reapers_at_once_reap_each_run_once(
+    store: RunStore, second_store: RunStore, conn: db.Connection
+) -> None:
+    ids = store.enqueue_many([NewRun("jittery") for _ in range(RUNS)])
+    while store.claim("crashy", CLAIM, 500):
+        pass
+    expire(conn, ids)
+    reapers = [make_reaper(store), make_reaper(second_store)]
+    counts = [0, 0]
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def reap(i: int) -> None:
+        try:
+            start.wait(10)
+            while n := reapers[i].reap_once():
+                counts[i] += n
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reap, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert sum(counts) == RUNS, counts
+    rows = conn.execute(
+        "SELECT status, attempts, count(*) FROM runs GROUP BY status, attempts"
+    ).fetchall()
+    assert rows == [("failed", 1, RUNS)]
+    lost = conn.execute(
+        "SELECT count(*), count(DISTINCT run_id) FROM attempts WHERE outcome = 'lost'"
+    ).fetchone()
+    assert lost == (RUNS, RUNS)
+    assert reapers[0].reap_once() == reapers[1].reap_once() == 0
