@@ -57,6 +57,7 @@ class Heartbeat:
         gone = set(leases) - beat.held
         if gone:
             self._worker.life.lost(gone, beat.cancelled & gone)
+        self._worker.leases_confirmed.set()
         self.last_success_at = time.monotonic()
 
     def run(self) -> None:
@@ -73,6 +74,7 @@ class Heartbeat:
                     failures = 0
                     next_beat = now + self._interval
                 except DatabaseError as exc:
+                    self._worker.leases_confirmed.clear()
                     failures += 1
                     self._metrics.db_error("heartbeat")
                     delay = min(self._interval, retry_delay(failures))

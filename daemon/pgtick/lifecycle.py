@@ -112,6 +112,9 @@ class Lifecycle:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._held: dict[int, Held] = {}
+        # Copies replaced by a new claim of the same run whose handler has not returned yet
+        # (the lease expired during an outage and the run was reaped): the new copy waits.
+        self._replaced: dict[int, Held] = {}
         self._active = 0  # threads inside a handler
         self._active_commands = 0  # of which run a command handler
         self._closed = False  # no more claims accepted
@@ -149,20 +152,35 @@ class Lifecycle:
     def accept(self, fresh: Sequence[Held]) -> list[Held]:
         """Take freshly claimed runs; returns those refused because the drain has begun (the
         caller releases them at once)."""
+        replaced = []
         with self._lock:
             if self._closed:
                 return list(fresh)
             for held in fresh:
+                old = self._held.get(held.id)
+                if old is not None and old.handler_active:
+                    # Our lease ran out (an outage) and the run came back to us while its
+                    # old handler still runs: that copy is lost; the new one waits for it.
+                    old.state = State.LOST
+                    old.gone = old.gone or "lost"
+                    old.ctx.cancelled.set()
+                    self._replaced[held.id] = old
+                    replaced.append(old)
                 held.state = State.CLAIMED
                 self._held[held.id] = held
+        for old in replaced:
+            runs_log.warning("run_reclaimed_while_running", **_fields(old))
         for held in fresh:
             delay = (held.run.started_at - held.run.run_at).total_seconds()
             self._metrics.run_started(held.run.job_type, delay)
         return []
 
     def start(self, held: Held) -> bool:
-        """CLAIMED -> RUNNING: a thread may run the handler now."""
-        with self._lock:
+        """CLAIMED -> RUNNING: a thread may run the handler now (once an older copy of the
+        same run, replaced after an outage, has returned: never two copies at once here)."""
+        with self._changed:
+            while held.id in self._replaced and self._held.get(held.id) is held:
+                self._changed.wait()
             if self._held.get(held.id) is not held or held.state is not State.CLAIMED:
                 return False
             held.state = State.RUNNING
@@ -214,6 +232,15 @@ class Lifecycle:
                 self._active_commands -= held.is_command
                 self._metrics.busy_threads.set(self._active)
                 self._changed.notify_all()
+            if self._replaced.get(held.id) is held:
+                del self._replaced[held.id]
+                replaced = True
+            else:
+                replaced = False
+        if replaced:
+            self._record(held, held.gone or "lost", duration)
+            return None
+        with self._lock:
             if self._held.get(held.id) is not held:
                 return None  # timed out and written meanwhile: the late result is ignored
             state = held.state

@@ -565,7 +565,8 @@ class RunStore:
         delay_for: Callable[[str, int], float],
         limit: int = REAP_BATCH_ROWS,
     ) -> list[ReapedRun]:
-        """Fail or kill runs whose lease expired (SPEC §2 rule 6), one short transaction."""
+        """Fail or kill runs whose lease expired, in one short transaction; wakes idle daemons
+        for the runs that are claimable again."""
         with self._conn("reap") as conn, conn.transaction():
             rows = conn.execute(sqlfile.query("reap_select"), {"limit": limit}).fetchall()
             if not rows:
@@ -575,10 +576,17 @@ class RunStore:
                 None if attempts >= (max_attempts or 1) else delay_for(job_type, attempts)
                 for _, job_type, attempts, max_attempts, _ in rows
             ]
-            done = conn.execute(
-                sqlfile.query("reap_mark"), {"ids": ids, "delays": delays}
-            ).fetchall()
-        return [ReapedRun(*row) for row in done]
+            done = [
+                ReapedRun(*row)
+                for row in conn.execute(
+                    sqlfile.query("reap_mark"), {"ids": ids, "delays": delays}
+                ).fetchall()
+            ]
+            # A first lost attempt is claimable at once: wake idle daemons now rather than
+            # at their next poll, so recovery takes lease + reaper interval, not + a poll.
+            for job_type in sorted({r.job_type for r in done if r.status == "failed"}):
+                conn.execute(sqlfile.query("notify"), {"job_type": job_type})
+        return done
 
     # -- operator actions -----------------------------------------------------------------
 

@@ -172,6 +172,11 @@ class Worker:
         self.dispatcher_alive_at = time.monotonic()
         self.claimed_total = 0
         self._avg_duration: float | None = None  # seconds, recent handlers (None: none yet)
+        # Cleared by the heartbeat while it cannot reach the database: leases held meanwhile
+        # may have expired and been reaped, so no claim until a beat has re-checked them
+        # (otherwise this daemon could claim again a run its own handler still runs).
+        self.leases_confirmed = threading.Event()
+        self.leases_confirmed.set()
 
     # -- threads ------------------------------------------------------------------------------
 
@@ -249,6 +254,9 @@ class Worker:
                 self._wake.clear()
                 continue
             self._wake.clear()
+            if not self.leases_confirmed.is_set() and self.life.held_count():
+                self.leases_confirmed.wait(self._cfg.poll_interval_seconds)
+                continue
             runs = store.claim(self.worker_id, self._claim_types, capacity)
             if runs:
                 self._accept(store, runs)
