@@ -181,7 +181,9 @@ class Lifecycle:
         with self._changed:
             while held.id in self._replaced and self._held.get(held.id) is held:
                 self._changed.wait()
-            if self._held.get(held.id) is not held or held.state is not State.CLAIMED:
+            if self._closed or self._held.get(held.id) is not held:
+                return False  # the drain began: unstarted runs are released, not started
+            if held.state is not State.CLAIMED:
                 return False
             held.state = State.RUNNING
             held.handler_active = True
@@ -386,7 +388,7 @@ class Lifecycle:
     # -- shutdown -------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """The drain began: refuse new claims from here on."""
+        """The drain began: refuse new claims, and start no claimed run, from here on."""
         with self._lock:
             self._closed = True
 

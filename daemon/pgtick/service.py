@@ -333,7 +333,7 @@ class Service:
         ticker.stop_event.set()
         if not worker.stop_claiming(DISPATCHER_JOIN_SECONDS):
             log.warning("dispatcher_still_claiming")  # its claims are refused and released
-        released = worker.release_unstarted()
+        released = worker.release_unstarted() + worker.released_after_close
         if not life.wait_idle(grace, interrupt=self._force):
             stopping = life.interrupt()
             log.warning(

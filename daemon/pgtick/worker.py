@@ -171,6 +171,7 @@ class Worker:
         self._dispatcher: threading.Thread | None = None
         self.dispatcher_alive_at = time.monotonic()
         self.claimed_total = 0
+        self.released_after_close = 0  # claims that landed after the drain began
         self._avg_duration: float | None = None  # seconds, recent handlers (None: none yet)
         # Cleared by the heartbeat while it cannot reach the database: leases held meanwhile
         # may have expired and been reaped, so no claim until a beat has re-checked them
@@ -281,6 +282,7 @@ class Worker:
         refused = self.life.accept(fresh)
         if refused:  # the drain began while this claim was in flight: give them back now
             released = store.release(self.worker_id, [h.id for h in refused])
+            self.released_after_close += len(released)
             log.info("claim_released_on_shutdown", runs=len(refused), released=len(released))
             return
         with self._cond:
@@ -328,11 +330,10 @@ class Worker:
         releases what was claimed; later claims are refused by the lifecycle anyway."""
         self._stop_claiming.set()
         self._wake.set()
-        self.life.close()
-        if self._dispatcher is None:
-            return True
-        self._dispatcher.join(timeout)
-        return not self._dispatcher.is_alive()
+        self.life.close()  # from now on nothing is accepted or started
+        if self._dispatcher is not None:
+            self._dispatcher.join(timeout)
+        return self._dispatcher is None or not self._dispatcher.is_alive()
 
     def release_unstarted(self) -> int:
         """Give back claimed runs no thread has started."""

@@ -419,3 +419,11 @@ def test_unknown_runs_are_ignored_everywhere() -> None:
     w.life.released([stranger], {stranger.id})
     assert w.life.held_count() == 0
     assert attempts(w.metrics, "py", "succeeded") == 0
+
+
+def test_nothing_claimed_is_started_once_the_drain_began() -> None:
+    w, h = in_state(State.CLAIMED)
+    w.life.close()
+    assert not w.life.start(h)
+    assert w.life.state(h.id) is State.CLAIMED  # released by the drain, never started
+    assert w.life.unstarted() == [h]
