@@ -150,7 +150,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         lookup = "GET" if method == "HEAD" else method
         handler = find_route(routes, lookup, url.path)
         if handler is None:
-            allowed = sorted(m for m, _ in routes if find_route(routes, m, url.path) is not None)
+            allowed = sorted({m for m, _ in routes if find_route(routes, m, url.path)})
             if allowed:
                 allow = ", ".join(allowed + (["HEAD"] if "GET" in allowed else []))
                 response = text(HTTPStatus.METHOD_NOT_ALLOWED, "method not allowed")
