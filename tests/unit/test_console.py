@@ -258,7 +258,12 @@ def test_refusals() -> None:
     assert guarded._refusal(post("token=s3cret", {"origin": "https://evil.example"})) == (
         "request from another origin refused"
     )
-    assert guarded._refusal(post("token=s3cret", {"origin": "null"})) is not None
+    assert guarded._refusal(post("token=s3cret", {"sec-fetch-site": "same-site"})) == (
+        "same-site request refused"
+    )
+    # a form under Referrer-Policy no-referrer sends Origin: null; the token still decides
+    assert guarded._refusal(post("token=s3cret", {"origin": "null"})) is None
+    assert guarded._refusal(post("token=x", {"origin": "null"})) == "wrong or missing token"
     assert guarded._refusal(post("token=s3cret", {"origin": "http://127.0.0.1:1"})) is None
     assert guarded._refusal(post("", {"authorization": "Bearer s3cret"})) is None
     assert guarded._refusal(post("token=s3cret", {"sec-fetch-site": "same-origin"})) is None

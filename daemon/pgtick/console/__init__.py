@@ -707,10 +707,14 @@ class Console:
         """Why this POST may not act, or None."""
         if self.token is None:
             return "read-only console: actions need web.token_file"
-        if request.headers.get("sec-fetch-site", "").lower() == "cross-site":
-            return "cross-site request refused"
+        # Browsers say where a request comes from: another site (or another port of this
+        # host) is refused. Under Referrer-Policy no-referrer a form's Origin is "null", so
+        # only a real Origin is compared with the Host.
+        fetch_site = request.headers.get("sec-fetch-site", "same-origin").lower()
+        if fetch_site not in ("same-origin", "none"):
+            return f"{fetch_site} request refused"
         origin = request.headers.get("origin")
-        if origin is not None:
+        if origin is not None and origin != "null":
             host = request.headers.get("host", "")
             if urllib.parse.urlsplit(origin).netloc.lower() != host.lower() or not host:
                 return "request from another origin refused"
