@@ -23,7 +23,12 @@ from psycopg.conninfo import make_conninfo
 
 from pgtick import db
 
-from ..acceptance.conftest import Cluster, Daemon, wait_for
+from ..acceptance.conftest import (
+    Cluster,
+    Daemon,
+    cluster,  # noqa: F401 - the fixture, for config tests here
+    wait_for,
+)
 from ..conftest import SCHEMA, drop_database, new_database
 
 CHROMIUM = "/usr/bin/chromium"
@@ -157,7 +162,7 @@ def start_console(
 ) -> Iterator[Console]:
     name = new_database(pg_admin_dsn, template_db)
     dsn = make_conninfo(pg_admin_dsn, dbname=name)
-    cluster = Cluster(dsn, tmp)
+    daemons = Cluster(dsn, tmp)
     try:
         dead_id, hostile_id = _prepare(dsn)
         token_file = ""
@@ -165,7 +170,7 @@ def start_console(
             path = tmp / "web-token"
             path.write_text(token + "\n")
             token_file = str(path)
-        daemon = cluster.start(cluster.config(WEB.format(token_file=token_file)))
+        daemon = daemons.start(daemons.config(WEB.format(token_file=token_file)))
         event = wait_for(
             lambda: next(
                 (
@@ -180,7 +185,7 @@ def start_console(
         )
         yield Console(daemon, f"http://127.0.0.1:{event['port']}", dsn, dead_id, hostile_id, token)
     finally:
-        cluster.stop_all()
+        daemons.stop_all()
         drop_database(pg_admin_dsn, name)
 
 

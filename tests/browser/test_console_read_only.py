@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.by import By
 
+from ..acceptance.conftest import Cluster
 from .conftest import TOKEN, Console, start_console
 
 
@@ -69,3 +70,16 @@ def test_unknown_and_malformed_run_ids(console: Console, chrome: Any) -> None:
     chrome.get(console.url + "/runs/999999")
     assert chrome.find_element(By.TAG_NAME, "h1").text == "404 Not Found"
     assert "run 999999 not found" in chrome.find_element(By.TAG_NAME, "main").text
+
+
+def test_unreadable_or_empty_token_file_is_exit_2_naming_the_key(cluster: Cluster) -> None:
+    absent, empty = cluster.tmp_path / "absent", cluster.tmp_path / "empty"
+    empty.write_text("\n")
+    for token_file, message in (
+        (absent, f"web.token_file: cannot read {absent}: No such file or directory"),
+        (empty, f"web.token_file: {empty} is empty"),
+    ):
+        config = cluster.config(f'[web]\nlisten = "127.0.0.1:0"\ntoken_file = "{token_file}"\n')
+        daemon = cluster.start(config, wait=False)
+        assert daemon.wait(timeout=30) == 2
+        assert message in daemon.log()
