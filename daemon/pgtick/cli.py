@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import shutil
 import sys
@@ -54,6 +55,7 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (PgtickError, EXIT_FAILURE),
 )
 DEMO_DATA_DIR = ".pgdata"
+DEMO_WEB_LISTEN = "127.0.0.1:8089"  # `pgtick demo` serves the console here unless web.listen is set
 DEFAULT_NEXT_COUNT = 5
 # `schedules next --count` and `schedules backfill` refuse more occurrences than this: a typo in
 # a range ("2016" for "2026") should not enqueue ten years of runs.
@@ -241,10 +243,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from pgtick.service import Service
 
     cfg = _load(args)
+    if not cfg.web.enabled:
+        cfg = dataclasses.replace(cfg, web=dataclasses.replace(cfg.web, listen=DEMO_WEB_LISTEN))
     logs.configure_logging(cfg.logging.format, "debug" if args.debug else cfg.logging.level)
     server = EmbeddedPostgres(Path(args.data_dir))
     try:
         print(f"PGTICK_DSN={server.dsn}", flush=True)
+        print(f"console: http://{cfg.web.listen}/", flush=True)
         return Service(cfg, server.dsn, apply_migrations=True, log_each_run=True).run()
     finally:
         server.close()

@@ -57,6 +57,8 @@ DEFAULT_LOOKAHEAD_SECONDS = 60.0
 DEFAULT_REAPER_INTERVAL_SECONDS = 10.0
 
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
+DEFAULT_WEB_LISTEN = ""  # the console is off unless asked for
+DEFAULT_WEB_TOKEN_FILE = ""
 
 LOG_FORMATS = ("auto", "json", "console")
 DEFAULT_LOG_FORMAT = "auto"
@@ -153,6 +155,28 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class WebConfig:
+    """The web console's listener; ``listen = ""`` disables it, ``token_file`` enables actions."""
+
+    listen: str = DEFAULT_WEB_LISTEN
+    token_file: str = DEFAULT_WEB_TOKEN_FILE
+
+    @property
+    def enabled(self) -> bool:
+        return self.listen != ""
+
+    @property
+    def host(self) -> str:
+        """The address to bind, without IPv6 brackets (only when ``enabled``)."""
+        return _split_listen(self.listen)[0]
+
+    @property
+    def port(self) -> int:
+        """The TCP port to bind, 0 = any free one (only when ``enabled``)."""
+        return _split_listen(self.listen)[1]
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     """Log shape and threshold; ``auto`` means console on a TTY, JSON lines otherwise."""
 
@@ -227,6 +251,7 @@ class Config:
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     ticker: TickerConfig = field(default_factory=TickerConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    web: WebConfig = field(default_factory=WebConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     job_types: Mapping[str, JobTypeConfig] = field(default_factory=_empty_job_types)
@@ -331,6 +356,13 @@ def _show(value: object) -> str:
 def _string(key: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{key}: expected a non-empty string, got {_show(value)}")
+    return value
+
+
+def _optional_path(key: str, value: Any) -> str:
+    """A file path, or "" for none."""
+    if not isinstance(value, str):
+        raise ConfigError(f'{key}: expected a file path or "" (none), got {_show(value)}')
     return value
 
 
@@ -515,6 +547,7 @@ _SECTIONS: dict[str, _Spec] = {
         "reaper_interval": ("reaper_interval_seconds", _duration()),
     },
     "metrics": {"listen": ("listen", _listen)},
+    "web": {"listen": ("listen", _listen), "token_file": ("token_file", _optional_path)},
     "logging": {
         "format": ("format", _choice(LOG_FORMATS)),
         "level": ("level", _choice(LOG_LEVELS)),
@@ -627,6 +660,46 @@ def _worker(data: Mapping[str, Any]) -> WorkerConfig:
     return WorkerConfig(**values)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` can only be reached from this machine (``localhost``, 127.0.0.0/8,
+    ``::1``); a name other than ``localhost`` may resolve anywhere, so it is not."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _web(data: Mapping[str, Any]) -> WebConfig:
+    """Payloads and errors may hold personal data: off loopback, only behind a token."""
+    web = WebConfig(**_section("web", data))
+    if web.enabled and not web.token_file and not is_loopback(web.host):
+        raise ConfigError(
+            f"web.listen: {web.listen!r} is not a loopback address; set web.token_file "
+            "to serve the console beyond this machine, or listen on 127.0.0.1"
+        )
+    return web
+
+
+def read_token(web: WebConfig) -> str | None:
+    """The console's action token from ``web.token_file`` (None: no file set, read-only)."""
+    if not web.token_file:
+        return None
+    try:
+        with open(web.token_file, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"web.token_file: cannot read {web.token_file}: {exc.strerror or exc}"
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"web.token_file: {web.token_file} is not valid UTF-8") from None
+    if not token:
+        raise ConfigError(f"web.token_file: {web.token_file} is empty")
+    return token
+
+
 def job_type_config(
     name: str, value: Any, worker: WorkerConfig, *, prefix: str | None = None
 ) -> JobTypeConfig:
@@ -676,6 +749,7 @@ def config_from_mapping(data: Mapping[str, Any], *, path: str | None = None) -> 
     worker = _worker(data)
     ticker = TickerConfig(**_section("ticker", data))
     metrics = MetricsConfig(**_section("metrics", data))
+    web = _web(data)
     logging = LoggingConfig(**_section("logging", data))
     retention = RetentionConfig(**_section("retention", data))
     job_types = _table("job_types", data.get("job_types", {}))
@@ -685,6 +759,7 @@ def config_from_mapping(data: Mapping[str, Any], *, path: str | None = None) -> 
         worker=worker,
         ticker=ticker,
         metrics=metrics,
+        web=web,
         logging=logging,
         retention=retention,
         job_types=types.MappingProxyType(
@@ -787,11 +862,13 @@ __all__ = [
     "RetentionConfig",
     "ScheduleConfig",
     "TickerConfig",
+    "WebConfig",
     "WorkerConfig",
     "config_from_mapping",
     "format_duration",
     "load_config",
     "parse_duration",
+    "read_token",
     "redact_dsn",
     "resolve_dsn",
 ]

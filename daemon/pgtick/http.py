@@ -1,9 +1,11 @@
-"""One small HTTP server with a route table: the metrics listener, and later the console.
+"""One small HTTP server with a route table: the metrics listener and the web console.
 
 Each server binds the address given under a config key (``metrics.listen``, ``web.listen``)
 and serves a fixed ``{(method, path): handler}`` table on daemon threads; a handler takes a
-``Request`` and returns a ``Response``. The standard library's server is enough: a scrape or a
-health check is a few small requests a minute. Access lines go to the debug log, never to
+``Request`` and returns a ``Response``. A path ending in ``/*`` matches one more segment
+(``/runs/*`` serves ``/runs/42``); every response carries the server's fixed headers. The
+standard library's server is enough: a scrape or a health check is a few small requests a
+minute, a console page a few more. Access lines go to the debug log, never to
 stderr.
 """
 
@@ -28,6 +30,9 @@ MAX_BODY_BYTES = 1 << 20
 REQUEST_TIMEOUT_SECONDS = 10.0  # a client that stops sending does not hold a thread forever
 STOP_TIMEOUT_SECONDS = 2.0
 TEXT = "text/plain; charset=utf-8"
+HTML = "text/html; charset=utf-8"
+FORM = "application/x-www-form-urlencoded"
+MAX_FORM_FIELDS = 100
 
 log = structlog.get_logger("pgtick.http")
 
@@ -39,6 +44,26 @@ class Request:
     query: Mapping[str, list[str]]
     headers: Mapping[str, str]  # names lower-cased
     body: bytes = b""
+
+    def form(self) -> dict[str, list[str]]:
+        """The fields of a url-encoded form body (empty for any other content type)."""
+        content_type = self.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != FORM:
+            return {}
+        try:
+            return urllib.parse.parse_qs(
+                self.body.decode("utf-8"),
+                keep_blank_values=True,
+                strict_parsing=False,
+                max_num_fields=MAX_FORM_FIELDS,
+            )
+        except (UnicodeDecodeError, ValueError):
+            return {}
+
+    def first(self, name: str, *, form: bool = False) -> str | None:
+        """One query (or form) field's first value, None when absent."""
+        values = (self.form() if form else self.query).get(name)
+        return values[0] if values else None
 
 
 @dataclass(frozen=True)
@@ -58,13 +83,36 @@ def text(status: int, body: str) -> Response:
     return Response(status, TEXT, (body.rstrip("\n") + "\n").encode("utf-8"))
 
 
+def html(status: int, body: str) -> Response:
+    """An HTML page (the caller has escaped what it interpolated)."""
+    return Response(status, HTML, body.encode("utf-8"))
+
+
+def see_other(location: str) -> Response:
+    """303: after a POST, the browser GETs ``location`` (a reload does not repeat the POST)."""
+    return Response(HTTPStatus.SEE_OTHER, TEXT, b"", {"Location": location})
+
+
+def find_route(routes: Routes, method: str, path: str) -> Handler | None:
+    """The handler for ``path`` exactly, or for its parent with ``/*`` (one trailing segment)."""
+    handler = routes.get((method, path))
+    if handler is None and "/" in path.rstrip("/"):
+        parent, _, last = path.rpartition("/")
+        if last:
+            handler = routes.get((method, parent + "/*"))
+    return handler
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     # Another process on the port is an error to report, not a port to share.
     allow_reuse_address = False
 
-    def __init__(self, address: tuple[str, int], routes: Routes) -> None:
+    def __init__(
+        self, address: tuple[str, int], routes: Routes, headers: Mapping[str, str]
+    ) -> None:
         self.routes = dict(routes)
+        self.headers = dict(headers)
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _RequestHandler)
@@ -100,9 +148,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         routes = self.server.routes
         lookup = "GET" if method == "HEAD" else method
-        handler = routes.get((lookup, url.path))
+        handler = find_route(routes, lookup, url.path)
         if handler is None:
-            allowed = sorted(m for m, p in routes if p == url.path)
+            allowed = sorted({m for m, _ in routes if find_route(routes, m, url.path)})
             if allowed:
                 allow = ", ".join(allowed + (["HEAD"] if "GET" in allowed else []))
                 response = text(HTTPStatus.METHOD_NOT_ALLOWED, "method not allowed")
@@ -139,7 +187,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.send_response(response.status)
         self.send_header("Content-Type", response.content_type)
         self.send_header("Content-Length", str(len(response.body)))
-        for name, value in response.headers.items():
+        for name, value in {**self.server.headers, **response.headers}.items():
             self.send_header(name, value)
         self.end_headers()
         if method != "HEAD":
@@ -150,12 +198,21 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
 
 class HttpServer:
-    """A route table served on ``host:port``; ``key`` names the config key in errors."""
+    """A route table served on ``host:port``; ``key`` names the config key in errors;
+    ``headers`` go on every response (the console's security headers)."""
 
-    def __init__(self, key: str, host: str, port: int, routes: Routes) -> None:
+    def __init__(
+        self,
+        key: str,
+        host: str,
+        port: int,
+        routes: Routes,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.key = key
         self._address = (host, port)
         self._routes = routes
+        self._headers = dict(headers or {})
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -171,7 +228,7 @@ class HttpServer:
         host, port = self._address
         shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            self._server = _Server(self._address, self._routes)
+            self._server = _Server(self._address, self._routes, self._headers)
         except OSError as exc:
             reason = exc.strerror or str(exc)
             if exc.errno == errno.EADDRINUSE:

@@ -27,6 +27,7 @@ from pgtick.store import (
     RunStore,
     RunSummary,
     ScheduleHealth,
+    ScheduleListing,
     ScheduleRef,
     ScheduleState,
     WorkerRow,
@@ -411,3 +412,87 @@ def declares_job_type(config: Config, job_type: str) -> bool | None:
         return job_type in handlers.resolve(config)
     except (PgtickError, ImportError):
         return None
+
+
+# -- the web console's reads and schedule verbs ------------------------------------------------
+
+# The overview's chart: succeeded runs per minute over this many minutes.
+THROUGHPUT_MINUTES = 60
+
+
+@dataclass(frozen=True)
+class ScheduleView:
+    """A schedule with its next occurrences (none when paused or not computable)."""
+
+    listing: ScheduleListing
+    upcoming: list[datetime]
+    zone: str
+    error: str | None  # why the occurrences could not be computed
+
+
+@dataclass(frozen=True)
+class Overview:
+    """The console's front page: queues per job type, throughput, workers, schedules.
+    ``succeeded_per_minute`` is oldest minute first; None when it could not be read in time."""
+
+    db_now: datetime
+    job_types: list[JobTypeStatus]
+    workers: list[WorkerStatus]
+    schedules: list[ScheduleView]
+    succeeded_per_minute: list[int] | None
+
+
+def schedule_views(store: RunStore, now: datetime, count: int) -> list[ScheduleView]:
+    """Every schedule with its latest runs and next ``count`` occurrences after ``now``."""
+    views = []
+    for listing in store.list_schedules():
+        upcoming: list[datetime] = []
+        error = None
+        try:
+            cron = Cron.parse(listing.cron, listing.timezone, listing.name)
+            if not listing.paused:
+                upcoming = cron.next_n(now, count)
+        except ScheduleError as exc:
+            error = str(exc)
+        views.append(ScheduleView(listing, upcoming, listing.timezone, error))
+    return views
+
+
+def overview(store: RunStore, *, heartbeat_seconds: float, next_count: int = 1) -> Overview:
+    """What the console's overview shows, read from one store (one snapshot under
+    ``RunStore.reading``); a throughput query that runs out of time leaves the chart empty."""
+    now = store.now()
+    stale_after = STALE_AFTER_HEARTBEATS * heartbeat_seconds
+    workers = [WorkerStatus(w, w.heartbeat_age_seconds > stale_after) for w in store.list_workers()]
+    served: dict[str, int] = {}
+    for w in workers:
+        if not w.stale:
+            for job_type in w.worker.job_types:
+                served[job_type] = served.get(job_type, 0) + 1
+    job_types = [JobTypeStatus(t, served.get(t.job_type, 0)) for t in store.job_type_stats()]
+    schedules = schedule_views(store, now, next_count)
+    try:
+        per_minute: list[int] | None = store.succeeded_per_minute(THROUGHPUT_MINUTES)
+    except PgtickError:
+        per_minute = None
+    return Overview(now, job_types, workers, schedules, per_minute)
+
+
+def pause_schedule(store: RunStore, name: str) -> None:
+    """Pause a schedule (the operator's reason); NotFoundError when there is none."""
+    if not store.pause_schedule(name):
+        raise NotFoundError(f"schedule {name!r} not found")
+
+
+def resume_schedule(store: RunStore, name: str) -> None:
+    """Resume a schedule from now; NotFoundError when there is none."""
+    if not store.resume_schedule(name):
+        raise NotFoundError(f"schedule {name!r} not found")
+
+
+def trigger_schedule(store: RunStore, name: str) -> int:
+    """Enqueue a run of the schedule now; its id. NotFoundError when there is none."""
+    run_id = store.trigger_schedule(name)
+    if run_id is None:
+        raise NotFoundError(f"schedule {name!r} not found")
+    return run_id

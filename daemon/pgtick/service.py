@@ -21,7 +21,8 @@ import structlog
 
 import pgtick
 from pgtick import db, handlers, logs, migrate
-from pgtick.config import Config
+from pgtick.config import Config, read_token
+from pgtick.console import SECURITY_HEADERS, Console
 from pgtick.dbstate import METRICS_POOL_SIZE, DatabaseProbe
 from pgtick.heartbeat import Heartbeat
 from pgtick.http import HttpServer, observability_routes
@@ -38,6 +39,7 @@ from pgtick.worker import Worker
 # (effect_once outside a transaction, releases). The heartbeat has a pool of its own.
 EXTRA_CONNECTIONS = 5
 HEARTBEAT_POOL_SIZE = 1
+WEB_POOL_SIZE = 2  # the console's reads and actions, apart from the workers' pool
 MAIN_LOOP_SECONDS = 1.0
 DISPATCHER_JOIN_SECONDS = 5.0  # a claim in flight returns within a statement's time
 COMPLETER_FLUSH_SECONDS = 1.5
@@ -108,6 +110,8 @@ class Service:
         self.worker_id = worker_id()
         self._http: HttpServer | None = None
         self._metrics_store: RunStore | None = None
+        self._web: HttpServer | None = None
+        self._web_store: RunStore | None = None
         self._ticker: Ticker | None = None
 
     # -- signals --------------------------------------------------------------------------------
@@ -159,6 +163,7 @@ class Service:
         cfg = self.config
         metrics = Metrics(job_types, pgtick.__version__, cfg.worker.threads)
         self._start_http(store, metrics)
+        self._start_web()
         worker = Worker(
             store, self.worker_id, cfg.worker, job_types, metrics, log_each_run=self.log_each_run
         )
@@ -245,14 +250,37 @@ class Service:
         self._http = HttpServer("metrics.listen", cfg.metrics.host, cfg.metrics.port, routes)
         self._http.start()
 
+    def _start_web(self) -> None:
+        """Serve the console (``web.listen``) on a small pool of its own, so that a page load
+        never takes a connection a worker or a scrape is waiting for."""
+        web = self.config.web
+        if not web.enabled:
+            return
+        token = read_token(web)
+        pool = db.make_pool(
+            self.dsn, self.config.database.schema, size=WEB_POOL_SIZE, name="pgtick-web"
+        )
+        self._web_store = RunStore(pool)
+        console = Console(
+            self._web_store, token, heartbeat_seconds=self.config.worker.heartbeat_seconds
+        )
+        self._web = HttpServer("web.listen", web.host, web.port, console.routes(), SECURITY_HEADERS)
+        self._web.start()
+        log.info("console_listening", url=f"http://{web.listen}/", actions=token is not None)
+
     def _last_tick_at(self) -> float | None:
         return None if self._ticker is None else self._ticker.last_tick_at
 
     def _stop_http(self) -> None:
+        """The metrics server, then the console, last of all."""
         if self._http is not None:
             self._http.stop()
         if self._metrics_store is not None:
             self._metrics_store.pool.close(timeout=2.0)
+        if self._web is not None:
+            self._web.stop()
+        if self._web_store is not None:
+            self._web_store.pool.close(timeout=2.0)
 
     def _status(self, worker: Worker) -> str:
         return (

@@ -921,3 +921,36 @@ class RunStore:
             )
             conn.execute(sqlfile.query("recount_terminal_runs"))
         return True
+
+    # -- the web console ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def reading(
+        self, operation: str, *, statement_timeout_seconds: float, pool_timeout_seconds: float
+    ) -> Iterator[RunStore]:
+        """A store pinned to one connection in a read-only transaction whose statements are
+        bounded in time: a page shows one snapshot, cannot write, and cannot hang."""
+        with (
+            db.wrap_errors(operation),
+            self.pool.connection(timeout=pool_timeout_seconds) as conn,
+            conn.transaction(),
+        ):
+            conn.execute(sqlfile.query("console_read_only"))
+            conn.execute(
+                sqlfile.query("set_local_statement_timeout"),
+                {"ms": max(1, round(statement_timeout_seconds * 1000))},
+            )
+            yield RunStore(self.pool, conn)
+
+    def succeeded_per_minute(self, minutes: int) -> list[int]:
+        """Succeeded runs per minute over the last ``minutes``, oldest minute first. In a
+        savepoint inside ``reading``, so a timeout here spares the rest of the page."""
+        with self._conn("console") as conn, conn.transaction():
+            rows = conn.execute(
+                sqlfile.query("console_succeeded_per_minute"), {"minutes": minutes}
+            ).fetchall()
+        counts = [0] * minutes
+        for minutes_ago, n in rows:
+            if 0 <= minutes_ago < minutes:
+                counts[minutes - 1 - minutes_ago] = int(n)
+        return counts

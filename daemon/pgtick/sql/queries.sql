@@ -692,3 +692,18 @@ SELECT count(*)
 FROM runs
 WHERE status = %(status)s
   AND finished_at < now() - make_interval(secs => %(older_than)s);
+
+-- console_read_only --
+-- The console reads in a read-only transaction: a GET can never change anything.
+SET TRANSACTION READ ONLY;
+
+-- console_succeeded_per_minute --
+-- Runs that succeeded in each of the last %(minutes)s minutes (0 = the current minute), for the
+-- console's chart. A run succeeds once, with its one succeeded attempt, so this counts the
+-- same as the attempts table would, but through runs_finished_idx (status, finished_at): an
+-- index on attempts' finish time would slow every finish to serve one chart.
+SELECT floor(extract(epoch FROM now() - finished_at) / 60)::int AS minutes_ago, count(*)
+FROM runs
+WHERE status = 'succeeded' AND finished_at IS NOT NULL
+  AND finished_at > now() - make_interval(mins => %(minutes)s)
+GROUP BY 1;

@@ -1,0 +1,226 @@
+"""A real `pgtick run` daemon serving the console, and headless Chromium driven by selenium.
+
+One daemon and one browser per module (they take a few seconds to start); each module gets a
+database of its own with prepared runs. Chromium comes from Debian (`chromium` and
+`chromium-driver`, installed by .ci/run); when it is missing the tests fail, naming them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from pgtick import db
+
+from ..acceptance.conftest import (
+    Cluster,
+    Daemon,
+    cluster,  # noqa: F401 - the fixture, for config tests here
+    wait_for,
+)
+from ..conftest import SCHEMA, drop_database, new_database
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+TOKEN = "console-test-token-0123456789"
+SCRIPT = "<script>alert(1)</script>"
+IMG = '"><img src=x onerror=alert(1)>'
+REPO = Path(__file__).resolve().parents[2]
+
+WEB = """
+[web]
+listen = "127.0.0.1:0"
+token_file = "{token_file}"
+
+[schedules.nightly_report]
+job_type = "record"
+cron = "0 3 1 1 *"
+timezone = "Europe/Amsterdam"
+
+[schedules.hourly_sync]
+job_type = "record"
+cron = "15 * * * *"
+"""
+
+# Runs of a job type no daemon here handles, so they stay as prepared: 3 due, 1 awaiting retry,
+# 2 dead in the last day (one of them hostile), 5 succeeded a few minutes ago.
+PREPARED = """
+INSERT INTO runs (job_type, payload, status, run_at, attempts, max_attempts)
+SELECT 'report', jsonb_build_object('n', i), 'queued', now() - interval '5 minutes', 0, 3
+FROM generate_series(1, 3) i;
+INSERT INTO runs (job_type, status, run_at, attempts, max_attempts, last_error, error_type)
+VALUES ('report', 'failed', now() + interval '1 hour', 1, 3, 'timeout talking to smtp',
+        'TimeoutError');
+INSERT INTO runs (job_type, payload, status, attempts, max_attempts, last_error, error_type,
+                  started_at, finished_at)
+SELECT 'report', '{}', 'succeeded', 1, 3, NULL, NULL, now() - interval '3 minutes',
+       now() - interval '2 minutes'
+FROM generate_series(1, 5);
+"""
+
+
+@dataclass
+class Console:
+    """The daemon under test and how to reach its console."""
+
+    daemon: Daemon
+    url: str
+    dsn: str
+    dead_id: int
+    hostile_id: int
+    token: str | None
+
+    def sql(self, statement: str) -> list[tuple[object, ...]]:
+        with db.connect(self.dsn, SCHEMA) as conn:
+            return conn.execute(statement).fetchall()  # type: ignore[arg-type]
+
+    def checksum(self) -> str:
+        """What an action could change in runs and schedules (not the ticker's cursor)."""
+        rows = self.sql(
+            "SELECT (SELECT coalesce(string_agg(concat_ws('|', id, status, run_at, attempts,"
+            " max_attempts, locked_by, finished_at, last_error), ',' ORDER BY id), '')"
+            " FROM runs),"
+            " (SELECT string_agg(concat_ws('|', id, name, paused, paused_reason), ','"
+            " ORDER BY id) FROM schedules)"
+        )
+        return hashlib.sha256(json.dumps(rows, default=str).encode()).hexdigest()
+
+    def post(
+        self, path: str, form: dict[str, str], headers: dict[str, str] | None = None
+    ) -> tuple[int, str, str]:
+        """(status, Location, body) of a POST, redirects not followed."""
+        request = urllib.request.Request(
+            self.url + path,
+            data=urllib.parse.urlencode(form).encode(),
+            headers={"Content-Type": "application/x-www-form-urlencoded", **(headers or {})},
+            method="POST",
+        )
+        opener = urllib.request.build_opener(NoRedirect)
+        try:
+            with opener.open(request, timeout=10) as response:
+                return (
+                    response.status,
+                    response.headers.get("Location", ""),
+                    response.read().decode(),
+                )
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers.get("Location", ""), exc.read().decode()
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+def _prepare(dsn: str) -> tuple[int, int]:
+    with db.connect(dsn, SCHEMA) as conn:
+        conn.execute(PREPARED)  # type: ignore[arg-type]
+        dead = conn.execute(
+            "INSERT INTO runs (job_type, status, attempts, max_attempts, last_error, error_type,"
+            " started_at, finished_at) VALUES ('report', 'dead', 3, 3, 'smtp said no',"
+            " 'SMTPError', now() - interval '1 hour', now() - interval '1 hour') RETURNING id"
+        ).fetchone()
+        hostile = conn.execute(
+            "INSERT INTO runs (job_type, payload, status, attempts, max_attempts, last_error,"
+            " error_type, started_at, finished_at) VALUES ('report', %s, 'dead', 2, 2, %s,"
+            " 'ValueError', now() - interval '10 minutes', now() - interval '10 minutes')"
+            " RETURNING id",
+            (json.dumps({"comment": SCRIPT, "name": IMG}), f"bad input {SCRIPT} {IMG}"),
+        ).fetchone()
+        assert dead is not None and hostile is not None
+        for n, error in ((1, f"Traceback (most recent call last):\n  {SCRIPT}"), (2, IMG)):
+            conn.execute(
+                "INSERT INTO attempts (run_id, attempt, worker_id, started_at, finished_at,"
+                " outcome, error, error_type) VALUES (%s, %s, 'elsewhere:1:aa',"
+                " now() - interval '11 minutes', now() - interval '10 minutes', 'failed', %s,"
+                " 'ValueError')",
+                (hostile[0], n, error),
+            )
+        return int(dead[0]), int(hostile[0])
+
+
+def start_console(
+    pg_admin_dsn: str, template_db: str, tmp: Path, *, token: str | None
+) -> Iterator[Console]:
+    name = new_database(pg_admin_dsn, template_db)
+    dsn = make_conninfo(pg_admin_dsn, dbname=name)
+    daemons = Cluster(dsn, tmp)
+    try:
+        dead_id, hostile_id = _prepare(dsn)
+        token_file = ""
+        if token is not None:
+            path = tmp / "web-token"
+            path.write_text(token + "\n")
+            token_file = str(path)
+        daemon = daemons.start(daemons.config(WEB.format(token_file=token_file)))
+        event = wait_for(
+            lambda: next(
+                (
+                    e
+                    for e in daemon.events()
+                    if e.get("event") == "http_listening" and e.get("key") == "web.listen"
+                ),
+                None,
+            ),
+            10,
+            what="the console to listen",
+        )
+        yield Console(daemon, f"http://127.0.0.1:{event['port']}", dsn, dead_id, hostile_id, token)
+    finally:
+        daemons.stop_all()
+        drop_database(pg_admin_dsn, name)
+
+
+@pytest.fixture(scope="module")
+def chrome() -> Iterator[object]:
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.access(p, os.X_OK)]
+    if missing:
+        pytest.fail(
+            f"missing {', '.join(missing)}: install the Debian packages chromium and "
+            "chromium-driver (apt-get install chromium chromium-driver; .ci/run does)"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1000",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(20)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def keep_screenshot(shot: Path) -> None:
+    """With PGTICK_UPDATE_DOCS_SCREENSHOT=1, the README's screenshot is refreshed from ``shot``."""
+    if os.environ.get("PGTICK_UPDATE_DOCS_SCREENSHOT") == "1":
+        (REPO / "docs").mkdir(exist_ok=True)
+        shutil.copyfile(shot, REPO / "docs" / "console.png")

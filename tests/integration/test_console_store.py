@@ -1,0 +1,43 @@
+"""The console's reads: one read-only, time-bounded transaction, and the per-minute chart."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgtick import db, operations
+from pgtick.errors import DatabaseError
+from pgtick.store import RunStore
+
+
+def test_reading_is_read_only_and_bounded(store: RunStore, conn: db.Connection) -> None:
+    conn.execute("INSERT INTO runs (job_type, status) VALUES ('t', 'dead')")
+    with (
+        pytest.raises(DatabaseError, match="ReadOnlySqlTransaction"),
+        store.reading("console", statement_timeout_seconds=2, pool_timeout_seconds=2) as reader,
+    ):
+        reader.retry([1])
+    assert conn.execute("SELECT status FROM runs").fetchall() == [("dead",)]
+    with (
+        pytest.raises(DatabaseError, match="QueryCanceled"),
+        store.reading("console", statement_timeout_seconds=0.05, pool_timeout_seconds=2) as reader,
+        reader.connection() as pinned,
+        db.wrap_errors("sleep"),
+    ):
+        pinned.execute("SELECT pg_sleep(1)")
+
+
+def test_succeeded_per_minute_oldest_first(store: RunStore, conn: db.Connection) -> None:
+    conn.execute(
+        "INSERT INTO runs (job_type, status, finished_at) VALUES"
+        " ('t', 'succeeded', now() - interval '10 seconds'),"
+        " ('t', 'succeeded', now() - interval '20 seconds'),"
+        " ('t', 'succeeded', now() - interval '150 seconds'),"
+        " ('t', 'succeeded', now() - interval '2 hours'),"
+        " ('t', 'dead', now() - interval '10 seconds')"
+    )
+    counts = store.succeeded_per_minute(60)
+    assert len(counts) == 60 and counts[-1] == 2 and counts[-3] == 1 and sum(counts) == 3
+    with store.reading("console", statement_timeout_seconds=2, pool_timeout_seconds=2) as reader:
+        ov = operations.overview(reader, heartbeat_seconds=20)
+    assert ov.succeeded_per_minute == counts
+    assert [t.stats.job_type for t in ov.job_types] == ["t"]  # the recent dead one

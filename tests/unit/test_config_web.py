@@ -1,0 +1,102 @@
+"""The console's ``[web]`` section: off by default, loopback unless a token file is set, and the
+token file read with one-line errors naming ``web.token_file``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from pgtick.config import Config, WebConfig, config_from_mapping, is_loopback, read_token
+from pgtick.errors import ConfigError
+
+
+def load_text(text: str) -> Config:
+    return config_from_mapping(tomllib.loads(text))
+
+
+def test_the_console_is_off_by_default() -> None:
+    web = Config().web
+    assert web == WebConfig(listen="", token_file="")
+    assert not web.enabled
+    assert read_token(web) is None
+
+
+@pytest.mark.parametrize(
+    ("listen", "host", "port"),
+    [
+        ("127.0.0.1:8089", "127.0.0.1", 8089),
+        ("127.0.0.2:0", "127.0.0.2", 0),
+        ("localhost:8089", "localhost", 8089),
+        ("[::1]:8089", "::1", 8089),
+    ],
+)
+def test_loopback_needs_no_token(listen: str, host: str, port: int) -> None:
+    web = load_text(f'[web]\nlisten = "{listen}"').web
+    assert (web.enabled, web.host, web.port) == (True, host, port)
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:8089", "[::]:8089", "10.1.2.3:80", "console.lan:80"])
+def test_non_loopback_without_token_file_names_web_listen(listen: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_text(f'[web]\nlisten = "{listen}"')
+    message = str(info.value)
+    assert message.startswith("web.listen: "), message
+    assert "web.token_file" in message
+
+
+def test_non_loopback_with_token_file_is_allowed() -> None:
+    web = load_text('[web]\nlisten = "0.0.0.0:8089"\ntoken_file = "/run/token"').web
+    assert (web.host, web.port, web.token_file) == ("0.0.0.0", 8089, "/run/token")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[web]\nlisten = 8089", "web.listen: expected"),
+        ('[web]\nlisten = "8089"', "web.listen: "),
+        ("[web]\ntoken_file = 3", "web.token_file: "),
+        ('[web]\ntoken = "x"', "unknown key web.token"),
+    ],
+)
+def test_bad_web_keys_name_the_key(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_text(text)
+
+
+def test_is_loopback() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("LOCALHOST")
+    assert not is_loopback("0.0.0.0") and not is_loopback("example.com")
+
+
+def test_token_file_is_read_and_stripped(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("  s3cret-token\n")
+    assert read_token(WebConfig(listen="", token_file=str(path))) == "s3cret-token"
+
+
+def test_token_file_missing_or_empty_names_the_key(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(ConfigError, match=rf"^web.token_file: cannot read {missing}: "):
+        read_token(WebConfig(token_file=str(missing)))
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    with pytest.raises(ConfigError, match=rf"^web.token_file: {empty} is empty$"):
+        read_token(WebConfig(token_file=str(empty)))
+
+
+def test_check_exits_2_naming_web_listen(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[web]\nlisten = "0.0.0.0:8089"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "pgtick", "check", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "web.listen: " in lines[0], done.stderr

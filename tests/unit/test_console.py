@@ -1,0 +1,330 @@
+"""The console without a browser or a database: escaping, the pages' HTML, the action guard
+(token, cross-site refusal) and the HTTP pieces it adds (forms, ``/*`` routes, headers)."""
+
+from __future__ import annotations
+
+import http.client
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
+from typing import Any, cast
+
+import pytest
+
+from pgtick import console, operations
+from pgtick.console import Console, Html, Page, esc, render, tag
+from pgtick.http import HttpServer, Request, find_route
+from pgtick.store import (
+    Attempt,
+    JobTypeStats,
+    Run,
+    RunStore,
+    RunSummary,
+    ScheduleListing,
+    WorkerRow,
+)
+
+NOW = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
+SCRIPT = "<script>alert(1)</script>"
+IMG = '"><img src=x onerror=alert(1)>'
+
+
+class Tags(HTMLParser):
+    """Every start tag and attribute a browser would see, and the page's text."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+        self.feed(page)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    def names(self) -> set[str]:
+        return {t for t, _ in self.tags}
+
+    def joined(self) -> str:
+        return "".join(self.text)
+
+
+def run(**changes: Any) -> Run:
+    values: dict[str, Any] = {
+        "id": 7,
+        "schedule_id": None,
+        "scheduled_for": None,
+        "job_type": "send_email",
+        "payload": {"to": "a@example.com"},
+        "idempotency_key": None,
+        "status": "dead",
+        "run_at": NOW,
+        "attempts": 2,
+        "max_attempts": 2,
+        "locked_by": None,
+        "locked_until": None,
+        "last_error": "boom",
+        "error_type": "ValueError",
+        "started_at": NOW,
+        "finished_at": NOW,
+        "created_at": NOW,
+        "updated_at": NOW,
+    }
+    values.update(changes)
+    return Run(**values)
+
+
+def attempt(n: int, error: str | None) -> Attempt:
+    return Attempt(7, n, f"host:1:{n}", NOW, NOW + timedelta(seconds=1.5), "failed", error, "E")
+
+
+def detail(r: Run, attempts: list[Attempt]) -> operations.RunDetail:
+    return operations.RunDetail(r, attempts, None, [], NOW)
+
+
+def listing(name: str, paused: bool = False) -> ScheduleListing:
+    return ScheduleListing(
+        1,
+        name,
+        "t",
+        "0 3 * * *",
+        "Europe/Amsterdam",
+        paused,
+        "operator" if paused else None,
+        None,
+        "skip",
+        "latest",
+        NOW,
+        "succeeded",
+        NOW,
+        NOW,
+        NOW,
+    )
+
+
+def test_esc_escapes_markup_and_quotes_but_passes_html() -> None:
+    assert esc(SCRIPT) == "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert esc(IMG) == "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"
+    assert esc("it's") == "it&#x27;s"
+    assert esc(None) == "-"
+    assert esc(Html("<b>ok</b>")) == "<b>ok</b>"
+    assert tag('<a title="$t">$t</a>', t=IMG) == (
+        '<a title="&quot;&gt;&lt;img src=x onerror=alert(1)&gt;">'
+        "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;</a>"
+    )
+
+
+def test_templates_escape_every_value() -> None:
+    page = render("error.html", message=SCRIPT)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+def test_run_page_shows_hostile_payload_and_errors_as_text() -> None:
+    r = run(payload={"note": SCRIPT, IMG: [IMG]}, last_error=IMG, job_type=SCRIPT)
+    page = console.run_page(detail(r, [attempt(1, SCRIPT), attempt(2, IMG)]), Page(True, NOW))
+    parsed = Tags(page)
+    assert "script" not in parsed.names() and "img" not in parsed.names()
+    assert all("onerror" not in attrs for _, attrs in parsed.tags)
+    text = parsed.joined()
+    assert SCRIPT in text and IMG in text  # the reader sees the data as it is
+    assert text.count(SCRIPT) >= 3 and text.count(IMG) >= 3  # payload, error, attempts
+
+
+def test_run_page_lists_every_attempt_and_its_error() -> None:
+    page = console.run_page(
+        detail(run(), [attempt(1, "Traceback (most recent call last): one"), attempt(2, "two")]),
+        Page(False, NOW),
+    )
+    assert page.count('class="attempt"') == 2
+    assert "Traceback (most recent call last): one" in page and "host:1:2" in page
+    assert '"to": "a@example.com"' in Tags(page).joined()  # pretty JSON
+
+
+def test_actions_only_with_a_token() -> None:
+    d = detail(run(status="dead"), [])
+    with_token = Tags(console.run_page(d, Page(True, NOW)))
+    forms = [attrs for name, attrs in with_token.tags if name == "form"]
+    assert [f["action"] for f in forms] == ["/actions/retry"]
+    assert all(f["method"] == "post" for f in forms)
+    # the token is typed by the operator, never written into the page
+    tokens = [a for n, a in with_token.tags if n == "input" and a.get("name") == "token"]
+    assert tokens and all(a.get("type") == "password" and "value" not in a for a in tokens)
+    read_only = Tags(console.run_page(d, Page(False, NOW)))
+    assert "form" not in read_only.names() and "button" not in read_only.names()
+    queued = Tags(console.run_page(detail(run(status="queued"), []), Page(True, NOW)))
+    assert [a["action"] for n, a in queued.tags if n == "form"] == ["/actions/cancel"]
+
+
+def test_schedules_page_next_times_in_utc_and_local_and_actions() -> None:
+    views = [
+        operations.ScheduleView(
+            listing("nightly"), [datetime(2026, 11, 24, 2, tzinfo=UTC)], "Europe/Amsterdam", None
+        ),
+        operations.ScheduleView(listing("held", paused=True), [], "Europe/Amsterdam", None),
+    ]
+    page = console.schedules_page(views, Page(True, NOW))
+    assert "2026-11-24 02:00:00" in page and "2026-11-24 03:00:00 CET (+01:00)" in page
+    assert "paused (operator)" in page
+    actions = [a["action"] for n, a in Tags(page).tags if n == "form"]
+    assert actions == ["/actions/trigger", "/actions/pause", "/actions/trigger", "/actions/resume"]
+    assert "form" not in Tags(console.schedules_page(views, Page(False, NOW))).names()
+
+
+def test_overview_counts_chart_and_refresh() -> None:
+    stats = JobTypeStats("send_email", 3, 75.0, 1, 2, 1, 4, 5)
+    worker = WorkerRow("h:1:ab", "h", 1, "0.1.0", 8, ["send_email"], NOW, 2.0, 2)
+    ov = operations.Overview(
+        NOW,
+        [operations.JobTypeStatus(stats, 1)],
+        [operations.WorkerStatus(worker, False)],
+        [operations.ScheduleView(listing("nightly"), [NOW], "UTC", None)],
+        [0] * 58 + [6, 3],
+    )
+    page = console.overview_page(ov, Page(False, NOW))
+    row = re.search(r'<tr data-job-type="send_email">.*?</tr>', page)
+    assert row is not None
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(0))
+    assert [re.sub(r"<[^>]+>", "", c) for c in cells] == [
+        "send_email",
+        "3",
+        "1m 15s",
+        "1",
+        "2",
+        "1",
+        "4",
+        "5",
+        "1",
+    ]
+    assert '<meta http-equiv="refresh" content="5">' in page
+    assert page.count('<rect class="bar"') == 60 and "9 succeeded in the last hour" in page
+    assert "2s ago" in page and "nightly" in page
+    unavailable = console.overview_page(
+        operations.Overview(NOW, [], [], [], None), Page(False, NOW)
+    )
+    assert "Not available" in unavailable and "No live daemons." in unavailable
+
+
+def test_runs_page_filters_and_keyset_links() -> None:
+    rows = [
+        RunSummary(i, "t", "dead", 1, 1, NOW, None, NOW, SCRIPT, "nightly", NOW) for i in (9, 8)
+    ]
+    filters = console.RunFilters(["dead", "failed"], "t", None, 10)
+    page = console.runs_page(operations.RunPage(rows, 8), filters, Page(False, NOW))
+    assert 'href="/runs?status=dead&amp;status=failed&amp;type=t&amp;before=8"' in page
+    assert 'id="newest"' in page
+    assert 'value="dead" checked' in page and 'value="queued">' in page
+    assert "script" not in Tags(page).names()
+    last = console.runs_page(operations.RunPage(rows, None), filters, Page(False, NOW))
+    assert 'id="older"' not in last
+
+
+def test_flash_is_escaped_and_cut() -> None:
+    page = console.layout(Page(False, None, IMG), "T", "runs", Html(""))
+    assert "img" not in Tags(page).names() and IMG in Tags(page).joined()
+
+
+# -- the action guard and the HTTP pieces ---------------------------------------------------
+
+
+def post(form: str, headers: dict[str, str] | None = None) -> Request:
+    return Request(
+        "POST",
+        "/actions/retry",
+        {},
+        {
+            "content-type": "application/x-www-form-urlencoded",
+            "host": "127.0.0.1:1",
+            **(headers or {}),
+        },
+        form.encode(),
+    )
+
+
+def test_refusals() -> None:
+    store = cast(RunStore, None)  # never reached: every request here is refused first
+    read_only = Console(store, None, heartbeat_seconds=20)
+    assert read_only._refusal(post("token=x&run_id=1")) == (
+        "read-only console: actions need web.token_file"
+    )
+    guarded = Console(store, "s3cret", heartbeat_seconds=20)
+    assert guarded._refusal(post("run_id=1")) == "wrong or missing token"
+    assert guarded._refusal(post("token=s3cre&run_id=1")) == "wrong or missing token"
+    assert guarded._refusal(post("token=s3cret", {"sec-fetch-site": "cross-site"})) == (
+        "cross-site request refused"
+    )
+    assert guarded._refusal(post("token=s3cret", {"origin": "https://evil.example"})) == (
+        "request from another origin refused"
+    )
+    assert guarded._refusal(post("token=s3cret", {"sec-fetch-site": "same-site"})) == (
+        "same-site request refused"
+    )
+    # a form under Referrer-Policy no-referrer sends Origin: null; the token still decides
+    assert guarded._refusal(post("token=s3cret", {"origin": "null"})) is None
+    assert guarded._refusal(post("token=x", {"origin": "null"})) == "wrong or missing token"
+    assert guarded._refusal(post("token=s3cret", {"origin": "http://127.0.0.1:1"})) is None
+    assert guarded._refusal(post("", {"authorization": "Bearer s3cret"})) is None
+    assert guarded._refusal(post("token=s3cret", {"sec-fetch-site": "same-origin"})) is None
+
+
+def test_form_parsing_and_wildcard_routes() -> None:
+    req = post("a=1&a=2&b=%3Cx%3E&c=")
+    assert req.form() == {"a": ["1", "2"], "b": ["<x>"], "c": [""]}
+    assert Request("POST", "/", {}, {"content-type": "text/plain"}, b"a=1").form() == {}
+    routes = {("GET", "/runs"): print, ("GET", "/runs/*"): len}
+    assert find_route(routes, "GET", "/runs") is print
+    assert find_route(routes, "GET", "/runs/42") is len
+    assert find_route(routes, "GET", "/runs/") is None
+    assert find_route(routes, "GET", "/runs/4/2") is None
+
+
+@pytest.fixture
+def read_only_server() -> Iterator[HttpServer]:
+    server = HttpServer(
+        "web.listen",
+        "127.0.0.1",
+        0,
+        Console(cast(RunStore, None), None, heartbeat_seconds=20).routes(),
+        console.SECURITY_HEADERS,
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+def call(server: HttpServer, method: str, path: str, body: str = "") -> tuple[int, dict[str, str]]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        headers = {"Content-Type": "application/x-www-form-urlencoded"}
+        conn.request(method, path, body=body.encode(), headers=headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("action", ["retry", "cancel", "trigger", "pause", "resume"])
+def test_read_only_console_refuses_posts_and_gets_to_actions(
+    read_only_server: HttpServer, action: str
+) -> None:
+    status, headers = call(read_only_server, "POST", f"/actions/{action}", "run_id=1&token=x")
+    assert status == 403
+    assert headers["content-security-policy"].startswith("default-src 'self'")
+    status, headers = call(read_only_server, "GET", f"/actions/{action}")
+    assert (status, headers["allow"]) == (405, "POST")
+
+
+def test_security_headers_and_static_files(read_only_server: HttpServer) -> None:
+    status, headers = call(read_only_server, "GET", "/static/console.css")
+    assert status == 200 and headers["content-type"].startswith("text/css")
+    for name, value in console.SECURITY_HEADERS.items():
+        if name != "Cache-Control":
+            assert headers[name.lower()] == value
+    assert "script-src 'none'" in headers["content-security-policy"]
+    assert call(read_only_server, "GET", "/static/../console/__init__.py")[0] == 404
+    assert call(read_only_server, "GET", "/static/nope.css")[0] == 404
+    status, headers = call(read_only_server, "GET", "/nowhere")
+    assert status == 404 and headers["x-frame-options"] == "DENY"
