@@ -32,6 +32,7 @@ PARTS = {
     "recovery": "recovery",
     "idle": "idle",
     "scrape": "scrape",
+    "console": "console",
 }
 
 

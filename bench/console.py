@@ -1,0 +1,118 @@
+"""The console's runs page at scale: how long a GET of /runs takes with a big runs table.
+
+    python -m bench console [--runs 1000000] [--requests 50]
+
+Generates the runs by SQL (terminal runs over 10 job types, some dead, plus queued ones), starts
+a `pgtick run` with the console on a free loopback port, and times the runs page unfiltered,
+filtered by status (dead), by job type, and the third page of a keyset walk (?before=ID), each
+`--requests` times after one warm-up request. Prints p50/p90/p99/max per page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psycopg
+
+from bench import common, scrape
+
+START_TIMEOUT_SECONDS = 60.0
+CONFIG = """
+[worker]
+imports = ["bench.jobs"]
+[metrics]
+listen = ""
+[web]
+listen = "127.0.0.1:0"
+[logging]
+format = "json"
+level = "info"
+"""
+
+
+def start_daemon(tmp: Path, dsn: str) -> tuple[subprocess.Popen[bytes], str]:
+    config = tmp / "console.toml"
+    config.write_text(CONFIG)
+    log_path = tmp / "console-daemon.log"
+    env = {**os.environ, "PGTICK_DSN": dsn, "PYTHONPATH": str(common.REPO_DIR)}
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgtick", "run", "--config", str(config)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise common.BenchError(f"daemon exited {proc.returncode}:\n{log_path.read_text()}")
+        for line in log_path.read_text().splitlines():
+            if '"http_listening"' in line and "web.listen" in line:
+                return proc, f"http://127.0.0.1:{json.loads(line)['port']}"
+        time.sleep(0.1)
+    proc.kill()
+    raise common.BenchError(f"daemon did not start:\n{log_path.read_text()}")
+
+
+def timed_get(url: str) -> tuple[float, str]:
+    started = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=10) as response:
+        body: str = response.read().decode()
+    return time.perf_counter() - started, body
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=int, default=1_000_000, help="runs in the table")
+    parser.add_argument("--requests", type=int, default=50, help="timed requests per page")
+
+
+def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
+    if args.runs < 1000 or args.requests < 1:
+        raise common.BenchError("--runs must be at least 1000, --requests at least 1", code=2)
+    record.options = {"runs": args.runs, "requests": args.requests}
+    queued = max(1, args.runs // 100)
+    proc = None
+    results: dict[str, dict[str, float]] = {}
+    with common.fresh_database(admin_dsn, "console") as dsn:
+        try:
+            print(f"generating {args.runs - queued:,} terminal + {queued:,} queued runs")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                scrape.generate(conn, args.runs - queued, queued)
+            proc, base = start_daemon(tmp, dsn)
+            _, first = timed_get(f"{base}/runs")
+            ids = [int(m) for m in re.findall(r'href="/runs/(\d+)"', first)]
+            before = sorted(ids)[0] if ids else args.runs
+            pages = {
+                "/runs": f"{base}/runs",
+                "/runs?status=dead": f"{base}/runs?status=dead",
+                "/runs?type=type_3": f"{base}/runs?type=type_3",
+                "/runs?before=<page 3>": f"{base}/runs?before={max(1, before - 100)}",
+            }
+            for name, url in pages.items():
+                timed_get(url)  # warm-up
+                seconds = [timed_get(url)[0] * 1000 for _ in range(args.requests)]
+                results[name] = common.distribution(seconds)
+        finally:
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=60)
+    rows = [
+        (name, f"{d['p50']:.1f}", f"{d['p90']:.1f}", f"{d['p99']:.1f}", f"{d['max']:.1f}")
+        for name, d in results.items()
+    ]
+    print()
+    print(f"rows: {args.runs:,}")
+    print(common.table(["page", "p50 ms", "p90 ms", "p99 ms", "max ms"], rows))
+    record.results = {"pages_ms": results}
+    slow = [name for name, d in results.items() if d["p99"] >= 200]
+    if slow:
+        raise common.BenchError(f"runs page p99 at or above 200 ms: {slow}")
