@@ -1,4 +1,4 @@
-"""Three daemons at the product's defaults (8 threads, prefetch up to 64) on one database:
+"""Three daemons at the product's defaults (8 threads, prefetch up to 256) on one database:
 every run exactly once, and a SIGTERM in the middle of a prefetched backlog gives back every
 run that daemon had claimed and not started."""
 
@@ -19,7 +19,7 @@ RUNS = 50_000
 def test_three_daemons_at_defaults_drain_50000_runs_once_and_sigterm_releases_prefetch(
     cluster: Cluster, store: RunStore, conn: db.Connection
 ) -> None:
-    config = cluster.config(threads=8, prefetch=64, level="info")
+    config = cluster.config(threads=8, prefetch=256, level="info")
     daemons = [cluster.start(config) for _ in range(3)]
     conn.execute(
         "INSERT INTO runs (job_type, payload) SELECT 'record', '{}' FROM generate_series(1, %s)",

@@ -59,7 +59,7 @@ def load_text(text: str) -> Config:
         ("worker.poll_interval_seconds", 5.0),
         ("worker.shutdown_grace_seconds", 30.0),
         ("worker.imports", ()),
-        ("worker.prefetch", 64),
+        ("worker.prefetch", 256),
         ("ticker.interval_seconds", 60.0),
         ("ticker.lookahead_seconds", 60.0),
         ("ticker.reaper_interval_seconds", 10.0),
