@@ -130,3 +130,48 @@ def test_daemon_logs_on_a_pipe(own_server: EmbeddedPostgres, tmp_path: Path) -> 
         f"chatty stdlib line {ok}",
         f"chatty stdlib line {bad}",
     }
+
+
+def test_run_outcomes_summary_and_shutdown_lines(
+    cluster: Cluster, store: RunStore, conn: db.Connection
+) -> None:
+    """What an operator reads: a warning per failed attempt with its retry time, an error per
+    run going dead, no INFO line per success but a runs_summary per job type, and on SIGTERM
+    how many runs it waits for, for how long, that a second signal stops at once, and at exit
+    what finished and what was released."""
+    daemon = cluster.start(cluster.config(grace="5s"))
+    ok = store.enqueue_many([NewRun("record") for _ in range(3)])
+    retried = store.enqueue_many([NewRun("retry_after", {"after": 3600})])
+    dead = store.enqueue_many([NewRun("give_up")])
+    wait_for(
+        lambda: (
+            conn.execute(
+                "SELECT count(*) FROM runs WHERE status IN ('succeeded', 'failed', 'dead')"
+            ).fetchone()
+            == (5,)
+        ),
+        15,
+        what="five outcomes",
+    )
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0
+    events = daemon.events()
+    by_event: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        by_event.setdefault(e["event"], []).append(e)
+    [failed] = by_event["run_failed"]
+    assert failed["level"] == "warning" and failed["run_id"] == retried[0]
+    assert failed["error_type"] == "Retry" and failed["attempt"] == 1
+    assert failed["retry_at"] > failed["timestamp"]  # an hour from now
+    [gone] = by_event["run_dead"]
+    assert gone["level"] == "error" and gone["run_id"] == dead[0]
+    assert "invoice 42" in gone["error"]
+    assert "run_succeeded" not in by_event  # successes are counted, not logged at info
+    summary = {e["job_type"]: e for e in by_event["runs_summary"]}
+    assert summary["record"]["succeeded"] == len(ok) and summary["record"]["level"] == "info"
+    assert summary["give_up"]["dead"] == 1 and summary["retry_after"]["failed"] == 1
+    [draining] = by_event["draining"]
+    assert draining["running"] == 0 and draining["grace_seconds"] == 5
+    assert "second SIGTERM" in draining["message"]
+    [drained] = by_event["drained"]
+    assert (drained["finished"], drained["released"], drained["left_running"]) == (0, 0, 0)
