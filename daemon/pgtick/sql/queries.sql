@@ -468,10 +468,6 @@ WHERE s.name = %(name)s
 ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
 RETURNING id, job_type;
 
--- migrations_lock --
--- Serialize migrators (any number of daemons may start with --migrate at once).
-SELECT pg_advisory_lock(hashtext('pgtick.migrate.' || %(schema)s));
-
 -- migrations_unlock --
 SELECT pg_advisory_unlock(hashtext('pgtick.migrate.' || %(schema)s));
 
@@ -692,3 +688,19 @@ SELECT count(*)
 FROM runs
 WHERE status = %(status)s
   AND finished_at < now() - make_interval(secs => %(older_than)s);
+
+-- migrations_try_lock --
+-- The migrators' lock without blocking: migrate.py polls it, because a session blocked in
+-- pg_advisory_lock holds a snapshot that a concurrent index build in the holder waits for.
+SELECT pg_try_advisory_lock(hashtext('pgtick.migrate.' || %(schema)s));
+
+-- migrate_privileges --
+-- Who may migrate: the schema's owner (or a member of its role, or a superuser), or, before
+-- the schema exists, a role with CREATE on the database. Returns whether the schema exists,
+-- its owner, whether the current role acts as that owner, CREATE on the database, and the
+-- current role's name.
+SELECT n.oid IS NOT NULL, pg_get_userbyid(n.nspowner),
+       coalesce(pg_has_role(n.nspowner, 'USAGE'), false),
+       has_database_privilege(current_database(), 'CREATE'), current_user
+FROM (SELECT 1) AS one
+LEFT JOIN pg_namespace n ON n.nspname = %(schema)s;
