@@ -182,6 +182,21 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_grants(args: argparse.Namespace) -> int:
+    if args.schema is None:
+        schema = _load(args).database.schema
+    else:
+        schema = config_mod.schema_name("--schema", args.schema)
+    statements = migrate.grants_sql(args.role, schema)
+    print(
+        f"-- pgtick: what role {args.role!r} needs to run `pgtick run` and the operator verbs on"
+        f" schema {schema!r}.\n-- Run as the schema owner (e.g. psql -f), after every"
+        " `pgtick migrate`; create the role first (CREATE ROLE ... LOGIN PASSWORD ...)."
+    )
+    print(statements)
+    return EXIT_OK
+
+
 def _config_source(cfg: config_mod.Config) -> str:
     """Which config file is in use, or where none was found."""
     if cfg.path is not None:
@@ -1132,7 +1147,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("run", cmd_run, "run the daemon")
     p.add_argument("--migrate", action="store_true", help="apply pending migrations first")
-    add("migrate", cmd_migrate, "apply database migrations (idempotent)")
+    add(
+        "migrate",
+        cmd_migrate,
+        "apply database migrations (idempotent); run it as the schema owner, exit 2 otherwise",
+    )
+    p = add("grants", cmd_grants, "print the SQL granting a role what the daemon and CLI need")
+    p.add_argument("role", metavar="ROLE", help="the role the daemon and the CLI log in as")
+    p.add_argument(
+        "--schema", metavar="S", help="the pgtick schema (default: the config's database.schema)"
+    )
     p = add("check", cmd_check, "validate config, schedules and handlers")
     p.add_argument("--db", action="store_true", help="also check the database and its schema")
     p = add("enqueue", cmd_enqueue, "add a run; prints its id")

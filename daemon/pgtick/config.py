@@ -398,6 +398,11 @@ def _schema(key: str, value: Any) -> str:
     return schema
 
 
+def schema_name(key: str, value: str) -> str:
+    """A schema name given outside the config file (``--schema``), checked like the file's."""
+    return _schema(key, value)
+
+
 def _dotted(text: str) -> bool:
     return all(part.isidentifier() for part in text.split("."))
 

@@ -17,9 +17,10 @@ import threading
 from dataclasses import dataclass
 
 import structlog
+from psycopg import sql
 
 from pgtick import db, sqlfile
-from pgtick.errors import MigrationError, SchemaOutdatedError
+from pgtick.errors import MigrationError, SchemaOutdatedError, UsageError
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION_MARKER = "-- pgtick: no-transaction"
@@ -105,6 +106,22 @@ def check_current(conn: db.Connection, schema: str) -> None:
             f"database schema {schema!r} is older than this pgtick (pending: {names}); "
             "run `pgtick migrate` (or start with `pgtick run --migrate`)"
         )
+
+
+MAX_ROLE_NAME_CHARS = 63  # PostgreSQL's NAMEDATALEN - 1: longer names are cut silently
+
+
+def grants_sql(role: str, schema: str) -> str:
+    """The GRANT statements a daemon's (and the operator CLI's) role needs on ``schema``, one
+    per line, ready for psql: everything but CREATE, which stays with the schema owner."""
+    if not role or len(role) > MAX_ROLE_NAME_CHARS:
+        raise UsageError(
+            f"ROLE: a role name of 1 to {MAX_ROLE_NAME_CHARS} characters, got {len(role)}"
+        )
+    statements = sql.SQL(sqlfile.queries()["grants"]).format(
+        schema=sql.Identifier(schema), role=sql.Identifier(role)
+    )
+    return statements.as_string(None).strip() + ";"
 
 
 def _lock(conn: db.Connection, schema: str) -> None:

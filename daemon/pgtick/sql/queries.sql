@@ -704,3 +704,21 @@ SELECT n.oid IS NOT NULL, pg_get_userbyid(n.nspowner),
        has_database_privilege(current_database(), 'CREATE'), current_user
 FROM (SELECT 1) AS one
 LEFT JOIN pg_namespace n ON n.nspname = %(schema)s;
+
+-- grants --
+-- What the daemon's and the CLI's role needs, and nothing more: no CREATE, no ownership
+-- (`pgtick grants ROLE` prints it; migrations run as the schema owner). Attempt rows go
+-- with their run through ON DELETE CASCADE, which runs as the table owner, so attempts needs
+-- no DELETE. runs_id_seq: enqueue_many draws ids with nextval before inserting. EXECUTE on
+-- enqueue is PostgreSQL's default for PUBLIC; granted here so a locked-down database works.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.runs TO {role};
+GRANT SELECT, INSERT, UPDATE ON {schema}.attempts TO {role};
+GRANT SELECT, INSERT, UPDATE ON {schema}.schedules TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
+GRANT SELECT, INSERT ON {schema}.effects TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.terminal_run_counts TO {role};
+GRANT SELECT, UPDATE ON {schema}.terminal_run_counts_refresh TO {role};
+GRANT SELECT ON {schema}.schema_migrations TO {role};
+GRANT USAGE ON SEQUENCE {schema}.runs_id_seq TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, timestamptz, text, integer) TO {role};
