@@ -143,15 +143,40 @@ def resolve_when(when: datetime | timedelta, now: datetime, *, ahead: bool) -> d
         raise UsageError(f"duration out of range: {when}") from None
 
 
+def _no_constant(name: str) -> NoReturn:
+    raise UsageError(f"--payload: JSON has no {name} (PostgreSQL's jsonb refuses it)")
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 def parse_payload(text: str | None) -> dict[str, Any]:
+    """A --payload argument (``-`` reads stdin) as a JSON object that jsonb will take."""
     if text is None:
         return {}
+    if text == "-":
+        text = sys.stdin.read(operations.MAX_PAYLOAD_BYTES * 4 + 1)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > operations.MAX_PAYLOAD_BYTES:
+        raise UsageError(
+            f"--payload: {size} bytes, more than the {operations.MAX_PAYLOAD_BYTES // 1024} KiB"
+            " (1 MiB) pgtick enqueue accepts: keep big data elsewhere and pass a reference"
+        )
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise UsageError(f"--payload: invalid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise UsageError(f"--payload: must be a JSON object, got {type(value).__name__}")
+    if _has_nul(value):
+        raise UsageError("--payload: a NUL character (\\u0000), which jsonb refuses")
     return value
 
 
@@ -229,6 +254,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_enqueue(args: argparse.Namespace) -> int:
     cfg = _load(args)
     _quiet_logging(args)
+    operations.check_new_run(args.job_type, args.key)
     payload = parse_payload(args.payload)
     when: datetime | timedelta | None = None
     if args.run_at is not None:
@@ -1008,10 +1034,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a mistake in one stderr line (SPEC §8), not usage plus error."""
+    """argparse that reports a mistake in one stderr line, not usage plus error, with the
+    prefix every error has: ``pgtick: <command>: <option>: ...``."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        command = self.prog.removeprefix("pgtick").strip()
+        where = f"{command}: " if command else ""
+        self.exit(EXIT_USAGE, f"pgtick: {where}{message} (see {self.prog} --help)\n")
 
 
 def _positive_int(text: str) -> int:
@@ -1031,6 +1060,8 @@ def _run_id(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a run id: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"not a run id: {text!r} (ids start at 1)")
+    if value > operations.MAX_RUN_ID:
+        raise argparse.ArgumentTypeError(f"not a run id: {text!r} (larger than any bigint)")
     return value
 
 
@@ -1161,7 +1192,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", action="store_true", help="also check the database and its schema")
     p = add("enqueue", cmd_enqueue, "add a run; prints its id")
     p.add_argument("job_type", metavar="TYPE")
-    p.add_argument("--payload", metavar="JSON", help="a JSON object (default {})")
+    p.add_argument(
+        "--payload",
+        metavar="JSON",
+        help="a JSON object (default {}), at most 1 MiB; - reads it from stdin",
+    )
     when = p.add_mutually_exclusive_group()
     when.add_argument("--run-at", metavar="WHEN", help=f"{WHEN_HELP} from now (default: now)")
     when.add_argument("--in", dest="in_", metavar="DURATION", help="from now, e.g. 90s, 5m, 2h")

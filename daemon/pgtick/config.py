@@ -39,6 +39,8 @@ HOUR_SECONDS = 3600.0
 DAY_SECONDS = 86400.0
 MAX_DURATION_SECONDS = 100 * 365 * DAY_SECONDS  # beyond this a duration is a typo, not a plan
 MAX_INT4 = 2**31 - 1  # counters that end up in integer columns
+# Job type and schedule names: the runs table refuses longer job types (runs_job_type_length).
+MAX_NAME_CHARS = 200
 
 DEFAULT_SCHEMA = "pgtick"
 DEFAULT_POOL_SIZE = 10
@@ -379,7 +381,17 @@ def _fraction(key: str, value: Any) -> float:
 def _name(key: str, value: str) -> str:
     if not _NAME.fullmatch(value):
         raise ConfigError(f"{key}: name must match {_NAME_TEXT}, got {_show(value)}")
+    if len(value) > MAX_NAME_CHARS:
+        raise ConfigError(
+            f"{key}: name must be at most {MAX_NAME_CHARS} characters, got {len(value)}"
+        )
     return value
+
+
+def job_type_name(key: str, value: str) -> str:
+    """A job type named outside the config file (``pgtick enqueue TYPE``), checked like the
+    file's names: a daemon could never declare a handler for any other name."""
+    return _name(key, value)
 
 
 def _job_type_ref(key: str, value: Any) -> str:

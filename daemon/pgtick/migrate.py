@@ -4,8 +4,8 @@ advisory lock, recording each file's sha256; an applied file that changed is an 
 A file whose first line is ``-- pgtick: no-transaction`` runs statement by statement in
 autocommit instead (``CREATE INDEX CONCURRENTLY`` cannot run in a transaction, and it is what
 lets daemons of the previous version keep writing while an index builds). Its statements end
-with ``;`` at the end of a line, must each be safe to run again (the file is recorded only when
-all succeeded), and contain no other ``;`` at a line's end.
+with ``;`` at the end of a line (outside ``$$`` bodies) and must each be safe to run again:
+the file is recorded only when all succeeded.
 """
 
 from __future__ import annotations
@@ -45,12 +45,21 @@ class Migration:
         return not self.sql.startswith(NO_TRANSACTION_MARKER)
 
     def statements(self) -> list[str]:
-        """The file's statements, comment-only chunks dropped (no-transaction files)."""
-        out = []
-        for chunk in _STATEMENT_END.split(self.sql):
-            code = [ln for ln in chunk.splitlines() if not ln.lstrip().startswith("--")]
-            if "".join(code).strip():
-                out.append(chunk.strip())
+        """The file's statements (no-transaction files): each ends at a ``;`` that ends a line
+        outside a ``$$`` body; comment-only chunks are dropped."""
+        out: list[str] = []
+        current: list[str] = []
+        in_body = False
+        for line in self.sql.splitlines():
+            current.append(line)
+            in_body ^= line.count("$$") % 2 == 1
+            if not in_body and _STATEMENT_END.search(line):
+                code = [ln for ln in current if not ln.lstrip().startswith("--")]
+                if "".join(code).strip():
+                    out.append("\n".join(current).strip())
+                current = []
+        if "".join(ln for ln in current if not ln.lstrip().startswith("--")).strip():
+            out.append("\n".join(current).strip())
         return out
 
 

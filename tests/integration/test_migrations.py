@@ -171,8 +171,9 @@ def test_no_transaction_files_split_into_their_statements() -> None:
     files = [m for m in migrate.available() if not m.transactional]
     assert files, "expected the concurrent index migration"
     statements = files[0].statements()
-    assert len(statements) == 4, statements
-    assert all("CONCURRENTLY" in s for s in statements), statements
+    assert len(statements) == 5, statements
+    assert all("CONCURRENTLY" in s for s in statements[:4]), statements
+    assert statements[4].startswith("-- enqueue() refuses") and statements[4].endswith("$$;")
 
 
 def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
