@@ -233,8 +233,18 @@ def _config_source(cfg: config_mod.Config) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    cfg = _load(args)
     _quiet_logging(args)
+    try:
+        cfg = config_mod.load_config(args.config, every_error=True)
+    except config_mod.ConfigErrors as exc:
+        # Every mistake at once, each on its own line, then how many (one mistake stays the
+        # usual one line): fix them in one go.
+        for message in exc.messages:
+            print(f"pgtick: {message}", file=sys.stderr)
+        if len(exc.messages) > 1:
+            where = exc.messages[0].partition(": ")[0]
+            print(f"pgtick: {where}: {len(exc.messages)} config errors", file=sys.stderr)
+        return EXIT_USAGE
     print(f"config: {_config_source(cfg)}" + ("" if cfg.path else "; checking the defaults"))
     job_types = handlers.resolve(cfg)
     for name, what in handlers.handler_summary(job_types).items():
