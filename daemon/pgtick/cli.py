@@ -54,6 +54,9 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (PgtickError, EXIT_FAILURE),
 )
 DEMO_DATA_DIR = ".pgdata"
+# `pgtick demo` enqueues one run of this job type at start when its config declares it.
+DEMO_JOB_TYPE = "hello"
+DEMO_PAYLOAD = {"greeting": "hello from pgtick demo"}
 DEFAULT_NEXT_COUNT = 5
 # `schedules next --count` and `schedules backfill` refuse more occurrences than this: a typo in
 # a range ("2016" for "2026") should not enqueue ten years of runs.
@@ -296,6 +299,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     server = EmbeddedPostgres(Path(args.data_dir))
     try:
         print(f"PGTICK_DSN={server.dsn}", flush=True)
+        if DEMO_JOB_TYPE in cfg.job_types:
+            # One run due now, so the first success shows within seconds, not at the schedule's
+            # next minute.
+            migrate.migrate(server.dsn, cfg.database.schema)
+            with _opened_store(server.dsn, cfg.database.schema) as store:
+                store.enqueue(NewRun(DEMO_JOB_TYPE, DEMO_PAYLOAD))
         return Service(cfg, server.dsn, apply_migrations=True, log_each_run=True).run()
     finally:
         server.close()
