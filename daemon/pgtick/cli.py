@@ -474,7 +474,8 @@ def cmd_schedules_trigger(args: argparse.Namespace) -> int:
 
 def _schedule_for_next(args: argparse.Namespace, cfg: config_mod.Config) -> tuple[Cron, float]:
     """The cron and jitter of the schedule to show: from the config file when it is declared
-    there, with no database at all (SPEC §3); else from the database."""
+    there, with no database at all (the config is the source of truth for its schedules); else
+    from the database."""
     declared = cfg.schedules.get(args.name)
     if declared is not None:
         return _cron(declared.name, declared.cron, declared.timezone), declared.jitter_seconds

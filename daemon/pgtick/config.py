@@ -1,8 +1,8 @@
 """TOML -> frozen dataclasses; every refusal is one ``ConfigError`` line that names the full key.
 
-The loader knows every key of SPEC §9 up front, so a typo is an error (with a suggestion) instead
-of a silently ignored setting, and the rest of the daemon receives values that are already typed,
-in seconds, and checked. Nothing here touches the network or the database.
+The loader knows every key of the config file up front, so a typo is an error (with a
+suggestion) instead of a silently ignored setting, and the rest of the daemon receives values
+that are already typed, in seconds, and checked. Nothing here touches the network or the database.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ DEFAULT_POOL_SIZE = 10
 DEFAULT_THREADS = 8
 MAX_THREADS = 1024
 DEFAULT_LEASE_SECONDS = 60.0
-DEFAULT_HEARTBEAT_SECONDS = DEFAULT_LEASE_SECONDS / 3  # SPEC §5: heartbeat every lease/3
+# Three renewals per lease: one lost heartbeat does not lose the run.
+DEFAULT_HEARTBEAT_SECONDS = DEFAULT_LEASE_SECONDS / 3
 DEFAULT_POLL_INTERVAL_SECONDS = 5.0
 DEFAULT_SHUTDOWN_GRACE_SECONDS = 30.0
 DEFAULT_PREFETCH = 64  # an upper bound: see worker.prefetch_now

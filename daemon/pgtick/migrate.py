@@ -107,7 +107,8 @@ def pending(conn: db.Connection, schema: str) -> list[Migration]:
 
 
 def check_current(conn: db.Connection, schema: str) -> None:
-    """Refuse to run against an older schema (SPEC §2)."""
+    """Refuse to run against a schema older than this code (a newer one is fine: rolling
+    deploys run old daemons against it)."""
     todo = pending(conn, schema)
     if todo:
         names = ", ".join(f"{m.version}_{m.name}" for m in todo)

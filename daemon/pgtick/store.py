@@ -565,7 +565,8 @@ class RunStore:
         delay_for: Callable[[str, int], float],
         limit: int = REAP_BATCH_ROWS,
     ) -> list[ReapedRun]:
-        """Fail or kill runs whose lease expired (SPEC §2 rule 6), one short transaction."""
+        """Fail or kill runs whose lease expired (their daemon died or froze), one short
+        transaction."""
         with self._conn("reap") as conn, conn.transaction():
             rows = conn.execute(sqlfile.query("reap_select"), {"limit": limit}).fetchall()
             if not rows:

@@ -8,7 +8,8 @@
 SET search_path TO {schema};
 
 -- db_now --
--- The database clock; every time comparison uses it (SPEC §2 rule 2).
+-- The database clock; every time comparison uses it, never a daemon's clock (clocks on VMs
+-- drift).
 SELECT now();
 
 -- enqueue --
@@ -57,7 +58,8 @@ LISTEN {schema};
 SELECT pg_notify(current_schema(), %(job_type)s);
 
 -- claim --
--- Claim up to %(limit)s due runs of the given job types in one statement (SPEC §2 rule 1):
+-- Claim up to %(limit)s due runs of the given job types in one statement (a run is held by
+-- exactly one daemon at a time):
 -- SKIP LOCKED so claimers never wait on each other. One index range scan of runs_claim_idx
 -- per job type (it leads with job_type), so due runs of types this daemon does not handle are
 -- never read; the oldest %(limit)s of those candidates are claimed. Fills in max_attempts
@@ -113,7 +115,8 @@ CROSS JOIN LATERAL (
 ) n;
 
 -- heartbeat --
--- Extend the leases this worker still holds (SPEC §2 rule 3) and mark the worker alive, in
+-- Extend the leases this worker still holds (a lease not renewed expires and the run is
+-- recovered) and mark the worker alive, in
 -- one round trip. Returns the ids still held (a run missing from them has been lost) and
 -- whether the workers row still exists (other daemons forget a worker silent for long), and
 -- which of the given runs an operator cancelled (their handlers are stopped, not "lost").
@@ -131,7 +134,8 @@ SELECT ARRAY(SELECT id FROM held), EXISTS (SELECT 1 FROM alive),
              WHERE r.id = ANY(%(ids)s::bigint[]) AND r.status = 'cancelled');
 
 -- succeed --
--- Finish runs as succeeded, guarded by the lease (SPEC §2 rule 4); returns those finished.
+-- Finish runs as succeeded, guarded by the lease (only the holder may write a result);
+-- returns those finished.
 WITH done AS (
     UPDATE runs r
     SET status = 'succeeded', locked_by = NULL, locked_until = NULL,
@@ -203,7 +207,7 @@ FOR UPDATE SKIP LOCKED;
 
 -- reap_mark --
 -- Turn reaped runs into failed (delay given) or dead (delay NULL), attempt outcome 'lost'
--- (SPEC §2 rule 6).
+-- (a run whose daemon died is retried or dead, never lost silently).
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS f(id, delay)
 ), done AS (
