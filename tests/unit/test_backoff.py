@@ -1,4 +1,5 @@
-"""Must show 7: backoff properties (SPEC §4)."""
+"""Backoff properties: monotone before jitter, within the cap, jitter within its band, the
+formula table per policy, bad parameters refused."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def test_jitter_actually_varies() -> None:
     assert min(values) < 40 < max(values)
 
 
-def test_spec_formula_table() -> None:
+def test_formula_table() -> None:
     exp = Backoff("exponential", 10, 3600, 0.0)
     assert [exp.delay(n) for n in range(1, 11)] == [10, 20, 40, 80, 160, 320, 640, 1280, 2560, 3600]
     assert [Backoff("linear", 10, 35, 0).delay(n) for n in range(1, 6)] == [10, 20, 30, 35, 35]

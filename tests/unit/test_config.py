@@ -314,35 +314,35 @@ def test_metrics_can_be_disabled() -> None:
 
 ERRORS = [
     # unknown sections and keys, with suggestions
-    ("[worker]\nthread = 8", "unknown key worker.thread (did you mean worker.threads?)"),
+    ("[worker]\nthread = 8", "worker.thread: unknown key (did you mean worker.threads?)"),
     (
         "[worker]\nlease_seconds = 5",
-        "unknown key worker.lease_seconds (did you mean worker.lease?)",
+        "worker.lease_seconds: unknown key (did you mean worker.lease?)",
     ),
-    ("[worker]\ninterval = 5", "unknown key worker.interval (did you mean ticker.interval?)"),
-    ("[worker]\nzzz = 5", "unknown key worker.zzz (known: threads, lease, heartbeat, "),
-    ("[workers]\nthreads = 8", "unknown section workers (did you mean worker?)"),
-    ("threads = 8", "unknown key threads (did you mean worker.threads?)"),
-    ("[zzz]", "unknown section zzz (known: database, "),
+    ("[worker]\ninterval = 5", "worker.interval: unknown key (did you mean ticker.interval?)"),
+    ("[worker]\nzzz = 5", "worker.zzz: unknown key (known: threads, lease, heartbeat, "),
+    ("[workers]\nthreads = 8", "workers: unknown section (did you mean worker?)"),
+    ("threads = 8", "threads: unknown key (did you mean worker.threads?)"),
+    ("[zzz]", "zzz: unknown section (known: database, "),
     (
         "[job_types.t]\nhandlr = 'a:b'",
-        "unknown key job_types.t.handlr (did you mean job_types.t.handler?)",
+        "job_types.t.handlr: unknown key (did you mean job_types.t.handler?)",
     ),
     (
         "[schedules.s]\ncorn = '* * * * *'",
-        "unknown key schedules.s.corn (did you mean schedules.s.cron?)",
+        "schedules.s.corn: unknown key (did you mean schedules.s.cron?)",
     ),
     (
         "[worker]\ntimeout = '5m'",
-        "unknown key worker.timeout (timeout belongs in [job_types.NAME])",
+        "worker.timeout: unknown key (timeout belongs in [job_types.NAME])",
     ),
     (
         "[schedules.s]\nhandler = 'a:b'",
-        "unknown key schedules.s.handler (handler belongs in [job_types.NAME])",
+        "schedules.s.handler: unknown key (handler belongs in [job_types.NAME])",
     ),
     (
         "[job_types.t]\ncron = '@daily'",
-        "unknown key job_types.t.cron (cron belongs in [schedules.NAME])",
+        "job_types.t.cron: unknown key (cron belongs in [schedules.NAME])",
     ),
     # sections of the wrong shape
     ("worker = 5", "worker: expected a table ([worker]), got 5"),

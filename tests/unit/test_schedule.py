@@ -704,7 +704,7 @@ def test_occurrences_around_clock_changes_match_a_scan_of_the_clock(
 
 # Expressions whose day rules (L, #, W) or macros the test does not re-implement: croniter.match
 # judges each wall time instead. The flags are written by hand: (expression, fixed, every hour).
-SPECIALS = [
+CRON_SHORTHANDS = [
     ("0 0 L * *", True, False),
     ("30 2 L 2 *", True, False),
     ("0 12 * * L5", True, False),
@@ -728,7 +728,7 @@ SPECIALS = [
 
 
 @PROPERTY_SETTINGS
-@given(st.sampled_from(SPECIALS), zone_and_start(), st.integers(1, 40 * 24 * 60))
+@given(st.sampled_from(CRON_SHORTHANDS), zone_and_start(), st.integers(1, 40 * 24 * 60))
 def test_special_expressions_match(
     special: tuple[str, bool, bool], zone_start: tuple[str, datetime], window_minutes: int
 ) -> None:

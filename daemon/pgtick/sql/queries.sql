@@ -8,7 +8,8 @@
 SET search_path TO {schema};
 
 -- db_now --
--- The database clock; every time comparison uses it (SPEC §2 rule 2).
+-- The database clock; every time comparison uses it, never a daemon's clock (clocks on VMs
+-- drift).
 SELECT now();
 
 -- enqueue --
@@ -57,7 +58,8 @@ LISTEN {schema};
 SELECT pg_notify(current_schema(), %(job_type)s);
 
 -- claim --
--- Claim up to %(limit)s due runs of the given job types in one statement (SPEC §2 rule 1):
+-- Claim up to %(limit)s due runs of the given job types in one statement (a run is held by
+-- exactly one daemon at a time):
 -- SKIP LOCKED so claimers never wait on each other. One index range scan of runs_claim_idx
 -- per job type (it leads with job_type), so due runs of types this daemon does not handle are
 -- never read; the oldest %(limit)s of those candidates are claimed. Fills in max_attempts
@@ -113,7 +115,8 @@ CROSS JOIN LATERAL (
 ) n;
 
 -- heartbeat --
--- Extend the leases this worker still holds (SPEC §2 rule 3) and mark the worker alive, in
+-- Extend the leases this worker still holds (a lease not renewed expires and the run is
+-- recovered) and mark the worker alive, in
 -- one round trip. Returns the ids still held (a run missing from them has been lost) and
 -- whether the workers row still exists (other daemons forget a worker silent for long), and
 -- which of the given runs an operator cancelled (their handlers are stopped, not "lost").
@@ -131,7 +134,8 @@ SELECT ARRAY(SELECT id FROM held), EXISTS (SELECT 1 FROM alive),
              WHERE r.id = ANY(%(ids)s::bigint[]) AND r.status = 'cancelled');
 
 -- succeed --
--- Finish runs as succeeded, guarded by the lease (SPEC §2 rule 4); returns those finished.
+-- Finish runs as succeeded, guarded by the lease (only the holder may write a result);
+-- returns those finished.
 WITH done AS (
     UPDATE runs r
     SET status = 'succeeded', locked_by = NULL, locked_until = NULL,
@@ -203,7 +207,7 @@ FOR UPDATE SKIP LOCKED;
 
 -- reap_mark --
 -- Turn reaped runs into failed (delay given) or dead (delay NULL), attempt outcome 'lost'
--- (SPEC §2 rule 6).
+-- (a run whose daemon died is retried or dead, never lost silently).
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS f(id, delay)
 ), done AS (
@@ -468,10 +472,6 @@ WHERE s.name = %(name)s
 ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
 RETURNING id, job_type;
 
--- migrations_lock --
--- Serialize migrators (any number of daemons may start with --migrate at once).
-SELECT pg_advisory_lock(hashtext('pgtick.migrate.' || %(schema)s));
-
 -- migrations_unlock --
 SELECT pg_advisory_unlock(hashtext('pgtick.migrate.' || %(schema)s));
 
@@ -707,3 +707,37 @@ FROM runs
 WHERE status = 'succeeded' AND finished_at IS NOT NULL
   AND finished_at > now() - make_interval(mins => %(minutes)s)
 GROUP BY 1;
+
+-- migrations_try_lock --
+-- The migrators' lock without blocking: migrate.py polls it, because a session blocked in
+-- pg_advisory_lock holds a snapshot that a concurrent index build in the holder waits for.
+SELECT pg_try_advisory_lock(hashtext('pgtick.migrate.' || %(schema)s));
+
+-- migrate_privileges --
+-- Who may migrate: the schema's owner (or a member of its role, or a superuser), or, before
+-- the schema exists, a role with CREATE on the database. Returns whether the schema exists,
+-- its owner, whether the current role acts as that owner, CREATE on the database, and the
+-- current role's name.
+SELECT n.oid IS NOT NULL, pg_get_userbyid(n.nspowner),
+       coalesce(pg_has_role(n.nspowner, 'USAGE'), false),
+       has_database_privilege(current_database(), 'CREATE'), current_user
+FROM (SELECT 1) AS one
+LEFT JOIN pg_namespace n ON n.nspname = %(schema)s;
+
+-- grants --
+-- What the daemon's and the CLI's role needs, and nothing more: no CREATE, no ownership
+-- (`pgtick grants ROLE` prints it; migrations run as the schema owner). Attempt rows go
+-- with their run through ON DELETE CASCADE, which runs as the table owner, so attempts needs
+-- no DELETE. runs_id_seq: enqueue_many draws ids with nextval before inserting. EXECUTE on
+-- enqueue is PostgreSQL's default for PUBLIC; granted here so a locked-down database works.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.runs TO {role};
+GRANT SELECT, INSERT, UPDATE ON {schema}.attempts TO {role};
+GRANT SELECT, INSERT, UPDATE ON {schema}.schedules TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
+GRANT SELECT, INSERT ON {schema}.effects TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.terminal_run_counts TO {role};
+GRANT SELECT, UPDATE ON {schema}.terminal_run_counts_refresh TO {role};
+GRANT SELECT ON {schema}.schema_migrations TO {role};
+GRANT USAGE ON SEQUENCE {schema}.runs_id_seq TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, timestamptz, text, integer) TO {role};
