@@ -1,4 +1,4 @@
-"""Job types and their handlers (SPEC §5): Python callables and commands, and JobContext.
+"""Job types and their handlers: Python callables and commands, and JobContext.
 
 A job type maps to exactly one handler: ``handler = "module:function"`` or ``command = [...]``
 in ``[job_types.NAME]``, or an ``@pgtick.job("NAME")`` decorator in a module listed in
@@ -29,7 +29,7 @@ from pgtick.errors import ConfigError, Fail, Retry
 from pgtick.store import ClaimedRun, RunStore
 
 LAST_ERROR_MAX_CHARS = 500
-DETAIL_MAX_BYTES = 8192  # SPEC §4: the traceback kept in the attempt row
+DETAIL_MAX_BYTES = 8192  # the traceback or stderr tail kept in the attempt row
 COMMAND_KILL_GRACE_SECONDS = 3.0  # SIGTERM to the process group, then SIGKILL after this
 # How long a stopped command can take to be gone: the kill grace, the wait for SIGKILLed
 # processes to disappear, and a poll. The drain waits this long before releasing.
@@ -343,7 +343,7 @@ def _failure(ctx: JobContext, jt: JobType, exc: BaseException) -> Outcome:
 
 
 def command_env(ctx: JobContext, payload_json: str) -> dict[str, str]:
-    """The environment variables a command handler receives (SPEC §5)."""
+    """The environment variables a command handler receives (PGTICK_PAYLOAD, PGTICK_RUN_ID, ...)."""
     return {
         "PGTICK_PAYLOAD": payload_json,
         "PGTICK_RUN_ID": str(ctx.run_id),

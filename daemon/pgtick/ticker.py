@@ -1,9 +1,9 @@
-"""The internal ticker (SPEC §3): turns schedules into runs; there is no external cron.
+"""The internal ticker: turns schedules into runs; there is no external cron.
 
 Every tick (aligned to the wall clock, every ``ticker.interval``) and at an early wake before
 the next occurrence, each enabled schedule's occurrences in ``(materialized_until, horizon]``
 become runs, and the cursor moves in the same transaction. The cursor, not the presence of
-rows, remembers what was created, so pruning runs never re-creates anything (SPEC §2 rule 5).
+rows, remembers what was created, so pruning runs never re-creates anything.
 
 * ``overlap = allow``: the horizon is ``now + lookahead``; runs exist before they are due.
 * ``overlap = skip``: whether an occurrence overlaps a previous run can only be known when it
