@@ -59,7 +59,7 @@ def test_non_loopback_with_token_file_is_allowed() -> None:
         ("[web]\nlisten = 8089", "web.listen: expected"),
         ('[web]\nlisten = "8089"', "web.listen: "),
         ("[web]\ntoken_file = 3", "web.token_file: "),
-        ('[web]\ntoken = "x"', "unknown key web.token"),
+        ('[web]\ntoken = "x"', "web.token: unknown key"),
     ],
 )
 def test_bad_web_keys_name_the_key(text: str, message: str) -> None:
