@@ -35,7 +35,7 @@ test: $(STAMP)   ## lint, type-check and run the whole test suite
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 # The benchmark parts, in this order; one part: `make bench BENCH=latency BENCH_ARGS="--runs 300"`.
-BENCH ?= throughput peers latency precision scale recovery idle scrape
+BENCH ?= throughput peers latency precision scale recovery idle scrape console
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
