@@ -22,6 +22,7 @@ from pgtick.store import RunStore
 
 PRUNE_EVERY_SECONDS = 300.0
 WORKER_GONE_AFTER_HEARTBEATS = 10  # a workers row is stale after this many missed beats
+WORKER_REAP_EVERY_SECONDS = 60.0
 
 log = structlog.get_logger("pgtick.reaper")
 
@@ -47,6 +48,7 @@ class Reaper:
         self.stop_event = threading.Event()
         self.alive_at = time.monotonic()
         self._next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+        self._next_worker_reap = time.monotonic()
 
     def _delay_for(self, job_type: str, attempt: int) -> float:
         """Retry delay after lost attempt ``attempt``: none after an isolated crash, so the
@@ -58,12 +60,16 @@ class Reaper:
         policy = jt.backoff if jt is not None else Backoff()
         return policy.delay(attempt - 1)
 
-    def reap_once(self) -> int:
-        """One pass; returns how many runs were recovered."""
-        reaped = self._store.reap(self._delay_for)
+    def reap_once(self, store: RunStore | None = None) -> int:
+        """One pass; returns how many runs were recovered. Daemons gone silent are forgotten
+        once a minute at most (a worker row is reaped only after many missed heartbeats)."""
+        store = store or self._store
+        reaped = store.reap(self._delay_for)
         for run in reaped:
             log.warning("run_reaped", run_id=run.id, job_type=run.job_type, status=run.status)
-        self._store.reap_workers(self._worker_gone_seconds)
+        if time.monotonic() >= self._next_worker_reap:
+            store.reap_workers(self._worker_gone_seconds)
+            self._next_worker_reap = time.monotonic() + WORKER_REAP_EVERY_SECONDS
         return len(reaped)
 
     def prune_once(self) -> int:
@@ -82,19 +88,24 @@ class Reaper:
         return total
 
     def run(self) -> None:
+        """Reap on a pinned connection (re-pinned after errors): an idle daemon's reaper costs
+        one short transaction per interval, not a pool check as well."""
         failures = 0
         while not self.stop_event.is_set():
-            self.alive_at = time.monotonic()
             try:
-                self.reap_once()
-                if time.monotonic() >= self._next_prune:
-                    self.prune_once()
-                    self._next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
-                failures = 0
-                wait = self._interval
+                with self._store.pinned("reap") as store:
+                    while not self.stop_event.is_set():
+                        self.alive_at = time.monotonic()
+                        self.reap_once(store)
+                        if time.monotonic() >= self._next_prune:
+                            self.prune_once()
+                            self._next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+                        failures = 0
+                        self.stop_event.wait(self._interval)
             except DatabaseError as exc:
+                self.alive_at = time.monotonic()  # retrying is progress
                 failures += 1
                 self._metrics.db_error("reap")
                 wait = min(self._interval, retry_delay(failures))
                 log.warning("reap_failed", error=str(exc), retry_in=wait)
-            self.stop_event.wait(wait)
+                self.stop_event.wait(wait)

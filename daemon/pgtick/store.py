@@ -521,6 +521,29 @@ class RunStore:
         """Record failed attempts: ``failed`` with a retry time, or ``dead``."""
         if not failures:
             return []
+        with self._conn("fail") as conn:
+            return self._fail_on(conn, worker_id, failures)
+
+    def finish(
+        self, worker_id: str, succeeded: Sequence[int], failures: Sequence[Failure]
+    ) -> tuple[set[int], list[FailResult]]:
+        """Write a batch of results all or nothing, so a failure part-way leaves nothing
+        written and the batch can be retried as it is: one statement when the batch holds
+        one kind (atomic by itself, no BEGIN/COMMIT round trips), else one transaction.
+        Returns what the lease guard let through: the succeeded ids and the failures."""
+        with self._conn("complete") as conn:
+            if succeeded and failures:
+                with conn.transaction():
+                    done = self.succeed_on(conn, worker_id, succeeded)
+                    return done, self._fail_on(conn, worker_id, failures)
+            if failures:
+                return set(), self._fail_on(conn, worker_id, failures)
+            return self.succeed_on(conn, worker_id, succeeded), []
+
+    @staticmethod
+    def _fail_on(
+        conn: db.Connection, worker_id: str, failures: Sequence[Failure]
+    ) -> list[FailResult]:
         params = {
             "worker_id": worker_id,
             "ids": [f.run_id for f in failures],
@@ -529,29 +552,8 @@ class RunStore:
             "details": [f.detail for f in failures],
             "delays": [f.retry_in_seconds for f in failures],
         }
-        return [FailResult(*row) for row in self._all("fail", "fail", params)]
-
-    def finish(
-        self, worker_id: str, succeeded: Sequence[int], failures: Sequence[Failure]
-    ) -> tuple[set[int], list[FailResult]]:
-        """Write a batch of results in one transaction, so a failure part-way leaves nothing
-        written and the batch can be retried as it is. Returns what the lease guard let
-        through: the succeeded ids and the failures recorded."""
-        with self._conn("complete") as conn, conn.transaction():
-            done = self.succeed_on(conn, worker_id, succeeded) if succeeded else set()
-            failed = []
-            if failures:
-                params = {
-                    "worker_id": worker_id,
-                    "ids": [f.run_id for f in failures],
-                    "errors": [f.error for f in failures],
-                    "error_types": [f.error_type for f in failures],
-                    "details": [f.detail for f in failures],
-                    "delays": [f.retry_in_seconds for f in failures],
-                }
-                rows = conn.execute(sqlfile.query("fail"), params).fetchall()
-                failed = [FailResult(*row) for row in rows]
-        return done, failed
+        with db.wrap_errors("fail"):
+            return [FailResult(*row) for row in conn.execute(sqlfile.query("fail"), params)]
 
     def release(self, worker_id: str, run_ids: Sequence[int]) -> set[int]:
         """Give held runs back (queued, attempt not counted); returns those released."""

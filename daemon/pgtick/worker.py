@@ -33,6 +33,7 @@ COMPLETE_BATCH_MAX = 500
 # runs that take seconds are not claimed ahead at all (other daemons may take them).
 PREFETCH_HORIZON_SECONDS = 0.05
 DURATION_SMOOTHING = 0.05  # weight of the newest handler duration in the running average
+WORKER_BATCH_MAX = 16  # runs one handler thread takes from the queue at once, with a backlog
 COMPLETE_BATCH_WINDOW_SECONDS = 0.002
 MIN_IDLE_WAIT_SECONDS = 0.02
 BACKLOG_WAIT_SECONDS = 0.005
@@ -54,9 +55,13 @@ class Completer:
         self._closing = False
 
     def submit(self, held: Held, outcome: Outcome, duration: float) -> None:
+        self.submit_many([(held, outcome, duration)])
+
+    def submit_many(self, results: list[tuple[Held, Outcome, float]]) -> None:
         with self._cond:
-            self._items.append((held, outcome, duration))
-            if len(self._items) == 1 or len(self._items) >= COMPLETE_BATCH_MAX:
+            was_empty = not self._items
+            self._items.extend(results)
+            if was_empty or len(self._items) >= COMPLETE_BATCH_MAX:
                 self._cond.notify()
 
     def pending(self) -> int:
@@ -240,6 +245,7 @@ class Worker:
 
     def _claim_loop(self, store: RunStore) -> None:
         backlog = False
+        idle = False  # the last claim found nothing: ask when the next run is due first
         while not self._stop_claiming.is_set():
             self.dispatcher_alive_at = time.monotonic()
             capacity = self._capacity(backlog)
@@ -258,17 +264,21 @@ class Worker:
             if not self.leases_confirmed.is_set() and self.life.held_count():
                 self.leases_confirmed.wait(self._cfg.poll_interval_seconds)
                 continue
+            if idle:
+                # Idle: one cheap probe per poll, and a claim only when something is due
+                # (a NOTIFY wakes us and claims at once).
+                due_in = store.next_due_in(self.handled)
+                if due_in is None or due_in > 0:
+                    wait = self._cfg.poll_interval_seconds
+                    if due_in is not None:
+                        wait = max(MIN_IDLE_WAIT_SECONDS, min(wait, due_in))
+                    idle = not self._wake.wait(wait)
+                    continue
             runs = store.claim(self.worker_id, self._claim_types, capacity)
             if runs:
                 self._accept(store, runs)
             backlog = len(runs) == capacity
-            if backlog:
-                continue
-            due_in = store.next_due_in(self.handled)
-            wait = self._cfg.poll_interval_seconds
-            if due_in is not None:
-                wait = max(MIN_IDLE_WAIT_SECONDS, min(wait, due_in))
-            self._wake.wait(wait)
+            idle = not runs
 
     def _accept(self, store: RunStore, runs: list[ClaimedRun]) -> None:
         fresh = [
@@ -293,24 +303,39 @@ class Worker:
     # -- running ------------------------------------------------------------------------------
 
     def _work_loop(self) -> None:
+        threads = self._cfg.threads
         while True:
             with self._cond:
                 while not self._local and not self._closing:
                     self._cond.wait()
                 if not self._local:
                     return
-                held = self._local.popleft()
-            if not self.life.start(held):
-                continue  # released or lost before a thread got to it
-            outcome = handlers.execute(held.ctx, held.job_type, held.run.payload)
-            duration = time.monotonic() - (held.started_at or time.monotonic())
-            avg = self._avg_duration  # threads race here; any recent value will do
-            self._avg_duration = (
-                duration if avg is None else avg + DURATION_SMOOTHING * (duration - avg)
-            )
-            to_write = self.life.finish(held, outcome, duration)
-            if to_write is not None:
-                self.completer.submit(held, to_write, duration)
+                # With a backlog each thread takes a small share at once: fewer hand-offs
+                # under the lock than one run per wake-up.
+                take = max(1, min(WORKER_BATCH_MAX, len(self._local) // threads))
+                batch = [self._local.popleft() for _ in range(take)]
+            results = []
+            while batch:
+                held = batch.pop(0)
+                if not self.life.start(held):
+                    continue  # released or lost before a thread got to it
+                outcome = handlers.execute(held.ctx, held.job_type, held.run.payload)
+                duration = time.monotonic() - (held.started_at or time.monotonic())
+                avg = self._avg_duration  # threads race here; any recent value will do
+                self._avg_duration = (
+                    duration if avg is None else avg + DURATION_SMOOTHING * (duration - avg)
+                )
+                to_write = self.life.finish(held, outcome, duration)
+                if to_write is not None:
+                    results.append((held, to_write, duration))
+                if batch and duration > PREFETCH_HORIZON_SECONDS:
+                    # Not a short run after all: the rest go back for idle threads.
+                    with self._cond:
+                        self._local.extendleft(reversed(batch))
+                        self._cond.notify(len(batch))
+                    batch = []
+            if results:
+                self.completer.submit_many(results)
             self._wake.set()
 
     # -- for the heartbeat --------------------------------------------------------------------
