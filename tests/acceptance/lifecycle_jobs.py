@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jobs import record
 from psycopg_pool import PoolTimeout
 
+from jobs import record
 from pgtick.handlers import JobContext, job
 
 
