@@ -11,12 +11,8 @@ filtered by status (dead), by job type, and the third page of a keyset walk (?be
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -25,7 +21,6 @@ import psycopg
 
 from bench import common, scrape
 
-START_TIMEOUT_SECONDS = 60.0
 CONFIG = """
 [worker]
 imports = ["bench.jobs"]
@@ -37,30 +32,6 @@ listen = "127.0.0.1:0"
 format = "json"
 level = "info"
 """
-
-
-def start_daemon(tmp: Path, dsn: str) -> tuple[subprocess.Popen[bytes], str]:
-    config = tmp / "console.toml"
-    config.write_text(CONFIG)
-    log_path = tmp / "console-daemon.log"
-    env = {**os.environ, "PGTICK_DSN": dsn, "PYTHONPATH": str(common.REPO_DIR)}
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pgtick", "run", "--config", str(config)],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise common.BenchError(f"daemon exited {proc.returncode}:\n{log_path.read_text()}")
-        for line in log_path.read_text().splitlines():
-            if '"http_listening"' in line and "web.listen" in line:
-                return proc, f"http://127.0.0.1:{json.loads(line)['port']}"
-        time.sleep(0.1)
-    proc.kill()
-    raise common.BenchError(f"daemon did not start:\n{log_path.read_text()}")
 
 
 def timed_get(url: str) -> tuple[float, str]:
@@ -87,7 +58,8 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
             print(f"generating {args.runs - queued:,} terminal + {queued:,} queued runs")
             with psycopg.connect(dsn, autocommit=True) as conn:
                 scrape.generate(conn, args.runs - queued, queued)
-            proc, base = start_daemon(tmp, dsn)
+            proc, port = scrape.start_listening_daemon(tmp, dsn, CONFIG, "web.listen")
+            base = f"http://127.0.0.1:{port}"
             _, first = timed_get(f"{base}/runs")
             ids = [int(m) for m in re.findall(r'href="/runs/(\d+)"', first)]
             before = sorted(ids)[0] if ids else args.runs

@@ -92,9 +92,18 @@ def generate(conn: psycopg.Connection[object], terminal: int, queued: int) -> No
 
 
 def start_daemon(tmp: Path, dsn: str) -> tuple[subprocess.Popen[bytes], str]:
-    config = tmp / "config.toml"
-    config.write_text(CONFIG + "".join(SCHEDULE_CONFIG.format(i=i) for i in range(SCHEDULES)))
-    log_path = tmp / "daemon.log"
+    text = CONFIG + "".join(SCHEDULE_CONFIG.format(i=i) for i in range(SCHEDULES))
+    proc, port = start_listening_daemon(tmp, dsn, text, "metrics.listen")
+    return proc, f"http://127.0.0.1:{port}/metrics"
+
+
+def start_listening_daemon(
+    tmp: Path, dsn: str, config_text: str, key: str
+) -> tuple[subprocess.Popen[bytes], int]:
+    """A `pgtick run` on ``config_text``; returns it and the port its ``key`` server bound."""
+    config = tmp / f"{key.split('.')[0]}-config.toml"
+    config.write_text(config_text)
+    log_path = tmp / f"{key.split('.')[0]}-daemon.log"
     env = {**os.environ, "PGTICK_DSN": dsn, "PYTHONPATH": str(common.REPO_DIR)}
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
@@ -108,8 +117,8 @@ def start_daemon(tmp: Path, dsn: str) -> tuple[subprocess.Popen[bytes], str]:
         if proc.poll() is not None:
             raise common.BenchError(f"daemon exited {proc.returncode}:\n{log_path.read_text()}")
         for line in log_path.read_text().splitlines():
-            if '"http_listening"' in line:
-                return proc, f"http://127.0.0.1:{json.loads(line)['port']}/metrics"
+            if '"http_listening"' in line and key in line:
+                return proc, int(json.loads(line)["port"])
         time.sleep(0.1)
     proc.kill()
     raise common.BenchError(f"daemon did not start:\n{log_path.read_text()}")
