@@ -15,6 +15,7 @@ exactly once. The peers come from the ``bench`` extra (pinned versions): pip ins
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
 import time
@@ -75,6 +76,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="jobs per peer (20000)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS)
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat pgtick and every peer this many times, interleaved; the table shows the "
+        "median jobs/s of each and the median of the per-round ratios (one run on a shared "
+        "2-core machine varies by tens of percent)",
+    )
+    parser.add_argument(
         "--only", help="comma-separated peer names to run (procrastinate, pgqueuer)"
     )
     common.add_settings_option(parser)
@@ -103,29 +112,51 @@ def check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
     versions = check_installed()
     only = selected(args.only)
-    record.options = {"runs": args.runs, "set": args.set, "peers": versions}
-    pgtick = throughput.drain(
-        admin_dsn, tmp, args.runs, settings=common.parse_settings(args.set), timeout=args.timeout
-    )
-    pgtick_rps = pgtick["runs_per_second"]
-    print(f"  pgtick (defaults): {pgtick_rps:,.0f} runs/s", flush=True)
-    rows: list[dict[str, Any]] = []
-    for peer in PEERS:
-        if only and peer.name not in only:
-            continue
-        result = drain_peer(admin_dsn, tmp, peer, args.runs, args.timeout)
-        result["pgtick_ratio"] = round(pgtick_rps / result["runs_per_second"], 2)
-        rows.append(result)
-        rps = result["runs_per_second"]
-        print(f"  {peer.name} ({peer.setting}): {rps:,.0f} runs/s", flush=True)
-    record.results = {"pgtick": pgtick, "peers": rows}
-    table_rows: list[list[Any]] = [
-        ["pgtick", "defaults", args.runs, pgtick["seconds"], pgtick_rps, 1.0]
-    ]
-    table_rows += [
-        [r["peer"], r["setting"], r["runs"], r["seconds"], r["runs_per_second"], r["pgtick_ratio"]]
-        for r in rows
-    ]
+    if args.rounds < 1:
+        raise common.BenchError("--rounds must be at least 1", 2)
+    record.options = {"runs": args.runs, "set": args.set, "peers": versions, "rounds": args.rounds}
+    peers = [peer for peer in PEERS if not only or peer.name in only]
+    pgtick_rounds: list[dict[str, Any]] = []
+    peer_rounds: dict[Peer, list[dict[str, Any]]] = {peer: [] for peer in peers}
+    for round_no in range(1, args.rounds + 1):
+        label = f"round {round_no}: " if args.rounds > 1 else ""
+        pgtick = throughput.drain(
+            admin_dsn,
+            tmp,
+            args.runs,
+            settings=common.parse_settings(args.set),
+            timeout=args.timeout,
+        )
+        pgtick_rounds.append(pgtick)
+        pgtick_rps = pgtick["runs_per_second"]
+        print(f"  {label}pgtick (defaults): {pgtick_rps:,.0f} runs/s", flush=True)
+        for peer in peers:
+            result = drain_peer(admin_dsn, tmp, peer, args.runs, args.timeout)
+            result["pgtick_ratio"] = round(pgtick_rps / result["runs_per_second"], 2)
+            peer_rounds[peer].append(result)
+            rps = result["runs_per_second"]
+            print(f"  {label}{peer.name} ({peer.setting}): {rps:,.0f} runs/s", flush=True)
+    record.results = {
+        "pgtick": pgtick_rounds[0] if args.rounds == 1 else pgtick_rounds,
+        "peers": [r for peer in peers for r in peer_rounds[peer]],
+    }
+    pgtick_median = statistics.median(r["runs_per_second"] for r in pgtick_rounds)
+    seconds = statistics.median(r["seconds"] for r in pgtick_rounds)
+    table_rows: list[list[Any]] = [["pgtick", "defaults", args.runs, seconds, pgtick_median, 1.0]]
+    for peer in peers:
+        results = peer_rounds[peer]
+        table_rows.append(
+            [
+                peer.name,
+                peer.setting,
+                args.runs,
+                statistics.median(r["seconds"] for r in results),
+                statistics.median(r["runs_per_second"] for r in results),
+                round(statistics.median(r["pgtick_ratio"] for r in results), 2),
+            ]
+        )
+    if args.rounds > 1:
+        print(f"medians over {args.rounds} interleaved rounds (pgtick x: median per-round ratio)")
     print(common.table(["queue", "setting", "jobs", "seconds", "jobs/s", "pgtick x"], table_rows))
 
 
