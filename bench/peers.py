@@ -106,14 +106,14 @@ def check(args: argparse.Namespace) -> None:
         raise common.BenchError("--runs must be at least 1", 2)
     common.parse_settings(args.set)
     selected(args.only)
+    if args.rounds < 1:
+        raise common.BenchError("--rounds must be at least 1", 2)
     check_installed()
 
 
 def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
     versions = check_installed()
     only = selected(args.only)
-    if args.rounds < 1:
-        raise common.BenchError("--rounds must be at least 1", 2)
     record.options = {"runs": args.runs, "set": args.set, "peers": versions, "rounds": args.rounds}
     peers = [peer for peer in PEERS if not only or peer.name in only]
     pgtick_rounds: list[dict[str, Any]] = []

@@ -87,6 +87,7 @@ def run_bench(*args: str, prelude: str = "") -> subprocess.CompletedProcess[str]
         (["throughput", "--sweep", "--threads-list", "8,x"], "--threads-list"),
         (["recovery", "--set", "worker.lease=soon"], "worker.lease"),
         (["peers", "--only", "celery"], "unknown peers ['celery']"),
+        (["peers", "--rounds", "0"], "--rounds must be at least 1"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> None:
