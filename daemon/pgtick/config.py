@@ -135,11 +135,10 @@ class TickerConfig:
     reaper_interval_seconds: float = DEFAULT_REAPER_INTERVAL_SECONDS
 
 
-@dataclass(frozen=True)
-class MetricsConfig:
-    """The metrics/health HTTP listener; ``listen = ""`` disables it."""
+class _Listener:
+    """What a ``listen = "host:port"`` key means; ``""`` disables the server."""
 
-    listen: str = DEFAULT_METRICS_LISTEN
+    listen: str
 
     @property
     def enabled(self) -> bool:
@@ -158,25 +157,18 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
-class WebConfig:
-    """The web console's listener; ``listen = ""`` disables it, ``token_file`` enables actions."""
+class MetricsConfig(_Listener):
+    """The metrics/health HTTP listener."""
+
+    listen: str = DEFAULT_METRICS_LISTEN
+
+
+@dataclass(frozen=True)
+class WebConfig(_Listener):
+    """The web console's listener; ``token_file`` enables actions."""
 
     listen: str = DEFAULT_WEB_LISTEN
     token_file: str = DEFAULT_WEB_TOKEN_FILE
-
-    @property
-    def enabled(self) -> bool:
-        return self.listen != ""
-
-    @property
-    def host(self) -> str:
-        """The address to bind, without IPv6 brackets (only when ``enabled``)."""
-        return _split_listen(self.listen)[0]
-
-    @property
-    def port(self) -> int:
-        """The TCP port to bind, 0 = any free one (only when ``enabled``)."""
-        return _split_listen(self.listen)[1]
 
 
 @dataclass(frozen=True)

@@ -234,19 +234,13 @@ class Lifecycle:
                 self._active_commands -= held.is_command
                 self._metrics.busy_threads.set(self._active)
                 self._changed.notify_all()
-            if self._replaced.get(held.id) is held:
-                del self._replaced[held.id]
-                replaced = True
-            else:
-                replaced = False
-        if replaced:
-            self._record(held, held.gone or "lost", duration)
-            return None
-        with self._lock:
-            if self._held.get(held.id) is not held:
-                return None  # timed out and written meanwhile: the late result is ignored
             state = held.state
-            if state is State.RUNNING:
+            if self._replaced.get(held.id) is held:
+                del self._replaced[held.id]  # a newer copy holds the run now
+                gone: str | None = held.gone or "lost"
+            elif self._held.get(held.id) is not held:
+                return None  # timed out and written meanwhile: the late result is ignored
+            elif state is State.RUNNING:
                 if self._interrupting and outcome.kind != "succeeded":
                     # Stopped by the shutdown, not by its own fault: released, not counted.
                     held.state = State.INTERRUPTED

@@ -206,9 +206,11 @@ def _parsed(states: Sequence[ScheduleState]) -> dict[str, Cron | ScheduleError]:
     return out
 
 
-def status(store: RunStore, *, heartbeat_seconds: float, tick_interval_seconds: float) -> Status:
-    """Workers, queues per job type and schedules, with the problems among them: stuck runs,
-    overdue schedules, and due runs of a job type no live daemon handles."""
+def _workers_and_queues(
+    store: RunStore, heartbeat_seconds: float
+) -> tuple[list[WorkerStatus], list[JobTypeStatus]]:
+    """Registered daemons (stale after a few missed heartbeats) and each job type's queue with
+    how many live daemons handle it: what `status` and the console's overview both show."""
     stale_after = STALE_AFTER_HEARTBEATS * heartbeat_seconds
     workers = [WorkerStatus(w, w.heartbeat_age_seconds > stale_after) for w in store.list_workers()]
     served: dict[str, int] = {}
@@ -217,6 +219,13 @@ def status(store: RunStore, *, heartbeat_seconds: float, tick_interval_seconds: 
             for job_type in w.worker.job_types:
                 served[job_type] = served.get(job_type, 0) + 1
     job_types = [JobTypeStatus(t, served.get(t.job_type, 0)) for t in store.job_type_stats()]
+    return workers, job_types
+
+
+def status(store: RunStore, *, heartbeat_seconds: float, tick_interval_seconds: float) -> Status:
+    """Workers, queues per job type and schedules, with the problems among them: stuck runs,
+    overdue schedules, and due runs of a job type no live daemon handles."""
+    workers, job_types = _workers_and_queues(store, heartbeat_seconds)
 
     states = store.schedule_states()
     crons = _parsed(states)
@@ -245,6 +254,7 @@ def status(store: RunStore, *, heartbeat_seconds: float, tick_interval_seconds: 
         for t in job_types
         if t.unserved
     ]
+    stale_after = STALE_AFTER_HEARTBEATS * heartbeat_seconds
     return Status(now, stale_after, workers, job_types, schedules, problems)
 
 
@@ -483,14 +493,7 @@ def overview(store: RunStore, *, heartbeat_seconds: float, next_count: int = 1) 
     """What the console's overview shows, read from one store (one snapshot under
     ``RunStore.reading``); a throughput query that runs out of time leaves the chart empty."""
     now = store.now()
-    stale_after = STALE_AFTER_HEARTBEATS * heartbeat_seconds
-    workers = [WorkerStatus(w, w.heartbeat_age_seconds > stale_after) for w in store.list_workers()]
-    served: dict[str, int] = {}
-    for w in workers:
-        if not w.stale:
-            for job_type in w.worker.job_types:
-                served[job_type] = served.get(job_type, 0) + 1
-    job_types = [JobTypeStatus(t, served.get(t.job_type, 0)) for t in store.job_type_stats()]
+    workers, job_types = _workers_and_queues(store, heartbeat_seconds)
     schedules = schedule_views(store, now, next_count)
     try:
         per_minute: list[int] | None = store.succeeded_per_minute(THROUGHPUT_MINUTES)

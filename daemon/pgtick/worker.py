@@ -64,10 +64,6 @@ class Completer:
             if was_empty or len(self._items) >= COMPLETE_BATCH_MAX:
                 self._cond.notify()
 
-    def pending(self) -> int:
-        with self._cond:
-            return len(self._items) + self._in_flight
-
     def close(self) -> None:
         with self._cond:
             self._closing = True
@@ -365,12 +361,10 @@ class Worker:
         unstarted = self.life.unstarted()
         with self._cond:
             self._local.clear()
-        return self._release(unstarted)
+        return self.release(unstarted)
 
     def release(self, runs: list[Held]) -> int:
-        return self._release(runs)
-
-    def _release(self, runs: list[Held]) -> int:
+        """Give runs back to the queue (attempt not counted); returns how many were."""
         if not runs:
             return 0
         released: set[int] = set()
