@@ -35,7 +35,8 @@ test: $(STAMP)   ## lint, type-check and run the whole test suite
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 # The benchmark parts, in this order; one part: `make bench BENCH=latency BENCH_ARGS="--runs 300"`.
-BENCH ?= throughput peers latency precision scale recovery idle scrape console
+# queue-health (about 6 min) and soak (about 11 min) hold a steady load for minutes.
+BENCH ?= throughput peers latency precision scale recovery idle scrape console queue-health soak
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

@@ -183,11 +183,16 @@ def worker_role(admin_dsn: str) -> Iterator[str]:
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [WORKER_ROLE]).fetchone()
         if not exists:
-            conn.execute(sql.SQL("CREATE ROLE {} LOGIN SUPERUSER").format(sql.Identifier(WORKER_ROLE)))
+            conn.execute(
+                sql.SQL("CREATE ROLE {} LOGIN SUPERUSER").format(sql.Identifier(WORKER_ROLE))
+            )
     try:
         yield WORKER_ROLE
     finally:
-        with contextlib.suppress(psycopg.Error), psycopg.connect(admin_dsn, autocommit=True) as conn:
+        with (
+            contextlib.suppress(psycopg.Error),
+            psycopg.connect(admin_dsn, autocommit=True) as conn,
+        ):
             conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(WORKER_ROLE)))
 
 
@@ -259,7 +264,9 @@ def check_settings(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     settings = common.parse_settings(items)
     unknown = set(settings) - {"worker", "ticker", "logging", "database"}
     if unknown:
-        raise common.BenchError(f"--set: worker, ticker, logging, database keys only, not {unknown}", 2)
+        raise common.BenchError(
+            f"--set: worker, ticker, logging, database keys only, not {unknown}", 2
+        )
     return settings
 
 
@@ -285,7 +292,7 @@ def metrics_url(daemon: common.Daemon) -> str:
     raise common.BenchError("the daemon logged no http_listening for metrics.listen")
 
 
-METRIC_LINE = re.compile(r'^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$')
+METRIC_LINE = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
@@ -405,9 +412,10 @@ class Pin:
         self._conn = psycopg.connect(dsn, application_name="pgtick-bench-pin")
         self._conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         self._conn.execute("SELECT count(*) FROM public.bench_unrelated").fetchone()
-        self.backend_xmin = self._conn.execute(
+        row = self._conn.execute(
             "SELECT backend_xmin::text FROM pg_stat_activity WHERE pid = pg_backend_pid()"
         ).fetchone()
+        self.backend_xmin = row[0] if row else None
 
     def release(self) -> None:
         with contextlib.suppress(psycopg.Error):

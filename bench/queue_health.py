@@ -58,7 +58,10 @@ SYSTEMS = ("pgtick", "pgqueuer")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=DEFAULT_RATE, help="runs/s (400)")
     parser.add_argument(
-        "--baseline", type=float, default=DEFAULT_BASELINE_SECONDS, help="seconds before the pin (60)"
+        "--baseline",
+        type=float,
+        default=DEFAULT_BASELINE_SECONDS,
+        help="seconds before the pin (60)",
     )
     parser.add_argument(
         "--pin", type=float, default=DEFAULT_PIN_SECONDS, help="seconds the snapshot is held (240)"
@@ -67,7 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--window", type=float, default=DEFAULT_WINDOW_SECONDS, help="seconds per window (60)"
     )
     parser.add_argument(
-        "--system", choices=[*SYSTEMS, "both"], default="pgtick", help="pgtick (default), pgqueuer, both"
+        "--system",
+        choices=[*SYSTEMS, "both"],
+        default="pgtick",
+        help="pgtick (default), pgqueuer, both",
     )
     parser.add_argument(
         "--min-calls",
@@ -89,9 +95,13 @@ def check(args: argparse.Namespace) -> None:
         raise common.BenchError("--baseline and --pin must each be at least one --window", 2)
     load.check_settings(args.set)
     if args.system != "pgtick":
-        from bench.peers import check_installed
+        from bench.peer_worker import require
 
-        check_installed()
+        for package in ("pgqueuer", args.peer_driver):
+            try:
+                require(package)
+            except ImportError as exc:
+                raise common.BenchError(str(exc), 2) from exc
 
 
 # -- the timeline --------------------------------------------------------------------------------
@@ -116,7 +126,12 @@ def windows(baseline: float, pin: float, window: float) -> list[Window]:
     for i in range(count):
         start = first + i * window
         out.append(
-            Window(f"pin {start - baseline:.0f}-{start - baseline + window:.0f} s", start, start + window, True)
+            Window(
+                f"pin {start - baseline:.0f}-{start - baseline + window:.0f} s",
+                start,
+                start + window,
+                True,
+            )
         )
     return out
 
@@ -164,18 +179,24 @@ FROM (SELECT run_id, count(*) AS n, count(*) FILTER (WHERE outcome = 'succeeded'
 
 
 @contextlib.contextmanager
-def pgtick_target(args: argparse.Namespace, admin_dsn: str, tmp: Path, role: str) -> Iterator[Target]:
+def pgtick_target(
+    args: argparse.Namespace, admin_dsn: str, tmp: Path, role: str
+) -> Iterator[Target]:
     settings = load.check_settings(args.set)
     with load.database(admin_dsn, "qh", pgtick_schema=True) as dsn:
         config = load.daemon_config(tmp / "queue-health.toml", settings=settings)
-        daemon = common.start_daemon(load.as_role(dsn, role), config, tmp / "queue-health-daemon.log")
+        daemon = common.start_daemon(
+            load.as_role(dsn, role), config, tmp / "queue-health-daemon.log"
+        )
         try:
 
             def pickups(conn: psycopg.Connection[Any], t0: Any, t1: Any) -> list[float]:
                 return [float(r[0]) for r in conn.execute(PGTICK_PICKUPS, [t0, t1])]
 
             def drained(conn: psycopg.Connection[Any], enqueued: int) -> bool:
-                done = common.one(conn, "SELECT count(*) FROM pgtick.runs WHERE status = 'succeeded'")
+                done = common.one(
+                    conn, "SELECT count(*) FROM pgtick.runs WHERE status = 'succeeded'"
+                )
                 return int(done[0]) >= enqueued
 
             def left_behind(conn: psycopg.Connection[Any], ids: Sequence[int]) -> dict[str, Any]:
@@ -223,11 +244,21 @@ def pgqueuer_target(
         install = [sys.executable, "-m", "bench.peer_worker", "pgqueuer", dsn, "--prepare", "0"]
         subprocess.run(install, cwd=common.REPO_DIR, check=True, capture_output=True, timeout=120)
         command = [
-            sys.executable, "-m", "bench.load", "pgqueuer-worker", load.as_role(dsn, role),
-            str(ledger), "--driver", args.peer_driver, "--batch-size", str(args.peer_batch_size),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "bench.load",
+            "pgqueuer-worker",
+            load.as_role(dsn, role),
+            str(ledger),
+            "--driver",
+            args.peer_driver,
+            "--batch-size",
+            str(args.peer_batch_size),
+        ]
         with log_path.open("ab") as log_file:
-            proc = subprocess.Popen(command, cwd=common.REPO_DIR, stdout=log_file, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                command, cwd=common.REPO_DIR, stdout=log_file, stderr=subprocess.STDOUT
+            )
         try:
 
             def check_alive() -> None:
@@ -255,7 +286,9 @@ def pgqueuer_target(
             def left_behind(conn: psycopg.Connection[Any], ids: Sequence[int]) -> dict[str, Any]:
                 counts = load.ledger_counts(ledger)
                 once = load.exactly_once(ids, counts)
-                remaining = dict(conn.execute("SELECT status::text, count(*) FROM pgqueuer GROUP BY 1"))
+                remaining = dict(
+                    conn.execute("SELECT status::text, count(*) FROM pgqueuer GROUP BY 1")
+                )
                 ok = not remaining and once["missing"] == once["repeated"] == once["unknown"] == 0
                 summary = (
                     f"{once['enqueued']:,} jobs: {once['missing']} never run, "
@@ -326,7 +359,10 @@ def measure(args: argparse.Namespace, admin_dsn: str, target: Target) -> dict[st
                 if edge == args.baseline:
                     pin = load.Pin(target.dsn)
                     pin_xmin = pin.backend_xmin
-                    print(f"  [{target.system}] {edge:.0f} s: snapshot pinned (xmin {pin_xmin})", flush=True)
+                    print(
+                        f"  [{target.system}] {edge:.0f} s: snapshot pinned (xmin {pin_xmin})",
+                        flush=True,
+                    )
                 elif edge == args.baseline + args.pin and pin is not None:
                     pin.release()
                     pin = None
@@ -466,7 +502,18 @@ def window_table(result: dict[str, Any]) -> str:
             ]
         )
     return common.table(
-        ["window", "picked", "p50 ms", "p99 ms", "max ms", "claims", "claim us/run", "dead", "live", "MiB"],
+        [
+            "window",
+            "picked",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "claims",
+            "claim us/run",
+            "dead",
+            "live",
+            "MiB",
+        ],
         rows,
     )
 
@@ -485,9 +532,36 @@ def statement_table(v: dict[str, Any]) -> str:
         for s in v["statements"]
     ]
     return common.table(
-        ["statement (worker role)", "calls base", "mean ms", "calls pin", "mean ms", "ratio", "bar"],
+        [
+            "statement (worker role)",
+            "calls base",
+            "mean ms",
+            "calls pin",
+            "mean ms",
+            "ratio",
+            "bar",
+        ],
         rows,
     )
+
+
+def p99(window: dict[str, Any]) -> float | None:
+    value: float | None = window["pickup_ms"].get("p99")
+    return value
+
+
+def p50(window: dict[str, Any]) -> float | None:
+    value: float | None = window["pickup_ms"].get("p50")
+    return value
+
+
+def per_run(window: dict[str, Any]) -> float | None:
+    value: float | None = window["claim"]["per_run_us"]
+    return value
+
+
+def trend_word(is_flat: bool | None) -> str:
+    return "n/a" if is_flat is None else ("flat" if is_flat else "rising")
 
 
 def bars_table(result: dict[str, Any]) -> str:
@@ -496,13 +570,13 @@ def bars_table(result: dict[str, Any]) -> str:
     rows = [
         [
             "pickup p99 < 3x baseline and < 50 ms",
-            f"{load.fmt(base['pickup_ms'].get('p99'))} -> {load.fmt(last['pickup_ms'].get('p99'))} ms",
+            f"{load.fmt(p99(base))} -> {load.fmt(p99(last))} ms",
             load.fmt(v["pickup_p99_ratio"], 1, "x"),
             load.verdict(v["pickup_p99_ok"]),
         ],
         [
             "claim time per claimed run < 3x",
-            f"{load.fmt(base['claim']['per_run_us'], 1)} -> {load.fmt(last['claim']['per_run_us'], 1)} us",
+            f"{load.fmt(per_run(base), 1)} -> {load.fmt(per_run(last), 1)} us",
             load.fmt(v["claim_per_run_ratio"], 1, "x"),
             load.verdict(v["claim_per_run_ok"]),
         ],
@@ -522,13 +596,13 @@ def bars_table(result: dict[str, Any]) -> str:
             "trend through the pin: pickup p99",
             "later / earlier half of the pin",
             load.fmt(v["pickup_p99_growth"], 2, "x"),
-            "flat" if v["pickup_p99_flat"] else ("rising" if v["pickup_p99_flat"] is False else "n/a"),
+            trend_word(v["pickup_p99_flat"]),
         ],
         [
             "trend through the pin: claim us/run",
             "later / earlier half of the pin",
             load.fmt(v["claim_per_run_growth"], 2, "x"),
-            "flat" if v["claim_per_run_flat"] else ("rising" if v["claim_per_run_flat"] is False else "n/a"),
+            trend_word(v["claim_per_run_flat"]),
         ],
     ]
     return common.table(["bar", "baseline -> last pinned window", "ratio", "verdict"], rows)
@@ -540,10 +614,10 @@ def side_by_side(results: list[dict[str, Any]]) -> str:
     def figures(r: dict[str, Any]) -> list[str]:
         base, last, v = r["windows"][0], r["windows"][-1], r["verdicts"]
         return [
-            f"{load.fmt(base['pickup_ms'].get('p50'))} / {load.fmt(base['pickup_ms'].get('p99'))}",
-            f"{load.fmt(last['pickup_ms'].get('p50'))} / {load.fmt(last['pickup_ms'].get('p99'))}",
+            f"{load.fmt(p50(base))} / {load.fmt(p99(base))}",
+            f"{load.fmt(p50(last))} / {load.fmt(p99(last))}",
             load.fmt(v["pickup_p99_ratio"], 1, "x"),
-            f"{load.fmt(base['claim']['per_run_us'], 1)} -> {load.fmt(last['claim']['per_run_us'], 1)}",
+            f"{load.fmt(per_run(base), 1)} -> {load.fmt(per_run(last), 1)}",
             load.fmt(v["claim_per_run_ratio"], 1, "x"),
             load.fmt(v["worst_statement_ratio"], 1, "x"),
             f"{last['dead_at_end']:,} / {last['live_at_end']:,}",
@@ -568,8 +642,10 @@ def side_by_side(results: list[dict[str, Any]]) -> str:
 
 
 def report(result: dict[str, Any]) -> None:
-    print(f"\n{result['system']} ({result['setting']}): {result['rate']:.0f} runs/s asked, "
-          f"{result['achieved_rate']:.0f} enqueued/s (max lag {result['producer_max_lag_runs']} runs)")  # fmt: skip
+    print(
+        f"\n{result['system']} ({result['setting']}): {result['rate']:.0f} runs/s asked, "
+        f"{result['achieved_rate']:.0f} enqueued/s (max lag {result['producer_max_lag_runs']} runs)"
+    )
     print(window_table(result))
     print()
     print(statement_table(result["verdicts"]))
