@@ -206,7 +206,9 @@ def pgtick_target(
                 ok = statuses == {"succeeded": n} and runs_seen == once == attempt_rows == n
                 return {
                     "ok": ok,
-                    "summary": f"{n:,} runs {statuses}, {once:,} with one succeeded attempt",
+                    "summary": f"{n:,} runs, "
+                    + ", ".join(f"{k} {v:,}" for k, v in sorted(statuses.items()))
+                    + f"; {once:,} with one succeeded attempt",
                     "enqueued": n,
                     "runs_by_status": statuses,
                     "runs_with_one_succeeded_attempt": once,
