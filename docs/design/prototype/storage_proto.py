@@ -25,6 +25,8 @@ Candidates (see docs/design/storage.md):
      the attempt row written once at finish
   D  C with the queue LIST-partitioned into 3 slots rotated PgQ-style (carry live rows, TRUNCATE)
   E  D + keyset claim + leases per worker (heartbeat touches one row; no index on a moving column)
+  F  E with enqueue, claim and finish as PL/pgSQL functions (plans cached per backend, which
+     PgBouncer's transaction pooling allows; client-side prepared statements it does not)
 """
 
 from __future__ import annotations
@@ -473,7 +475,7 @@ SELECT ARRAY(SELECT q.id FROM pgtick.queue q
 
 REAP_A = """/* proto:reap_probe */
 SELECT id, job_type, attempts, max_attempts, locked_by FROM {table}
-WHERE status = 'running' AND locked_until < now()
+WHERE status = 'running' AND locked_until < %(reap_now)s
 ORDER BY locked_until LIMIT 100 FOR UPDATE SKIP LOCKED"""
 
 # Reaper with leases per worker: stale workers first (a tiny table), then their running runs.
@@ -498,10 +500,12 @@ CROSS JOIN LATERAL (
 NEXT_DUE_LEVELS = """/* proto:next_due */
 SELECT extract(epoch FROM min(n.run_at) - now())::float8
 FROM pgtick.queue_levels l
+LEFT JOIN unnest(%(lb_types)s::text[], %(lb_prios)s::int[], %(lbs)s::timestamptz[])
+    AS c(job_type, priority, lb) ON c.job_type = l.job_type AND c.priority = l.priority
 CROSS JOIN LATERAL (
     SELECT r.run_at FROM {table} r
     WHERE r.job_type = l.job_type AND r.priority = l.priority
-      AND r.status IN ('queued', 'failed')
+      AND r.status IN ('queued', 'failed') AND r.run_at >= coalesce(c.lb, '-infinity')
     ORDER BY r.run_at LIMIT 1
 ) n
 WHERE l.job_type = ANY(%(types)s::text[])"""
@@ -526,6 +530,47 @@ STUCK_E = (
 )
 
 
+def as_plpgsql(stmt: str) -> str:
+    """A statement with %(name)s parameters as the body of a PL/pgSQL function with p_name
+    arguments: PL/pgSQL keeps its plans per backend, which works through PgBouncer's
+    transaction pooling (no protocol-level prepared statement)."""
+    import re
+
+    return re.sub(r"%\((\w+)\)s", r"p_\1", stmt)
+
+
+FUNCTIONS_DDL = """
+CREATE FUNCTION pgtick.enqueue_many(p_types text[], p_run_ats timestamptz[], p_prios int[])
+RETURNS void LANGUAGE plpgsql AS $f$
+BEGIN
+{enq_levels};
+{enq_slot};
+END $f$;
+CREATE FUNCTION pgtick.claim(p_worker text, p_types text[], p_limit int, p_lease real,
+    p_lb_types text[], p_lb_prios int[], p_lbs timestamptz[])
+RETURNS TABLE (id bigint, attempts int, priority int, run_at timestamptz)
+LANGUAGE plpgsql AS $f$
+#variable_conflict use_column
+BEGIN
+RETURN QUERY {claim};
+END $f$;
+CREATE FUNCTION pgtick.succeed(p_ids bigint[], p_worker text) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $f$
+#variable_conflict use_column
+BEGIN
+RETURN QUERY {succeed};
+END $f$;
+"""
+
+ENQ_F = """/* proto:enqueue_call */
+SELECT pgtick.enqueue_many(%(types)s::text[], %(run_ats)s::timestamptz[], %(prios)s::int[])"""
+CLAIM_F = """/* proto:claim_call */
+SELECT * FROM pgtick.claim(%(worker)s, %(types)s::text[], %(limit)s, %(lease)s::real,
+    %(lb_types)s::text[], %(lb_prios)s::int[], %(lbs)s::timestamptz[])"""
+SUCCEED_F = """/* proto:succeed_call */
+SELECT * FROM pgtick.succeed(%(ids)s::bigint[], %(worker)s)"""
+
+
 # -- candidates ---------------------------------------------------------------------------------
 
 
@@ -543,6 +588,15 @@ class Cursor:
         if rescan:
             self.last_rescan = now
             return {"lb_types": [], "lb_prios": [], "lbs": []}
+        keys = list(self.pos)
+        return {
+            "lb_types": [k[0] for k in keys],
+            "lb_prios": [k[1] for k in keys],
+            "lbs": [self.pos[k] - self.margin for k in keys],
+        }
+
+    def bounds(self) -> dict[str, Any]:
+        """The keyset bounds without a rescan (the next-due probe)."""
         keys = list(self.pos)
         return {
             "lb_types": [k[0] for k in keys],
@@ -624,7 +678,16 @@ def candidates(history_width_s: int) -> dict[str, Candidate]:
         METRICS_A.format(table="pgtick.queue", stuck=STUCK_E),
         keyset=True, rotating=True, worker_leases=True, history=True,
     )
-    return {x.name: x for x in (a, b, c, d, e)}
+    f_ddl = FUNCTIONS_DDL.format(
+        enq_levels=as_plpgsql(ENQ_LEVELS), enq_slot=as_plpgsql(ENQ_SLOT),
+        claim=as_plpgsql(CLAIM_E), succeed=as_plpgsql(SUCCEED_HOT),
+    )
+    f = Candidate(
+        "F", "E with the hot statements in PL/pgSQL functions (plans cached per backend)",
+        e.ddl + f_ddl, "pgtick.queue", [ENQ_F], CLAIM_F, SUCCEED_F, e.heartbeat, e.reap,
+        e.next_due, e.metrics, keyset=True, rotating=True, worker_leases=True, history=True,
+    )
+    return {x.name: x for x in (a, b, c, d, e, f)}
 
 
 # -- operations ---------------------------------------------------------------------------------
@@ -655,7 +718,7 @@ def succeed(conn: Conn, cand: Candidate, worker: str, ids: Sequence[int]) -> int
     return len(conn.execute(cand.succeed, {"ids": list(ids), "worker": worker}).fetchall())
 
 
-def rotate(conn: Conn, carry_max: int = 20000, tries: int = 20) -> dict[str, Any]:
+def rotate(conn: Conn, carry_max: int = 2000, tries: int = 20) -> dict[str, Any]:
     """PgQ-style rotation of the hot queue: the oldest slot's live rows (future run_at, unknown
     job types, long leases) move to the current slot, the oldest slot is TRUNCATEd and becomes
     the current one. ACCESS EXCLUSIVE on that one child only, taken with NOWAIT (retried), so a
@@ -768,7 +831,7 @@ def pgss_read(conn: Conn, enabled: bool) -> dict[str, dict[str, float]]:
 def throughput(dsn: str, cand: Candidate, n_runs: int, claimers: int, seconds_cap: float,
                pgss: bool) -> dict[str, Any]:
     """Producer (batches of 500) + claimers (batches of 64) + one finisher (up to 500 or 2 ms),
-    plus a rotation every 0.25 s for rotating candidates. Runs/s from first enqueue to last
+    plus a rotation attempt every second for rotating candidates. Runs/s from first enqueue to last
     finish."""
     done_q: queue.Queue[tuple[str, list[int]] | None] = queue.Queue()
     stop = threading.Event()
@@ -835,7 +898,7 @@ def throughput(dsn: str, cand: Candidate, n_runs: int, claimers: int, seconds_ca
         try:
             with connect(dsn) as conn:
                 while not stop.is_set():
-                    time.sleep(0.25)
+                    time.sleep(1.0)
                     rotations.append(rotate(conn))
         except BaseException as exc:  # pragma: no cover
             errors.append(exc)
@@ -891,8 +954,18 @@ class PinnedState:
     rotate_every: int = 4000
     rotations: list[dict[str, Any]] = field(default_factory=list)
     processed: int = 0
+    marks: list[tuple[int, datetime]] = field(default_factory=list)
+
+    def reap_now(self) -> datetime:
+        """now() as the reaper would see it after the virtual time processed so far: leases of
+        runs claimed more than one lease (60 s = 24 000 runs) ago have expired."""
+        real = datetime.now().astimezone()
+        back = self.processed - int(LEASE_S / TICK.total_seconds())
+        past = [t for n, t in self.marks if n <= back]
+        return max(real, past[-1] + timedelta(seconds=LEASE_S)) if past else real
 
     def enqueue_chunk(self, n: int) -> None:
+        self.marks.append((self.processed, datetime.now().astimezone()))
         ats = [self.vt + TICK * i for i in range(n)]
         self.vt += TICK * n
         enqueue(self.conn, self.cand, ats, self.rng)
@@ -938,14 +1011,14 @@ def measure(st: PinnedState, hb_params: dict[str, Any], pgss: bool) -> dict[str,
     row["claim_us_per_run"] = round(sum(t for t, _ in timings) * 1e6 / max(1, claimed), 1)
     stats = pgss_read(conn, pgss)
     for tag in ("claim", "succeed", "enqueue"):
-        if tag in stats:
+        got = stats.get(tag) or stats.get(f"{tag}_call")
+        if got:
             row[f"{tag}_us_per_run_server"] = round(
-                stats[tag]["total_ms"] * 1e3 / max(1, stats[tag]["rows"]), 1
+                got["total_ms"] * 1e3 / max(1, claimed if tag != "claim" else got["rows"]), 1
             )
-    if "claim" in stats:
-        row["claim_plan_us_per_call"] = round(
-            stats["claim"]["plan_ms"] * 1e3 / max(1, stats["claim"]["calls"]), 1
-        )
+    got = stats.get("claim") or stats.get("claim_call")
+    if got:
+        row["claim_plan_us_per_call"] = round(got["plan_ms"] * 1e3 / max(1, got["calls"]), 1)
     # A claim at 400 runs/s finds one run: what does that one claim cost?
     one: list[tuple[float, int]] = []
     for _ in range(30):
@@ -962,11 +1035,11 @@ def measure(st: PinnedState, hb_params: dict[str, Any], pgss: bool) -> dict[str,
         median_ms(lambda: conn.execute(cand.heartbeat, hb_params).fetchall(), 5), 3
     )
     conn.execute("UPDATE pgtick.workers SET heartbeat_at = now()")  # live daemons
-    reap_params = {"min_lease": LEASE_S}
+    reap_params = {"min_lease": LEASE_S, "reap_now": st.reap_now()}
     row["reap_ms"] = round(
         median_ms(lambda: conn.execute(cand.reap, reap_params).fetchall(), 5), 3
     )
-    lv = {"types": [JOB]}
+    lv = {"types": [JOB], **st.cursor.bounds()}
     row["next_due_ms"] = round(
         median_ms(lambda: conn.execute(cand.next_due, lv).fetchall(), 5), 3
     )
@@ -1078,6 +1151,157 @@ def retention(conn: Conn, cand: Candidate) -> dict[str, Any]:
             "size_before": before, "size_after": after}
 
 
+# -- flow control: max_running and max_running_per_key under concurrent claimers ---------------
+
+LIMITS_DDL = """
+CREATE INDEX queue_running_key_idx ON pgtick.queue (job_type, concurrency_key)
+    WHERE status = 'running';
+-- Starts of rate-limited job types, insert-only; in the design it is time-partitioned and its
+-- partitions older than the longest window are dropped.
+CREATE TABLE pgtick.rate_log (job_type text NOT NULL, concurrency_key text,
+                              started_at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX ON pgtick.rate_log (job_type, started_at);
+CREATE FUNCTION pgtick.claim_limited(p_worker text, p_type text, p_limit int, p_lease real,
+    p_max_running int, p_max_per_key int, p_rate int, p_window interval)
+RETURNS TABLE (id bigint, concurrency_key text)
+LANGUAGE plpgsql AS $f$
+#variable_conflict use_column
+DECLARE
+    free int := p_limit;
+    n int;
+    t timestamptz;
+BEGIN
+    -- One claimer of this job type at a time, fleet-wide, until its transaction ends (a
+    -- transaction-scoped lock: no session state, PgBouncer-safe). Each statement below takes
+    -- a fresh snapshot after the lock, so it sees every claim the previous holder committed.
+    PERFORM pg_advisory_xact_lock(hashtextextended('pgtick.limits.' || p_type, 0));
+    -- The rate window is measured from when the lock was granted, not from now() (the
+    -- transaction's start, possibly before a wait for the lock): else a claimer that waited
+    -- would count an older window and miss the starts logged while it waited.
+    t := clock_timestamp();
+    IF p_max_running IS NOT NULL THEN
+        SELECT p_max_running - count(*) INTO n FROM pgtick.queue q
+        WHERE q.job_type = p_type AND q.status = 'running';
+        free := least(free, n);
+    END IF;
+    IF p_rate IS NOT NULL THEN
+        SELECT p_rate - count(*) INTO n FROM pgtick.rate_log l
+        WHERE l.job_type = p_type AND l.started_at > t - p_window;
+        free := least(free, n);
+    END IF;
+    IF free <= 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH busy AS (
+        SELECT q.concurrency_key AS k, count(*) AS n FROM pgtick.queue q
+        WHERE q.job_type = p_type AND q.status = 'running' AND q.concurrency_key IS NOT NULL
+        GROUP BY q.concurrency_key
+    ), candidates AS (
+        SELECT r.id, r.slot, r.priority, r.run_at, r.concurrency_key FROM pgtick.queue r
+        WHERE r.job_type = p_type AND r.status IN ('queued', 'failed') AND r.run_at <= now()
+          AND (p_max_per_key IS NULL OR r.concurrency_key IS NULL OR NOT EXISTS (
+                SELECT FROM busy WHERE busy.k = r.concurrency_key AND busy.n >= p_max_per_key))
+        ORDER BY r.priority DESC, r.run_at, r.id
+        LIMIT p_limit * 4
+        FOR UPDATE SKIP LOCKED
+    ), ranked AS (
+        SELECT c.*, row_number() OVER (PARTITION BY c.concurrency_key
+                                       ORDER BY c.priority DESC, c.run_at, c.id) AS nth
+        FROM candidates c
+    ), picked AS (
+        SELECT ranked.* FROM ranked LEFT JOIN busy ON busy.k = ranked.concurrency_key
+        WHERE p_max_per_key IS NULL OR ranked.concurrency_key IS NULL
+           OR ranked.nth + coalesce(busy.n, 0) <= p_max_per_key
+        ORDER BY priority DESC, run_at, id
+        LIMIT free
+    ), claimed AS (
+        UPDATE pgtick.queue r
+        SET status = 'running', locked_by = p_worker, lease_s = p_lease,
+            attempts = r.attempts + 1, started_at = now()
+        FROM picked WHERE r.id = picked.id AND r.slot = picked.slot
+        RETURNING r.id, r.concurrency_key
+    ), logged AS (
+        INSERT INTO pgtick.rate_log (job_type, concurrency_key, started_at)
+        SELECT p_type, claimed.concurrency_key, t FROM claimed WHERE p_rate IS NOT NULL
+    )
+    SELECT claimed.id, claimed.concurrency_key FROM claimed;
+END $f$;
+"""
+
+
+def flow_check(admin_dsn: str, cand: Candidate, seconds: float = 6.0,
+               lock: bool = True) -> dict[str, Any]:
+    """Four claimers race for a job type with max_running = 3, max_running_per_key = 1 over
+    five keys, and a rate of 200 starts per 2 s; a monitor samples the running rows. The limits
+    hold if the monitor never sees more than 3 running, 2 of one key, or the rate exceeded."""
+    dsn = build(admin_dsn, cand, "flow")
+    stop = threading.Event()
+    worst = {"running": 0, "per_key": 0, "rate_2s": 0, "claimed": 0}
+    errors: list[BaseException] = []
+    try:
+        with connect(dsn) as conn:
+            ddl = LIMITS_DDL
+            if not lock:  # the negative control: the same claim without the advisory lock
+                ddl = ddl.replace("PERFORM pg_advisory_xact_lock", "-- PERFORM")
+            conn.execute(ddl)
+            conn.execute(
+                """INSERT INTO pgtick.queue (slot, job_type, run_at, concurrency_key)
+                   SELECT 0, 'limited', now() - interval '1 minute', 'k' || (g % 5)
+                   FROM generate_series(1, 20000) g"""
+            )
+
+        def claimer(worker: str) -> None:
+            rng = random.Random(worker)
+            try:
+                with connect(dsn) as conn:
+                    while not stop.is_set():
+                        rows = conn.execute(
+                            "SELECT * FROM pgtick.claim_limited(%s, 'limited', 8, 60, 3, 1,"
+                            " 200, interval '2 seconds')",
+                            (worker,),
+                        ).fetchall()
+                        worst["claimed"] += len(rows)
+                        time.sleep(rng.uniform(0.001, 0.01))
+                        if rows:
+                            succeed(conn, cand, worker, [r[0] for r in rows])
+            except BaseException as exc:  # pragma: no cover
+                errors.append(exc)
+                stop.set()
+
+        def monitor() -> None:
+            with connect(dsn) as conn:
+                while not stop.is_set():
+                    running, per_key, rate = conn.execute(
+                        """SELECT (SELECT count(*) FROM pgtick.queue
+                                   WHERE job_type = 'limited' AND status = 'running'),
+                                  (SELECT coalesce(max(n), 0) FROM (
+                                       SELECT count(*) AS n FROM pgtick.queue
+                                       WHERE job_type = 'limited' AND status = 'running'
+                                       GROUP BY concurrency_key) k),
+                                  (SELECT count(*) FROM pgtick.rate_log
+                                   WHERE started_at > clock_timestamp() - interval '2 seconds')"""
+                    ).fetchone()  # type: ignore[misc]
+                    worst["running"] = max(worst["running"], running)
+                    worst["per_key"] = max(worst["per_key"], per_key)
+                    worst["rate_2s"] = max(worst["rate_2s"], rate)
+
+        threads = [threading.Thread(target=claimer, args=(f"w{i + 1}",)) for i in range(3)]
+        threads.append(threading.Thread(target=monitor))
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        stop.set()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+    finally:
+        drop(admin_dsn, dsn)
+    worst["ok"] = worst["running"] <= 3 and worst["per_key"] <= 1 and worst["rate_2s"] <= 200
+    return worst
+
+
 # -- the driver ---------------------------------------------------------------------------------
 
 
@@ -1101,8 +1325,8 @@ def drop(admin_dsn: str, dsn: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--candidates", default="A,B,C,D,E")
-    ap.add_argument("--phases", default="throughput,pinned", help="throughput,pinned")
+    ap.add_argument("--candidates", default="A,B,C,D,E,F")
+    ap.add_argument("--phases", default="throughput,pinned,flow", help="throughput,pinned,flow")
     ap.add_argument("--checkpoints", default="0,25000,50000,100000,200000")
     ap.add_argument("--runs", type=int, default=40000, help="runs per throughput measurement")
     ap.add_argument("--rotate-every", type=int, default=4000,
@@ -1140,6 +1364,12 @@ def main() -> int:
                     drop(server.dsn, dsn)
                 print(f"    rotations {res['pinned']['rotations']}", flush=True)
                 print(f"    retention {json.dumps(res['pinned']['retention'])}", flush=True)
+            if "flow" in phases and cand.worker_leases and cand.rotating:
+                res["flow"] = flow_check(server.dsn, cand)
+                print(f"    flow control {json.dumps(res['flow'])}", flush=True)
+                res["flow_without_lock"] = flow_check(server.dsn, cand, lock=False)
+                print(f"    flow control, no lock {json.dumps(res['flow_without_lock'])}",
+                      flush=True)
             results[name] = res
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1, default=str))
