@@ -29,6 +29,8 @@ Candidates (see docs/design/storage.md):
      PgBouncer's transaction pooling allows; client-side prepared statements it does not)
   G  F with the final attempt folded into the history row: no attempt row for a run that
      succeeds at its first try (attempt rows only for attempts that were not the last)
+  H  G with the claim looping over the levels in priority order, each taking only what is still
+     missing (no row locked that is not claimed)
 """
 
 from __future__ import annotations
@@ -583,6 +585,50 @@ RETURN QUERY {succeed};
 END $f$;
 """
 
+# H's claim: the levels in priority order, each claiming only what is still missing, so that
+# no row is locked that the claim does not take (the one-statement claim locks up to `limit`
+# rows per level and keeps `limit` in all).
+CLAIM_LOOP_DDL = """
+CREATE FUNCTION pgtick.claim(p_worker text, p_types text[], p_limit int, p_lease real,
+    p_lb_types text[], p_lb_prios int[], p_lbs timestamptz[])
+RETURNS TABLE (id bigint, attempts int, priority int, run_at timestamptz)
+LANGUAGE plpgsql AS $f$
+#variable_conflict use_column
+DECLARE
+    lv record;
+    remaining int := p_limit;
+    n int;
+BEGIN
+    FOR lv IN
+        SELECT l.job_type, l.priority, coalesce(c.lb, '-infinity'::timestamptz) AS lb
+        FROM pgtick.queue_levels l
+        LEFT JOIN unnest(p_lb_types, p_lb_prios, p_lbs) AS c(job_type, priority, lb)
+            ON c.job_type = l.job_type AND c.priority = l.priority
+        WHERE l.job_type = ANY(p_types)
+        ORDER BY l.priority DESC
+    LOOP
+        RETURN QUERY
+        /* proto:claim */
+        WITH picked AS (
+            SELECT r.id, r.slot FROM pgtick.queue r
+            WHERE r.job_type = lv.job_type AND r.priority = lv.priority
+              AND r.status IN ('queued', 'failed') AND r.run_at >= lv.lb AND r.run_at <= now()
+            ORDER BY r.run_at, r.id
+            LIMIT remaining FOR UPDATE SKIP LOCKED
+        )
+        UPDATE pgtick.queue r
+        SET status = 'running', locked_by = p_worker, lease_s = p_lease,
+            attempts = r.attempts + 1, max_attempts = coalesce(r.max_attempts, 10),
+            started_at = now()
+        FROM picked WHERE r.id = picked.id AND r.slot = picked.slot
+        RETURNING r.id, r.attempts, r.priority, r.run_at;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        remaining := remaining - n;
+        EXIT WHEN remaining <= 0;
+    END LOOP;
+END $f$;
+"""
+
 ENQ_F = """/* proto:enqueue_call */
 SELECT pgtick.enqueue_many(%(types)s::text[], %(run_ats)s::timestamptz[], %(prios)s::int[])"""
 CLAIM_F = """/* proto:claim_call */
@@ -717,7 +763,17 @@ def candidates(history_width_s: int) -> dict[str, Candidate]:
         e.ddl + g_ddl, "pgtick.queue", [ENQ_F], CLAIM_F, SUCCEED_F, e.heartbeat, e.reap,
         e.next_due, e.metrics, keyset=True, rotating=True, worker_leases=True, history=True,
     )
-    return {x.name: x for x in (a, b, c, d, e, f, g)}
+    h_ddl = FUNCTIONS_DDL.format(
+        enq_levels=as_plpgsql(ENQ_LEVELS), enq_slot=as_plpgsql(ENQ_SLOT),
+        claim=as_plpgsql(CLAIM_E), succeed=as_plpgsql(SUCCEED_FOLDED),
+    ).replace("CREATE FUNCTION pgtick.claim(", "CREATE FUNCTION pgtick.claim_unused(")
+    h = Candidate(
+        "H", "G with the claim looping over levels (locks only the rows it takes)",
+        e.ddl + h_ddl + CLAIM_LOOP_DDL, "pgtick.queue", [ENQ_F], CLAIM_F, SUCCEED_F,
+        e.heartbeat, e.reap, e.next_due, e.metrics, keyset=True, rotating=True,
+        worker_leases=True, history=True,
+    )
+    return {x.name: x for x in (a, b, c, d, e, f, g, h)}
 
 
 # -- operations ---------------------------------------------------------------------------------
