@@ -326,10 +326,12 @@ CREATE TRIGGER runs_insert INSTEAD OF INSERT ON pgtick.runs
     FOR EACH ROW EXECUTE FUNCTION pgtick.runs_insert();
 
 -- ---------------------------------------------------------------------------------------------
--- Claim (job types without limits). Per (job_type, priority) level one index range from the
--- claimer's bound (its last claimed run_at in that level minus a margin; no bound = rescan).
--- Starvation rule: a run due for longer than p_aging goes first, oldest first; otherwise higher
--- priority first, then oldest due. Returns the claim token (attempts) with each run.
+-- Claim (job types without limits). The levels (job_type, priority) in priority order, each
+-- one short index range from the claimer's bound (its last claimed run_at in that level minus a
+-- margin; no bound = a rescan from the start), each taking only what is still missing, so no
+-- row is locked that the claim does not take. Starvation rule: a first pass takes runs due for
+-- longer than p_aging, whatever their priority. Returns the claim token (attempts) with each
+-- run, in the order the handlers should start.
 CREATE FUNCTION pgtick.claim(
     p_worker text, p_types text[], p_leases real[], p_max_attempts integer[], p_limit integer,
     p_lb_types text[], p_lb_prios integer[], p_lbs timestamptz[],
@@ -340,43 +342,45 @@ CREATE FUNCTION pgtick.claim(
                  priority integer, concurrency_key text)
 LANGUAGE plpgsql AS $f$
 #variable_conflict use_column
+DECLARE
+    lv record;
+    aged boolean;
+    remaining integer := p_limit;
+    n integer;
 BEGIN
-    RETURN QUERY
-    WITH types AS (
-        SELECT * FROM unnest(p_types, p_leases, p_max_attempts) AS t(job_type, lease, max_attempts)
-    ), lv AS (
-        SELECT l.job_type, l.priority, coalesce(c.lb, '-infinity'::timestamptz) AS lb
-        FROM pgtick.queue_levels l
-        JOIN types t ON t.job_type = l.job_type
-        LEFT JOIN unnest(p_lb_types, p_lb_prios, p_lbs) AS c(job_type, priority, lb)
-            ON c.job_type = l.job_type AND c.priority = l.priority
-    ), candidates AS (
-        SELECT c.*
-        FROM lv CROSS JOIN LATERAL (
-            SELECT r.id, r.slot, r.priority, r.run_at FROM pgtick.queue r
-            WHERE r.job_type = lv.job_type AND r.priority = lv.priority
-              AND r.status IN ('queued', 'failed') AND r.run_at >= lv.lb AND r.run_at <= now()
-            ORDER BY r.run_at, r.id
-            LIMIT p_limit FOR UPDATE SKIP LOCKED) c
-    ), picked AS (
-        SELECT * FROM candidates
-        ORDER BY run_at < now() - p_aging DESC,
-                 CASE WHEN run_at < now() - p_aging THEN run_at END,
-                 priority DESC, run_at, id
-        LIMIT p_limit
-    ), claimed AS (
-        UPDATE pgtick.queue r
-        SET status = 'running', locked_by = p_worker, lease_s = t.lease,
-            attempts = r.attempts + 1, max_attempts = coalesce(r.max_attempts, t.max_attempts),
-            started_at = now(), updated_at = now()
-        FROM picked, types t
-        WHERE r.id = picked.id AND r.slot = picked.slot AND t.job_type = r.job_type
-        RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
-                  r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.priority,
-                  r.concurrency_key
-    )
-    SELECT * FROM claimed c      -- in the order the handlers should start
-    ORDER BY c.run_at < now() - p_aging DESC, c.priority DESC, c.run_at, c.id;
+    FOREACH aged IN ARRAY ARRAY[true, false] LOOP
+        FOR lv IN
+            SELECT l.job_type, l.priority, coalesce(c.lb, '-infinity'::timestamptz) AS lb,
+                   t.lease, t.max_attempts
+            FROM pgtick.queue_levels l
+            JOIN unnest(p_types, p_leases, p_max_attempts) AS t(job_type, lease, max_attempts)
+                ON t.job_type = l.job_type
+            LEFT JOIN unnest(p_lb_types, p_lb_prios, p_lbs) AS c(job_type, priority, lb)
+                ON c.job_type = l.job_type AND c.priority = l.priority
+            ORDER BY l.priority DESC
+        LOOP
+            EXIT WHEN remaining <= 0;
+            RETURN QUERY
+            WITH picked AS (
+                SELECT r.id, r.slot FROM pgtick.queue r
+                WHERE r.job_type = lv.job_type AND r.priority = lv.priority
+                  AND r.status IN ('queued', 'failed') AND r.run_at >= lv.lb
+                  AND r.run_at <= CASE WHEN aged THEN now() - p_aging ELSE now() END
+                ORDER BY r.run_at, r.id
+                LIMIT remaining FOR UPDATE SKIP LOCKED
+            )
+            UPDATE pgtick.queue r
+            SET status = 'running', locked_by = p_worker, lease_s = lv.lease,
+                attempts = r.attempts + 1, max_attempts = coalesce(r.max_attempts, lv.max_attempts),
+                started_at = now(), updated_at = now()
+            FROM picked WHERE r.id = picked.id AND r.slot = picked.slot
+            RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
+                      r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.priority,
+                      r.concurrency_key;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            remaining := remaining - n;
+        END LOOP;
+    END LOOP;
 END;
 $f$;
 

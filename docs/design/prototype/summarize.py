@@ -45,6 +45,13 @@ def main(paths: list[str]) -> None:
                 out.append(float(v))
         return out
 
+    if any("throughput" in r.get(n, {}) for r in runs for n in names):
+        throughput_table(runs, names, get)
+    if any("pinned" in r.get(n, {}) for r in runs for n in names):
+        pinned_tables(runs, names, get)
+
+
+def throughput_table(runs: list[Any], names: list[str], get: Any) -> None:
     print("### Unpinned throughput (runs/s, full cycle: enqueue + claim + finish)\n")
     print("| candidate | 1 claimer | 2 claimers | 1 claimer vs A |")
     print("|---|---|---|---|")
@@ -52,24 +59,38 @@ def main(paths: list[str]) -> None:
     for n in names:
         one = get(n, lambda c: c["throughput"][0]["runs_per_s"])
         two = get(n, lambda c: c["throughput"][1]["runs_per_s"])
+        if not one:
+            continue
         print(f"| {n} | {med(one)} | {med(two)} | {ratio(one, base1)} |")
 
+
+def pinned_tables(runs: list[Any], names: list[str], get: Any) -> None:
     def cp(c: dict[str, Any], consumed: Any, key: str) -> Any:
         return next(x for x in c["pinned"]["checkpoints"] if x["consumed"] == consumed).get(key)
 
     consumed_points: list[Any] = ["unpinned", 0, 25000, 50000, 100000, 200000, 360000]
     for key, title in (
         ("claim_us_per_run_server", "Claim, server time per claimed run (µs), batches of 64"),
-        ("claim_us_per_run", "Claim, client time per claimed run (µs, incl. planning), batches of 64"),
-        ("claim1_ms", "One claim that finds one run (ms, client, incl. planning): the 400 runs/s case"),
+        (
+            "claim_us_per_run",
+            "Claim, client time per claimed run (µs, incl. planning), batches of 64",
+        ),
+        (
+            "claim1_ms",
+            "One claim that finds one run (ms, client, incl. planning): the 400 runs/s case",
+        ),
+        ("succeed_us_per_run_server", "Succeed (finish), server time per run (µs)"),
         ("rescan_ms", "Keyset rescan from -infinity (ms)"),
         ("heartbeat200_ms", "Heartbeat of 200 held leases (ms)"),
         ("reap_ms", "Reaper probe (ms)"),
         ("next_due_ms", "Next-due probe (ms)"),
         ("metrics_ms", "Metrics counts (ms)"),
     ):
-        cols = [p for p in consumed_points
-                if any(get(n, lambda c, p=p: cp(c, p, key)) for n in names)]
+        cols = [
+            p
+            for p in consumed_points
+            if any(get(n, lambda c, p=p, key=key: cp(c, p, key)) for n in names)
+        ]
         if not cols:
             continue
         print(f"\n### {title}\n")
@@ -77,24 +98,42 @@ def main(paths: list[str]) -> None:
         print("| candidate | " + " | ".join(heads) + f" | {heads[-1]} / unpinned |")
         print("|---|" + "---|" * (len(cols) + 1))
         for n in names:
-            vals = [get(n, lambda c, p=p: cp(c, p, key)) for p in cols]
+            vals = [get(n, lambda c, p=p, key=key: cp(c, p, key)) for p in cols]
             if not any(vals):
                 continue
-            print(f"| {n} | " + " | ".join(med(v) for v in vals)
-                  + f" | {ratio(vals[-1], vals[0])} |")
+            print(
+                f"| {n} | " + " | ".join(med(v) for v in vals) + f" | {ratio(vals[-1], vals[0])} |"
+            )
 
     print("\n### Sizes at the last checkpoint under the pin, and retention (while pinned)\n")
-    print("| candidate | total MB | hot table MB | retention µs/run | dead tuples added by it |"
-          " MB after retention |")
+    print(
+        "| candidate | total MB | hot table MB | retention µs/run | dead tuples added by it |"
+        " MB after retention |"
+    )
     print("|---|---|---|---|---|---|")
     for n in names:
         last = get(n, lambda c: c["pinned"]["checkpoints"][-1]["sizes"]["total_mb"])
-        hot = get(n, lambda c: c["pinned"]["checkpoints"][-1]["sizes"]["per_mb"].get(
-            "queue", c["pinned"]["checkpoints"][-1]["sizes"]["per_mb"].get("runs")))
-        ret = get(n, lambda c: c["pinned"]["retention"]["us_per_run"]
-                  if c["pinned"]["retention"]["removed_runs"] > 1000 else None)
-        dead = get(n, lambda c: c["pinned"]["retention"]["size_after"]["dead_tup"]
-                   - c["pinned"]["retention"]["size_before"]["dead_tup"])
+        hot = get(
+            n,
+            lambda c: c["pinned"]["checkpoints"][-1]["sizes"]["per_mb"].get(
+                "queue", c["pinned"]["checkpoints"][-1]["sizes"]["per_mb"].get("runs")
+            ),
+        )
+        ret = get(
+            n,
+            lambda c: (
+                c["pinned"]["retention"]["us_per_run"]
+                if c["pinned"]["retention"]["removed_runs"] > 1000
+                else None
+            ),
+        )
+        dead = get(
+            n,
+            lambda c: (
+                c["pinned"]["retention"]["size_after"]["dead_tup"]
+                - c["pinned"]["retention"]["size_before"]["dead_tup"]
+            ),
+        )
         after = get(n, lambda c: c["pinned"]["retention"]["size_after"]["total_mb"])
         print(f"| {n} | {med(last)} | {med(hot)} | {med(ret)} | {med(dead)} | {med(after)} |")
 
