@@ -62,6 +62,9 @@ RESTART_TIMEOUT_SECONDS = 60.0
 # "flat": the median of the later half of a series at most this times the earlier half's.
 FLAT_RATIO = 1.5
 BAR_RATIO = 3.0
+# The file the soak's ``ledger`` handler (bench/load_jobs.py) appends to, set in the daemon's
+# environment; here so that the soak part need not import (and so register) the handler.
+LEDGER_ENV = "PGTICK_BENCH_LEDGER"
 
 
 # -- the server --------------------------------------------------------------------------------

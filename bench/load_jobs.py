@@ -6,10 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from bench.load import LEDGER_ENV
 from pgtick import JobContext, job
-
-# The file ``ledger`` appends to; the soak part sets it in the daemon's environment.
-LEDGER_ENV = "PGTICK_BENCH_LEDGER"
 
 
 @job("ledger")

@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from bench import common, load, load_jobs
+from bench import common, load
 
 DEFAULT_RATE = 1000.0
 DEFAULT_DURATION_SECONDS = 600.0
@@ -198,7 +198,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         config = load.daemon_config(
             tmp / "soak.toml", settings=settings, retention={"succeeded": args.retention}
         )
-        with load.environ(**{load_jobs.LEDGER_ENV: str(ledger)}):
+        with load.environ(**{load.LEDGER_ENV: str(ledger)}):
             daemon = common.start_daemon(load.as_role(dsn, role), config, tmp / "soak-daemon.log")
         try:
             result = soak(args, admin_dsn, dsn, role, daemon, ledger, claim)
