@@ -4,13 +4,14 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 BENCH_STAMP = $(VENV)/.bench-installed
+DOCS_STAMP = $(VENV)/.docs-installed
 # The demo's own venv: the runtime and the embedded PostgreSQL only, no development toolchain.
 DEMO_VENV ?= .venv-demo
 DEMO_STAMP = $(DEMO_VENV)/.installed
 # Lint what exists: git keeps no empty directories, so bench/ may be missing from a clone.
 LINT    = $(wildcard daemon tests bench)
 
-.PHONY: demo test lint typecheck check clean bench
+.PHONY: demo test lint typecheck check clean bench docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +45,13 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 bench: $(BENCH_STAMP)   ## the benchmarks at full size on a throwaway PostgreSQL (README: Performance)
 	@for part in $(BENCH); do $(BIN)/python -m bench $$part $(BENCH_ARGS) || exit $$?; done
 
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)   ## build the documentation site (mkdocs.yml, docs/) into site/; warnings are errors
+	$(BIN)/mkdocs build --strict --site-dir site
+
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT)
 	$(BIN)/ruff format --check $(LINT)
@@ -53,4 +61,4 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_VENV) .mypy_cache .pytest_cache .ruff_cache site
