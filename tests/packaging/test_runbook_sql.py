@@ -57,17 +57,25 @@ def test_every_runbook_query_runs_against_the_migrated_schema(dsn: str) -> None:
 @pytest.mark.timeout(60)
 def test_the_vacuum_runbook_finds_a_session_holding_a_snapshot(dsn: str) -> None:
     """An open REPEATABLE READ transaction pins the horizon; the runbook's first query lists
-    it first."""
+    it first, and not the operator's own session (whose snapshot may be just as old)."""
     first = next(statement for page, statement in sql_blocks() if page == "vacuum-blocked.md")
     assert "pg_stat_activity" in first
     with (
         psycopg.connect(dsn, autocommit=True) as holder,
         psycopg.connect(dsn, autocommit=True) as operator,
+        psycopg.connect(dsn, autocommit=True) as younger,
     ):
         holder_pid, operator_pid = holder.info.backend_pid, operator.info.backend_pid
+        younger_pid = younger.info.backend_pid
         holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         holder.execute("SELECT count(*) FROM pgtick.runs")
-        # The operator's own query holds a snapshot too, a younger one: listed after.
+        # A transaction commits in between, so a later snapshot has a younger xmin.
+        operator.execute("SELECT pg_current_xact_id()")
+        younger.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        younger.execute("SELECT 1")
         rows = operator.execute(first).fetchall()
         holder.execute("ROLLBACK")
-    assert [row[0] for row in rows[:2]] == [holder_pid, operator_pid], rows
+        younger.execute("ROLLBACK")
+    pids = [row[0] for row in rows]
+    assert pids[:2] == [holder_pid, younger_pid], rows
+    assert operator_pid not in pids, rows
