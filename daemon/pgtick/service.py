@@ -24,6 +24,7 @@ from pgtick import db, handlers, logs, migrate
 from pgtick.config import Config, read_token
 from pgtick.console import SECURITY_HEADERS, Console
 from pgtick.dbstate import METRICS_POOL_SIZE, DatabaseProbe
+from pgtick.errors import ConfigError
 from pgtick.heartbeat import Heartbeat
 from pgtick.http import HttpServer, observability_routes
 from pgtick.listener import Listener
@@ -39,6 +40,7 @@ from pgtick.worker import Worker
 # (effect_once outside a transaction, releases). The heartbeat has a pool of its own.
 EXTRA_CONNECTIONS = 5
 HEARTBEAT_POOL_SIZE = 1
+LISTEN_CONNECTIONS = 1  # the LISTEN connection, outside every pool
 WEB_POOL_SIZE = 2  # the console's reads and actions, apart from the workers' pool
 MAIN_LOOP_SECONDS = 1.0
 DISPATCHER_JOIN_SECONDS = 5.0  # a claim in flight returns within a statement's time
@@ -142,8 +144,17 @@ class Service:
             if applied:
                 log.info("migrations_applied", versions=applied)
         size = max(cfg.database.pool_size, cfg.worker.threads + EXTRA_CONNECTIONS)
+        self._check_connection_limit(size)
         pool = db.make_pool(self.dsn, schema, size=size, name="pgtick")
-        beat_pool = db.make_pool(self.dsn, schema, size=HEARTBEAT_POOL_SIZE, name="pgtick-beat")
+        beat_pool = db.make_pool(
+            self.dsn,
+            schema,
+            size=HEARTBEAT_POOL_SIZE,
+            name="pgtick-beat",
+            # During an outage a beat fails at once rather than waiting for a connection, so
+            # that claims stop until the leases have been re-checked.
+            checkout_timeout=min(cfg.worker.heartbeat_seconds, db.POOL_OPEN_TIMEOUT_SECONDS),
+        )
         previous_signals = self._install_signals()
         try:
             with pool.connection() as conn, db.wrap_errors("schema check"):
@@ -156,6 +167,25 @@ class Service:
             beat_pool.close(timeout=2.0)
             pool.close(timeout=2.0)
             self.notifier.close()
+
+    def _check_connection_limit(self, pool_size: int) -> None:
+        """Refuse, before opening anything, more connections than the server accepts at all:
+        a pool that can never fill fails only after its timeout, and floods the log with the
+        server's refusals meanwhile."""
+        cfg = self.config
+        needed = pool_size + HEARTBEAT_POOL_SIZE + LISTEN_CONNECTIONS
+        needed += METRICS_POOL_SIZE if cfg.metrics.enabled else 0
+        needed += WEB_POOL_SIZE if cfg.web.enabled else 0
+        with db.connect(self.dsn, cfg.database.schema) as conn:
+            allowed, max_connections = RunStore.connection_limit_on(conn)
+        if needed > allowed:
+            where = f"{cfg.path}: " if cfg.path else ""
+            raise ConfigError(
+                f"{where}database.pool_size: this daemon needs {needed} connections (a pool "
+                f"of {pool_size} and {needed - pool_size} for its loops) but the server accepts "
+                f"at most {allowed} (max_connections = {max_connections}, less reserved slots);"
+                " lower database.pool_size or worker.threads, or raise max_connections"
+            )
 
     def _serve(
         self, store: RunStore, beat_store: RunStore, job_types: dict[str, handlers.JobType]

@@ -686,6 +686,14 @@ class RunStore:
 
     # -- workers and effects ----------------------------------------------------------------
 
+    @staticmethod
+    def connection_limit_on(conn: db.Connection) -> tuple[int, int]:
+        """(connections an ordinary role may open, max_connections) of the server."""
+        with db.wrap_errors("connect"):
+            row = conn.execute(sqlfile.query("connection_limit")).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
     def register_worker(self, info: WorkerInfo) -> None:
         with self._conn("register_worker") as conn:
             conn.execute(

@@ -284,6 +284,15 @@ FROM runs WHERE id = %(id)s;
 SELECT run_id, attempt, worker_id, started_at, finished_at, outcome, error, error_type
 FROM attempts WHERE run_id = %(id)s ORDER BY id;
 
+-- connection_limit --
+-- How many connections the server accepts from an ordinary role (max_connections less the
+-- slots reserved for superusers and, PostgreSQL 16+, for pg_use_reserved_connections), and
+-- max_connections itself: `pgtick run` refuses a pool that could never fit.
+SELECT current_setting('max_connections')::int
+       - current_setting('superuser_reserved_connections')::int
+       - coalesce(current_setting('reserved_connections', true)::int, 0),
+       current_setting('max_connections')::int;
+
 -- register_worker --
 -- A daemon announces itself on start.
 INSERT INTO workers (id, hostname, pid, version, threads, job_types)
