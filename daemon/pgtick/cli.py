@@ -789,7 +789,8 @@ def _print_detail(d: operations.RunDetail) -> None:
     print(f"attempts ({len(d.attempts)}):" if d.attempts else "attempts: none yet")
     for a in d.attempts:
         took = _attempt_seconds(a)
-        outcome = a.outcome or "running"
+        # A cancelled run's attempt stays open until its daemon has stopped the handler.
+        outcome = a.outcome or ("stopping (cancelled)" if r.status == "cancelled" else "running")
         head = f"  #{a.attempt} {outcome} on {a.worker_id}, started {_iso(a.started_at)}"
         if took is not None:
             head += f", took {_duration_text(took)}"
