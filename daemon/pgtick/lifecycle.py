@@ -146,6 +146,7 @@ class Lifecycle:
         # (the lease expired during an outage and the run was reaped): the new copy waits.
         self._replaced: dict[int, Held] = {}
         self._active = 0  # threads inside a handler
+        self._waiting = 0  # runs held in CLAIMED: waiting for a thread
         self._active_commands = 0  # of which run a command handler
         self._closed = False  # no more claims accepted
         self._interrupting = False  # the drain told handlers to stop
@@ -172,9 +173,7 @@ class Lifecycle:
 
     def occupied(self) -> int:
         """Runs that have a thread or wait for one: what the claims are bounded by."""
-        with self._lock:
-            waiting = sum(1 for h in self._held.values() if h.state is State.CLAIMED)
-            return self._active + waiting
+        return self._active + self._waiting
 
     def since_last_start(self) -> float:
         """Seconds since a thread last started a handler."""
@@ -235,8 +234,11 @@ class Lifecycle:
                     # is counted now; a result on its way is refused by the claim guard.
                     old.gone = "lost"
                     if old.state is State.CLAIMED:
+                        old.state = State.LOST  # a thread that pops it will not start it
+                        self._waiting -= 1
                         superseded.append(old)
                 held.state = State.CLAIMED
+                self._waiting += 1
                 held.claimed_at = now
                 held.lease_until = (now if sent_at is None else sent_at) + (
                     held.job_type.lease_seconds
@@ -272,6 +274,7 @@ class Lifecycle:
             if held.state is not State.CLAIMED:
                 return False
             held.state = State.RUNNING
+            self._waiting -= 1
             held.handler_active = True
             held.started_at = self._last_start = self._clock()
             timeout = held.job_type.config.timeout_seconds
@@ -414,6 +417,7 @@ class Lifecycle:
                     given_up.append(held)
                 elif held.state in (State.CLAIMED, State.INTERRUPTED):
                     held.gone = reason
+                    self._waiting -= held.state is State.CLAIMED
                     if reason == "cancelled":
                         held.state = State.FINISHING  # still ours in the database
                     else:
@@ -513,6 +517,7 @@ class Lifecycle:
             ]
             for held in out:
                 held.state = State.RELEASING
+            self._waiting -= len(out)
         return out
 
     def interrupt(self) -> int:
@@ -562,6 +567,7 @@ class Lifecycle:
                 ):
                     (left if held.is_command else release).append(held)
             for held in release:
+                self._waiting -= held.state is State.CLAIMED
                 held.state = State.RELEASING
         return DrainReport(release, left)
 

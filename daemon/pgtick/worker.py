@@ -359,7 +359,10 @@ class Worker:
             to_write = self.life.finish(held, outcome, duration)
             if to_write is not None:
                 self.completer.submit(held, to_write, duration)
-            self._wake.set()
+            if not self._local:
+                # Nothing left to take: claim more now. With runs still queued, this thread
+                # takes the next one, and a backlog's claims top the queue up on their own.
+                self._wake.set()
 
     # -- for the heartbeat --------------------------------------------------------------------
 

@@ -276,6 +276,17 @@ def test_a_result_refused_because_the_run_was_cancelled_counts_as_cancelled() ->
     assert metric(w.metrics, "pgtick_leases_lost_total", job_type="py") == 0
 
 
+@pytest.mark.parametrize("state", list(MAKERS))
+def test_occupied_counts_the_runs_with_a_thread_or_waiting_for_one(state: State) -> None:
+    w, h = in_state(state)
+    w.accepted()  # one more waiting
+    waiting = sum(1 for s in (w.life.state(h.id),) if s is State.CLAIMED) + 1
+    assert w.life.occupied() == w.life.active + waiting
+    w.life.lost({h.id})
+    w.life.unstarted()
+    assert w.life.occupied() == w.life.active
+
+
 def test_claims_wait_for_threads_only_for_a_while() -> None:
     w = World()
     old = w.accepted()

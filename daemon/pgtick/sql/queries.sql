@@ -142,13 +142,18 @@ SELECT ARRAY(SELECT id FROM held WHERE status = 'running'), EXISTS (SELECT 1 FRO
 -- Finish runs as succeeded, guarded by the claim: only the holder may write a result, and
 -- only for the attempt it claimed, so that a result of an earlier claim never lands on a
 -- later claim of the same run by the same daemon. Returns those finished.
+-- A run this worker holds is `running`, or `cancelled` and not let go of yet (nothing else
+-- keeps locked_by), so "not cancelled" means running here. Said that way on purpose: the
+-- planner cannot serve it from runs_lease_idx, which statistics taken while a backlog was
+-- still queued show as empty when it is full of dead entries of runs finished since (each
+-- statement then walked them all); it takes each claim by the primary key instead.
 WITH done AS (
     UPDATE runs r
     SET status = 'succeeded', locked_by = NULL, locked_until = NULL,
         finished_at = now(), updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
     WHERE r.id = c.id AND r.attempts = c.attempt AND r.locked_by = %(worker_id)s
-      AND r.status = 'running'
+      AND r.status <> 'cancelled'
     RETURNING r.id, r.attempts
 ), closed AS (
     UPDATE attempts a
@@ -160,8 +165,8 @@ SELECT id FROM done;
 
 -- fail --
 -- Finish runs as failed (retry at now() + delay) or dead (delay NULL, or attempts exhausted),
--- guarded by the claim (as succeed). The short error goes to the run, the bounded detail to
--- the attempt.
+-- guarded by the claim (as succeed, "not cancelled" meaning running). The short error goes
+-- to the run, the bounded detail to the attempt.
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
                          %(error_types)s::text[], %(details)s::text[], %(delays)s::float8[])
@@ -178,7 +183,7 @@ WITH input AS (
         locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM input f
     WHERE r.id = f.id AND r.attempts = f.attempt AND r.locked_by = %(worker_id)s
-      AND r.status = 'running'
+      AND r.status <> 'cancelled'
     RETURNING r.id, r.attempts, r.status, r.run_at, f.detail, f.error_type
 ), closed AS (
     UPDATE attempts a
@@ -191,14 +196,14 @@ SELECT id, status, run_at FROM done;
 
 -- release --
 -- Give runs back unfinished (shutdown, or claimed ahead and not started): queued again, the
--- attempt not counted. Guarded by the claim.
+-- attempt not counted. Guarded by the claim (as succeed, "not cancelled" meaning running).
 WITH done AS (
     UPDATE runs r
     SET status = 'queued', attempts = r.attempts - 1,
         locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
     WHERE r.id = c.id AND r.attempts = c.attempt AND r.locked_by = %(worker_id)s
-      AND r.status = 'running'
+      AND r.status <> 'cancelled'
     RETURNING r.id, r.attempts + 1 AS attempt
 ), closed AS (
     UPDATE attempts a
