@@ -105,6 +105,17 @@ def test_runs_claimed_ahead_are_not_started_after_their_leases_may_have_expired(
     executions = cluster.executions()
     twice = {run_id: n for run_id, n in executions.items() if n > 1 and run_id != blocker}
     assert not twice, f"runs started again by the cut-off daemon: {sorted(twice)}"
+    # The scenario happened: the cut-off daemon held runs it had claimed ahead and never
+    # started (their attempts were lost to the other daemon's reaper).
+    held_by_first = {
+        run_id
+        for run_id, worker in conn.execute("SELECT run_id, worker_id FROM attempts").fetchall()
+        if worker.split(":")[1] == str(first.pid)
+    }
+    started_by_first = {
+        r["run_id"] for r in cluster.records() if r["event"] == "run" and r["pid"] == first.pid
+    }
+    assert held_by_first - started_by_first, "nothing was claimed ahead: the test is moot"
     for daemon in (first, second):
         daemon.signal(signal.SIGTERM)
         assert daemon.wait(30) == 0
