@@ -60,15 +60,18 @@ class Completer:
         self._in_flight = 0
         self._writing: list[Result] = []  # the batch being written
         self._closing = False
+        self._idle = False  # the writer waits for results (a submit must wake it)
 
     def submit(self, held: Held, outcome: Outcome, duration: float | None) -> None:
         self.submit_many([(held, outcome, duration)])
 
     def submit_many(self, results: list[Result]) -> None:
-        with self._cond:
-            was_empty = not self._items
-            self._items.extend(results)
-            if was_empty or len(self._items) >= COMPLETE_BATCH_MAX:
+        """Queue results for the writer. Every handler thread calls this once per run, so it
+        takes the lock only to wake a writer that waits: the writer marks itself idle before
+        it looks at the queue, and the queue's own operations are atomic."""
+        self._items.extend(results)
+        if self._idle:
+            with self._cond:
                 self._cond.notify()
 
     def close(self) -> None:
@@ -113,8 +116,10 @@ class Completer:
         """Write batches until closed (True) or until the database fails (raises)."""
         while True:
             with self._cond:
+                self._idle = True
                 while not self._items and not self._closing:
                     self._cond.wait()
+                self._idle = False
                 if not self._items and self._closing:
                     return True
             # Let a batch gather for a moment when it is small.
@@ -342,12 +347,9 @@ class Worker:
         Nothing here catches: ``handlers.execute`` never raises, so an exception is a bug,
         and the thread dies for the supervisor to see."""
         while True:
-            with self._cond:
-                while not self._local and not self._closing:
-                    self._cond.wait()
-                if not self._local:
-                    return
-                held = self._local.popleft()
+            held = self._next()
+            if held is None:
+                return
             if not self.life.start(held):
                 continue  # released, lost or cancelled before a thread got to it
             outcome = handlers.execute(held.ctx, held.job_type, held.run.payload)
@@ -363,6 +365,20 @@ class Worker:
                 # Nothing left to take: claim more now. With runs still queued, this thread
                 # takes the next one, and a backlog's claims top the queue up on their own.
                 self._wake.set()
+
+    def _next(self) -> Held | None:
+        """The next claimed run to start, waiting for one; None once closing and none is
+        left. The queue's own operations are atomic: the lock is taken only to wait."""
+        while True:
+            try:
+                return self._local.popleft()
+            except IndexError:
+                pass
+            with self._cond:
+                while not self._local and not self._closing:
+                    self._cond.wait()
+                if not self._local:
+                    return None
 
     # -- for the heartbeat --------------------------------------------------------------------
 
