@@ -132,8 +132,10 @@ def time_claims(dsn: str, claims: int) -> tuple[list[float], list[float], int]:
                 raise common.BenchError(f"claim {i} found no due run")
             claimed += len(runs)
             ids = [r.id for r in runs]
+            held = [(r.id, r.attempt) for r in runs]
             started = time.perf_counter()
-            done = store.succeed(WORKER_ID, ids) if i % 2 == 0 else store.release(WORKER_ID, ids)
+            finish = store.succeed if i % 2 == 0 else store.release
+            done = finish(WORKER_ID, held)
             finish_ms.append((time.perf_counter() - started) * 1000)
             if done != set(ids):
                 raise common.BenchError(f"claim {i}: finished {len(done)} of {len(ids)} runs")

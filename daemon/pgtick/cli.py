@@ -789,7 +789,8 @@ def _print_detail(d: operations.RunDetail) -> None:
     print(f"attempts ({len(d.attempts)}):" if d.attempts else "attempts: none yet")
     for a in d.attempts:
         took = _attempt_seconds(a)
-        outcome = a.outcome or "running"
+        # A cancelled run's attempt stays open until its daemon has stopped the handler.
+        outcome = a.outcome or ("stopping (cancelled)" if r.status == "cancelled" else "running")
         head = f"  #{a.attempt} {outcome} on {a.worker_id}, started {_iso(a.started_at)}"
         if took is not None:
             head += f", took {_duration_text(took)}"
@@ -1078,6 +1079,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _max_attempts(text: str) -> int:
+    """An attempt count: runs.max_attempts is an integer column."""
+    value = _positive_int(text)
+    if value > config_mod.MAX_INT4:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {config_mod.MAX_INT4} (an integer column), got {value}"
+        )
+    return value
+
+
 def _run_id(text: str) -> int:
     try:
         value = int(text)
@@ -1226,7 +1237,7 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--run-at", metavar="WHEN", help=f"{WHEN_HELP} from now (default: now)")
     when.add_argument("--in", dest="in_", metavar="DURATION", help="from now, e.g. 90s, 5m, 2h")
     p.add_argument("--key", metavar="KEY", help="idempotency key")
-    p.add_argument("--max-attempts", type=_positive_int, metavar="N")
+    p.add_argument("--max-attempts", type=_max_attempts, metavar="N")
     p = add(
         "status",
         cmd_status,

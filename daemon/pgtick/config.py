@@ -44,10 +44,17 @@ MAX_NAME_CHARS = 200
 
 DEFAULT_SCHEMA = "pgtick"
 DEFAULT_POOL_SIZE = 10
+# Every pooled connection counts against the server's max_connections (100 by default); more
+# than this is a typo, and `pgtick run` also checks the pool against the server it meets.
+MAX_POOL_SIZE = 1000
 
 DEFAULT_THREADS = 8
 MAX_THREADS = 1024
 DEFAULT_LEASE_SECONDS = 60.0
+# A shorter lease expires while a healthy run waits for its heartbeat's round trip.
+MIN_LEASE_SECONDS = 1.0
+# A job type's lease spans at least this many heartbeats, so one late beat does not lose it.
+MIN_LEASE_HEARTBEATS = 2
 # Three renewals per lease: one lost heartbeat does not lose the run.
 DEFAULT_HEARTBEAT_SECONDS = DEFAULT_LEASE_SECONDS / 3
 DEFAULT_POLL_INTERVAL_SECONDS = 5.0
@@ -57,6 +64,9 @@ MAX_PREFETCH = 1024
 
 DEFAULT_TICK_INTERVAL_SECONDS = 60.0
 DEFAULT_LOOKAHEAD_SECONDS = 60.0
+# Runs are created this far ahead to start on time; an hour is already plenty, and every
+# second more is rows written in one tick (a year of a minutely schedule is 525 600).
+MAX_LOOKAHEAD_SECONDS = HOUR_SECONDS
 DEFAULT_REAPER_INTERVAL_SECONDS = 10.0
 
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
@@ -361,14 +371,15 @@ def _optional_path(key: str, value: Any) -> str:
     return value
 
 
-def _integer(low: int, high: int = MAX_INT4) -> _Parser:
+def _integer(low: int, high: int = MAX_INT4, why: str = "") -> _Parser:
     wanted = "a positive integer" if low > 0 else "a non-negative integer"
+    because = f" ({why})" if why else ""
 
     def parse(key: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{key}: expected {wanted}, got {_show(value)}")
         if value > high:
-            raise ConfigError(f"{key}: must be at most {high}, got {_show(value)}")
+            raise ConfigError(f"{key}: must be at most {high}, got {_show(value)}{because}")
         return value
 
     return parse
@@ -383,14 +394,37 @@ def _choice(choices: tuple[str, ...]) -> _Parser:
     return parse
 
 
-def _duration(*, allow_zero: bool = False) -> _Parser:
+def _duration(
+    *,
+    allow_zero: bool = False,
+    low: float | None = None,
+    high: float | None = None,
+    why: str = "",
+) -> _Parser:
+    """A duration, optionally within [low, high]; ``why`` says what the bound protects."""
+    because = f" ({why})" if why else ""
+
     def parse(key: str, value: Any) -> float:
         seconds = parse_duration(value, key)
         if seconds == 0 and not allow_zero:
             raise ConfigError(f"{key}: must be longer than 0s, got {_show(value)}")
+        if low is not None and seconds < low:
+            raise ConfigError(
+                f"{key}: must be at least {format_duration(low)}, got {_show(value)}{because}"
+            )
+        if high is not None and seconds > high:
+            raise ConfigError(
+                f"{key}: must be at most {format_duration(high)}, got {_show(value)}{because}"
+            )
         return seconds
 
     return parse
+
+
+_LEASE = _duration(
+    low=MIN_LEASE_SECONDS,
+    why="a shorter lease expires while a healthy run waits for its heartbeat",
+)
 
 
 def _fraction(key: str, value: Any) -> float:
@@ -540,11 +574,18 @@ _SECTIONS: dict[str, _Spec] = {
         "dsn": ("dsn", _string),
         "dsn_file": ("dsn_file", _string),
         "schema": ("schema", _schema),
-        "pool_size": ("pool_size", _integer(1)),
+        "pool_size": (
+            "pool_size",
+            _integer(
+                1,
+                MAX_POOL_SIZE,
+                "every connection counts against the server's max_connections, 100 by default",
+            ),
+        ),
     },
     "worker": {
         "threads": ("threads", _integer(1, MAX_THREADS)),
-        "lease": ("lease_seconds", _duration()),
+        "lease": ("lease_seconds", _LEASE),
         "heartbeat": ("heartbeat_seconds", _duration()),
         "poll_interval": ("poll_interval_seconds", _duration()),
         "shutdown_grace": ("shutdown_grace_seconds", _duration(allow_zero=True)),
@@ -553,7 +594,14 @@ _SECTIONS: dict[str, _Spec] = {
     },
     "ticker": {
         "interval": ("interval_seconds", _duration()),
-        "lookahead": ("lookahead_seconds", _duration(allow_zero=True)),
+        "lookahead": (
+            "lookahead_seconds",
+            _duration(
+                allow_zero=True,
+                high=MAX_LOOKAHEAD_SECONDS,
+                why="runs are created in advance this far, all in one tick",
+            ),
+        ),
         "reaper_interval": ("reaper_interval_seconds", _duration()),
     },
     "metrics": {"listen": ("listen", _listen)},
@@ -578,7 +626,7 @@ _JOB_TYPE_KEYS: _Spec = {
     "backoff_max": ("backoff_max_seconds", _duration(allow_zero=True)),
     "jitter": ("jitter", _fraction),
     "timeout": ("timeout_seconds", _duration()),
-    "lease": ("lease_seconds", _duration()),
+    "lease": ("lease_seconds", _LEASE),
 }
 _SCHEDULE_KEYS: _Spec = {
     "job_type": ("job_type", _job_type_ref),
@@ -759,10 +807,11 @@ def job_type_config(
     if values.get("backoff_max_seconds", DEFAULT_BACKOFF_MAX_SECONDS) < base:
         raise ConfigError(f"{prefix}.backoff_max: must not be shorter than {prefix}.backoff_base")
     lease = values.get("lease_seconds")
-    if lease is not None and lease <= worker.heartbeat_seconds:
+    least = MIN_LEASE_HEARTBEATS * worker.heartbeat_seconds
+    if lease is not None and lease < least:
         raise ConfigError(
-            f"{prefix}.lease: must be longer than worker.heartbeat "
-            f"({format_duration(worker.heartbeat_seconds)}) or it expires between heartbeats"
+            f"{prefix}.lease: must be at least twice worker.heartbeat ({format_duration(least)}),"
+            f" got {format_duration(lease)}, so that one late heartbeat does not lose the run"
         )
     return JobTypeConfig(name=name, **values)
 

@@ -85,9 +85,11 @@ def make_pool(
     size: int,
     name: str = "pgtick",
     open_timeout: float = POOL_OPEN_TIMEOUT_SECONDS,
+    checkout_timeout: float | None = None,
     wait: bool = True,
 ) -> psycopg_pool.ConnectionPool[Connection]:
-    """A pool of ``size`` autocommit connections, checked on checkout, opened explicitly."""
+    """A pool of ``size`` autocommit connections, checked on checkout, opened explicitly.
+    ``checkout_timeout`` (default: ``open_timeout``) bounds the wait for a connection."""
     pool: psycopg_pool.ConnectionPool[Connection] = psycopg_pool.ConnectionPool(
         dsn,
         min_size=size,
@@ -97,7 +99,7 @@ def make_pool(
         check=psycopg_pool.ConnectionPool.check_connection,
         name=name,
         open=False,
-        timeout=open_timeout,
+        timeout=open_timeout if checkout_timeout is None else checkout_timeout,
     )
     with wrap_errors("connect"):
         # One plain connection first: if the server is unreachable this fails at once with
@@ -105,7 +107,23 @@ def make_pool(
         psycopg.connect(dsn, **_connect_kwargs(name)).close()
         try:
             pool.open(wait=wait, timeout=open_timeout)
+        except psycopg_pool.PoolTimeout as exc:
+            pool.close()
+            raise DatabaseError(
+                f"connect: could not open {size} connections ({name}) within "
+                f"{open_timeout:g}s{_why_not(dsn, name)}"
+            ) from exc
         except BaseException:
             pool.close()
             raise
     return pool
+
+
+def _why_not(dsn: str, name: str) -> str:
+    """What the server says to one more connection (e.g. "too many clients"), for the message
+    of a pool that could not fill up; "" when it accepts it."""
+    try:
+        psycopg.connect(dsn, **_connect_kwargs(name)).close()
+    except psycopg.Error as exc:
+        return f": {describe(exc)}"
+    return ""

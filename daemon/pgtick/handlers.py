@@ -3,7 +3,10 @@
 A job type maps to exactly one handler: ``handler = "module:function"`` or ``command = [...]``
 in ``[job_types.NAME]``, or an ``@pgtick.job("NAME")`` decorator in a module listed in
 ``worker.imports``. ``execute`` runs one claimed run and turns whatever happened into an
-``Outcome``; it never raises, so a handler can never kill a worker thread.
+``Outcome``; it never raises, so a handler can never kill a worker thread: whatever a handler
+raises, ``SystemExit``, ``KeyboardInterrupt`` and ``GeneratorExit`` included, fails its run.
+None of them is the daemon's own business: its shutdown comes by signals to the main thread,
+never by an exception in a worker thread.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ COMMAND_STOP_TIMEOUT_SECONDS = (
 )
 
 Handler = Callable[["JobContext", Any], Any]
+
+log = structlog.get_logger("pgtick.handlers")
 
 # The decorator's registry. Filled at import time of the modules in ``worker.imports``;
 # read once by ``resolve`` at start-up.
@@ -266,7 +271,8 @@ class JobContext:
                     if not self._guard.begin_commit(self.run_id):
                         raise LeaseLostError(f"run {self.run_id}: no longer held, not committed")
                     committing = True
-                    if not RunStore.succeed_on(conn, self._worker_id, [self.run_id]):
+                    claim = (self.run_id, self.attempt)
+                    if not RunStore.succeed_on(conn, self._worker_id, [claim]):
                         raise LeaseLostError(f"run {self.run_id}: lease lost before commit")
                 finally:
                     self._tx = None
@@ -291,7 +297,8 @@ class Outcome:
     run_id: int
     # succeeded | failed | dead: what the handler did (the lifecycle decides what is
     # written); lost: transaction() found the lease gone; interrupted: a command killed
-    # because its run was cancelled (by the drain, a lost lease or an operator).
+    # because its run was cancelled (by the drain, a lost lease or an operator); cancelled:
+    # set by the lifecycle, not a handler: let go of a run an operator cancelled.
     kind: str
     error: str = ""
     error_type: str = ""
@@ -396,6 +403,16 @@ def execute(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
         except LeaseLostError:
             return Outcome(ctx.run_id, "lost", "lease lost", "lease_lost")
         except Exception as exc:
+            return _failure(ctx, jt, exc)
+        except BaseException as exc:
+            # sys.exit() or a library's KeyboardInterrupt/GeneratorExit: a failure of the
+            # run like any other, but worth a line of its own (it meant to stop something).
+            log.warning(
+                "handler_raised_base_exception",
+                run_id=ctx.run_id,
+                error_type=type(exc).__name__,
+                error=_short(str(exc)),
+            )
             return _failure(ctx, jt, exc)
         return Outcome(ctx.run_id, "succeeded")
 

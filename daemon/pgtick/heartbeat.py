@@ -3,9 +3,13 @@
 The heartbeat uses a store of its own (a one-connection pool): handlers holding connections
 in ``ctx.transaction()`` can never make it wait for one and lose leases.
 
-The same loop enforces Python handlers' timeouts, since it already wakes on a timer. After a
-database outage the first successful beat re-checks every held lease: runs that came back
-missing were lost while we were away, and their handlers are told to stop.
+The same loop enforces Python handlers' timeouts, since it already wakes on a timer, and
+gives back runs claimed ahead that no thread could start for a while. After a database outage
+the first successful beat re-checks every held lease: runs that came back missing were lost
+while we were away, and their handlers are told to stop. Until a beat has confirmed the
+leases, the dispatcher claims nothing and no claimed run is started (the lifecycle judges it
+from the time of the last successful beat), so a beat that cannot reach the database fails
+fast rather than waiting for a connection.
 """
 
 from __future__ import annotations
@@ -47,18 +51,25 @@ class Heartbeat:
         self.last_success_at: float | None = None
 
     def beat(self) -> None:
-        """One heartbeat: extend every held lease and report the ones found gone."""
-        leases = self._worker.life.leases()
-        beat = self._store.heartbeat(self._worker.worker_id, leases)
+        """One heartbeat: extend every held lease and report the ones found gone; then give
+        back the claimed runs that waited too long for a thread."""
+        life = self._worker.life
+        blocked = not life.may_claim()
+        sent_at = time.monotonic()
+        leases = life.leases()
+        beat = self._store.heartbeat(self._worker.worker_id, list(leases.values()))
         if not beat.registered:
             # Silent for long (an outage): another daemon's reaper forgot us. Come back.
             self._store.register_worker(self._info)
             log.info("worker_registered_again", worker_id=self._info.id)
         gone = set(leases) - beat.held
         if gone:
-            self._worker.life.lost(gone, beat.cancelled & gone)
-        self._worker.leases_confirmed.set()
+            self._worker.let_go(life.lost(gone, beat.cancelled & gone))
+        life.confirm(sent_at, beat.held)
+        if blocked:
+            self._worker.wake()  # the dispatcher waited for this beat to claim again
         self.last_success_at = time.monotonic()
+        self._worker.release_stale(self._store)
 
     def run(self) -> None:
         failures = 0
@@ -74,7 +85,6 @@ class Heartbeat:
                     failures = 0
                     next_beat = now + self._interval
                 except DatabaseError as exc:
-                    self._worker.leases_confirmed.clear()
                     failures += 1
                     self._metrics.db_error("heartbeat")
                     delay = min(self._interval, retry_delay(failures))

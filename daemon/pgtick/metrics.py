@@ -383,14 +383,19 @@ class Readiness:
         last_tick_at: Callable[[], float | None],
         tick_interval_seconds: float,
         clock: Callable[[], float] = time.monotonic,
+        problem: Callable[[], str | None] | None = None,
     ) -> None:
         self._database = database
         self._last_tick_at = last_tick_at
         self._limit = READY_TICK_INTERVALS * tick_interval_seconds
         self._clock = clock
+        self._problem = problem  # the daemon's own reason not to be ready, if any
 
     def reason_not_ready(self) -> str | None:
         """None when ready, else one line saying why not."""
+        problem = None if self._problem is None else self._problem()
+        if problem is not None:
+            return problem
         error = self._database.error()
         if error is not None:
             return f"database: {error}"

@@ -281,15 +281,32 @@ def _schedule_status(
 
 @dataclass(frozen=True)
 class Action:
-    """An operator's state change: its name, the states it accepts, the store call doing it."""
+    """An operator's state change: its name, the states it accepts, the store call doing it,
+    and what else may refuse it (a one-line reason, or None)."""
 
     verb: str  # "retry" / "cancel"
     past: str  # "retried" / "cancelled"
     accepts: tuple[str, ...]
     apply: Callable[[RunStore, Sequence[int]], list[int]]
+    refuse: Callable[[RunStore, Sequence[int]], str | None] | None = None
 
 
-RETRY = Action("retry", "retried", RETRYABLE, RunStore.retry)
+def _still_held(store: RunStore, run_ids: Sequence[int]) -> str | None:
+    """A run cancelled while it ran stays held by its daemon until the handler has stopped:
+    retrying it before then would start a second copy next to the one still running."""
+    held = store.held_after_cancel(run_ids)
+    if not held:
+        return None
+    run_id, holder, seconds_left = held[0]
+    others = f" (and {len(held) - 1} more)" if len(held) > 1 else ""
+    return (
+        f"cannot retry run {run_id} yet{others}: it was cancelled while running on {holder}, "
+        f"whose handler has not stopped; try again in a few seconds (at the latest in "
+        f"{max(1, seconds_left)}s, when its lease ends)"
+    )
+
+
+RETRY = Action("retry", "retried", RETRYABLE, RunStore.retry, _still_held)
 CANCEL = Action("cancel", "cancelled", CANCELLABLE, RunStore.cancel)
 
 
@@ -326,6 +343,9 @@ def change_runs(store: RunStore, action: Action, run_ids: Sequence[int]) -> Chan
             f"cannot {action.verb} run {first}: it is {refused[first]}{others}; only "
             f"{', '.join(action.accepts)} runs can be {action.past}"
         )
+    reason = None if action.refuse is None else action.refuse(store, ids)
+    if reason is not None:
+        raise UsageError(reason)
     changed = action.apply(store, ids)
     return Changed(changed, sorted(set(ids) - set(changed)))
 

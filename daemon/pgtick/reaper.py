@@ -1,4 +1,5 @@
-"""Recovers runs whose daemon died or froze, forgets dead daemons, and applies retention.
+"""Recovers runs whose daemon died or froze (and lets go of the cancelled ones such a daemon
+still held), forgets dead daemons, and applies retention.
 
 Any number of daemons reap at once: the reaper's SELECT uses SKIP LOCKED, and its UPDATE
 re-checks the lease, so a run is reaped once.
@@ -67,6 +68,10 @@ class Reaper:
         reaped = store.reap(self._delay_for)
         for run in reaped:
             log.warning("run_reaped", run_id=run.id, job_type=run.job_type, status=run.status)
+        # Cancelled runs whose daemon died before it let go of them: free them for retry.
+        let_go = store.reap_cancelled()
+        if let_go:
+            log.info("cancelled_runs_let_go", count=let_go, reason="lease expired")
         if time.monotonic() >= self._next_worker_reap:
             store.reap_workers(self._worker_gone_seconds)
             self._next_worker_reap = time.monotonic() + WORKER_REAP_EVERY_SECONDS

@@ -1,8 +1,8 @@
 """The composition root: builds the pool, wires the loops, owns signals and shutdown.
 
 Only this module knows all the parts. Side loops (dispatcher, completer, heartbeat, listener,
-reaper, ticker) run on threads; if one dies the service stops loudly (exit 1) rather than
-limping on, and systemd restarts it.
+reaper, ticker) and the handler threads run on threads; if one dies the service stops loudly
+(exit 1) rather than limping on, and systemd restarts it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pgtick import db, handlers, logs, migrate
 from pgtick.config import Config, read_token
 from pgtick.console import SECURITY_HEADERS, Console
 from pgtick.dbstate import METRICS_POOL_SIZE, DatabaseProbe
+from pgtick.errors import ConfigError
 from pgtick.heartbeat import Heartbeat
 from pgtick.http import HttpServer, observability_routes
 from pgtick.listener import Listener
@@ -39,10 +40,14 @@ from pgtick.worker import Worker
 # (effect_once outside a transaction, releases). The heartbeat has a pool of its own.
 EXTRA_CONNECTIONS = 5
 HEARTBEAT_POOL_SIZE = 1
+LISTEN_CONNECTIONS = 1  # the LISTEN connection, outside every pool
 WEB_POOL_SIZE = 2  # the console's reads and actions, apart from the workers' pool
 MAIN_LOOP_SECONDS = 1.0
 DISPATCHER_JOIN_SECONDS = 5.0  # a claim in flight returns within a statement's time
-COMPLETER_FLUSH_SECONDS = 1.5
+# At the end of the drain, how long the results of handlers that returned may take to be
+# written (a database that is slow or away); what is still unwritten then is logged by run id
+# and the exit code is 1: those runs stay `running` until the reaper recovers them.
+RESULTS_FLUSH_SECONDS = 10.0
 POST_CANCEL_WAIT_SECONDS = 1.0  # for Python handlers to notice ctx.cancelled
 SUMMARY_INTERVAL_SECONDS = 60.0  # the periodic INFO line of run outcomes per job type
 LOOP_STALE_FACTOR = 3.0  # a loop is stuck after this many of its own intervals
@@ -113,6 +118,7 @@ class Service:
         self._web: HttpServer | None = None
         self._web_store: RunStore | None = None
         self._ticker: Ticker | None = None
+        self._dead: list[str] = []  # threads found dead by the supervisor
 
     # -- signals --------------------------------------------------------------------------------
 
@@ -142,8 +148,17 @@ class Service:
             if applied:
                 log.info("migrations_applied", versions=applied)
         size = max(cfg.database.pool_size, cfg.worker.threads + EXTRA_CONNECTIONS)
+        self._check_connection_limit(size)
         pool = db.make_pool(self.dsn, schema, size=size, name="pgtick")
-        beat_pool = db.make_pool(self.dsn, schema, size=HEARTBEAT_POOL_SIZE, name="pgtick-beat")
+        beat_pool = db.make_pool(
+            self.dsn,
+            schema,
+            size=HEARTBEAT_POOL_SIZE,
+            name="pgtick-beat",
+            # During an outage a beat fails at once rather than waiting for a connection, so
+            # that claims stop until the leases have been re-checked.
+            checkout_timeout=min(cfg.worker.heartbeat_seconds, db.POOL_OPEN_TIMEOUT_SECONDS),
+        )
         previous_signals = self._install_signals()
         try:
             with pool.connection() as conn, db.wrap_errors("schema check"):
@@ -156,6 +171,25 @@ class Service:
             beat_pool.close(timeout=2.0)
             pool.close(timeout=2.0)
             self.notifier.close()
+
+    def _check_connection_limit(self, pool_size: int) -> None:
+        """Refuse, before opening anything, more connections than the server accepts at all:
+        a pool that can never fill fails only after its timeout, and floods the log with the
+        server's refusals meanwhile."""
+        cfg = self.config
+        needed = pool_size + HEARTBEAT_POOL_SIZE + LISTEN_CONNECTIONS
+        needed += METRICS_POOL_SIZE if cfg.metrics.enabled else 0
+        needed += WEB_POOL_SIZE if cfg.web.enabled else 0
+        with db.connect(self.dsn, cfg.database.schema) as conn:
+            allowed, max_connections = RunStore.connection_limit_on(conn)
+        if needed > allowed:
+            where = f"{cfg.path}: " if cfg.path else ""
+            raise ConfigError(
+                f"{where}database.pool_size: this daemon needs {needed} connections (a pool "
+                f"of {pool_size} and {needed - pool_size} for its loops) but the server accepts "
+                f"at most {allowed} (max_connections = {max_connections}, less reserved slots);"
+                " lower database.pool_size or worker.threads, or raise max_connections"
+            )
 
     def _serve(
         self, store: RunStore, beat_store: RunStore, job_types: dict[str, handlers.JobType]
@@ -216,7 +250,7 @@ class Service:
             )
         self.notifier.ready(self._status(worker))
         crashed = self._supervise(worker, worker_threads, loops, heartbeat, ticker)
-        self._drain(worker, ticker, metrics)
+        crashed = not self._drain(worker, ticker, metrics) or crashed
         self._log_summary(worker)
         for side in (listener, reaper, ticker):
             side.stop_event.set()
@@ -252,7 +286,9 @@ class Service:
             probe, metrics.job_types, cfg.schedules, on_error=lambda: metrics.db_error("metrics")
         )
         metrics.registry.register(collector)
-        readiness = Readiness(collector, self._last_tick_at, cfg.ticker.interval_seconds)
+        readiness = Readiness(
+            collector, self._last_tick_at, cfg.ticker.interval_seconds, problem=self._problem
+        )
         routes = observability_routes(metrics, readiness)
         self._http = HttpServer("metrics.listen", cfg.metrics.host, cfg.metrics.port, routes)
         self._http.start()
@@ -274,6 +310,12 @@ class Service:
         self._web = HttpServer("web.listen", web.host, web.port, console.routes(), SECURITY_HEADERS)
         self._web.start()
         log.info("console_listening", url=f"http://{web.listen}/", actions=token is not None)
+
+    def _problem(self) -> str | None:
+        """Why this daemon is not ready beyond the database and the ticker: a dead thread."""
+        if self._dead:
+            return f"threads died: {', '.join(self._dead)} (stopping)"
+        return None
 
     def _last_tick_at(self) -> float | None:
         return None if self._ticker is None else self._ticker.last_tick_at
@@ -310,7 +352,12 @@ class Service:
             dead = [loop.name for loop in loops if loop.finished]
             dead += [t.name for t in worker_threads if not t.is_alive()]
             if dead:
-                log.error("loop_died", loops=dead)
+                self._dead = dead
+                log.error(
+                    "loop_died",
+                    loops=dead,
+                    message="a daemon thread died: stopping (systemd restarts the service)",
+                )
                 return True
             stale = self._stale_loops(worker, heartbeat, ticker)
             if stale:
@@ -349,9 +396,10 @@ class Service:
             if now - alive_at > LOOP_STALE_FACTOR * max(interval, MAIN_LOOP_SECONDS)
         ]
 
-    def _drain(self, worker: Worker, ticker: Ticker, metrics: Metrics) -> None:
+    def _drain(self, worker: Worker, ticker: Ticker, metrics: Metrics) -> bool:
         """SIGTERM: stop claiming, let handlers finish within the grace, stop the rest, and
-        release a run only once its handler (and a command's whole process group) is gone."""
+        release a run only once its handler (and a command's whole process group) is gone;
+        then wait for every result to be written. False if some could not be."""
         grace = self.config.worker.shutdown_grace_seconds
         life = worker.life
         finished_before = life.finished_total
@@ -383,7 +431,6 @@ class Service:
             life.wait_idle(POST_CANCEL_WAIT_SECONDS)
             if not life.wait_idle(handlers.COMMAND_STOP_TIMEOUT_SECONDS, commands_only=True):
                 log.error("commands_still_running", handlers=worker.busy)
-        worker.completer.wait_empty(COMPLETER_FLUSH_SECONDS)
         report = life.leftovers()
         released += worker.release(report.release)
         for held in report.left_running:
@@ -395,9 +442,19 @@ class Service:
                 "reaper decides",
             )
         worker.close()
+        unwritten = worker.wait_written(RESULTS_FLUSH_SECONDS)
+        if unwritten:
+            log.error(
+                "results_not_written",
+                runs=sorted(unwritten),
+                reason=f"the database did not take them within {RESULTS_FLUSH_SECONDS:g}s; "
+                "the runs stay running until their leases expire and the reaper decides",
+            )
         log.info(
             "drained",
             finished=life.finished_total - finished_before,
             released=released,
             left_running=len(report.left_running),
+            unwritten=len(unwritten),
         )
+        return not unwritten

@@ -61,11 +61,26 @@ class ClaimedRun:
     locked_until: datetime
 
 
+# A claim of a run: (run id, attempt number). Every write a holder makes is guarded by it, so
+# that a result of an earlier claim never lands on a later claim of the same run.
+Claim = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A held run as the heartbeat renews it: its claim and its lease length."""
+
+    run_id: int
+    attempt: int
+    seconds: float
+
+
 @dataclass(frozen=True)
 class Failure:
     """One failed attempt to record; ``retry_in_seconds`` None means give up (dead)."""
 
     run_id: int
+    attempt: int
     error: str
     error_type: str
     detail: str
@@ -387,6 +402,14 @@ def _enqueue_params(run: NewRun) -> dict[str, Any]:
     }
 
 
+def _claims(worker_id: str, claims: Sequence[Claim]) -> dict[str, Any]:
+    return {
+        "worker_id": worker_id,
+        "ids": [run_id for run_id, _ in claims],
+        "attempts": [attempt for _, attempt in claims],
+    }
+
+
 class RunStore:
     """Typed access to the pgtick schema through a connection pool."""
 
@@ -492,29 +515,28 @@ class RunStore:
         rows = self._all("next_due", "next_due", {"job_types": list(job_types)})
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
-    def heartbeat(self, worker_id: str, leases: Mapping[int, float]) -> Beat:
+    def heartbeat(self, worker_id: str, leases: Sequence[Lease]) -> Beat:
         """Extend the given leases; says which are still held (the others are gone), which of
         the gone ones an operator cancelled, and whether this worker's row still exists."""
         params = {
             "worker_id": worker_id,
-            "ids": list(leases),
-            "leases": list(leases.values()),
+            "ids": [lease.run_id for lease in leases],
+            "attempts": [lease.attempt for lease in leases],
+            "leases": [lease.seconds for lease in leases],
         }
         [(held, registered, cancelled)] = self._all("heartbeat", "heartbeat", params)
         return Beat(set(held), bool(registered), set(cancelled))
 
-    def succeed(self, worker_id: str, run_ids: Sequence[int]) -> set[int]:
-        """Mark runs succeeded if this worker still holds them; returns those it did."""
+    def succeed(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
+        """Mark runs succeeded if this worker still holds these claims; returns those it did."""
         with self._conn("succeed") as conn:
-            return self.succeed_on(conn, worker_id, run_ids)
+            return self.succeed_on(conn, worker_id, claims)
 
     @staticmethod
-    def succeed_on(conn: db.Connection, worker_id: str, run_ids: Sequence[int]) -> set[int]:
+    def succeed_on(conn: db.Connection, worker_id: str, claims: Sequence[Claim]) -> set[int]:
         """``succeed`` on a given connection (inside a handler's transaction)."""
         with db.wrap_errors("succeed"):
-            rows = conn.execute(
-                sqlfile.query("succeed"), {"worker_id": worker_id, "ids": list(run_ids)}
-            ).fetchall()
+            rows = conn.execute(sqlfile.query("succeed"), _claims(worker_id, claims)).fetchall()
         return {row[0] for row in rows}
 
     def fail(self, worker_id: str, failures: Sequence[Failure]) -> list[FailResult]:
@@ -525,7 +547,7 @@ class RunStore:
             return self._fail_on(conn, worker_id, failures)
 
     def finish(
-        self, worker_id: str, succeeded: Sequence[int], failures: Sequence[Failure]
+        self, worker_id: str, succeeded: Sequence[Claim], failures: Sequence[Failure]
     ) -> tuple[set[int], list[FailResult]]:
         """Write a batch of results all or nothing, so a failure part-way leaves nothing
         written and the batch can be retried as it is: one statement when the batch holds
@@ -547,6 +569,7 @@ class RunStore:
         params = {
             "worker_id": worker_id,
             "ids": [f.run_id for f in failures],
+            "attempts": [f.attempt for f in failures],
             "errors": [f.error for f in failures],
             "error_types": [f.error_type for f in failures],
             "details": [f.detail for f in failures],
@@ -555,12 +578,24 @@ class RunStore:
         with db.wrap_errors("fail"):
             return [FailResult(*row) for row in conn.execute(sqlfile.query("fail"), params)]
 
-    def release(self, worker_id: str, run_ids: Sequence[int]) -> set[int]:
+    def release(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
         """Give held runs back (queued, attempt not counted); returns those released."""
-        if not run_ids:
+        if not claims:
             return set()
-        rows = self._all("release", "release", {"worker_id": worker_id, "ids": list(run_ids)})
+        rows = self._all("release", "release", _claims(worker_id, claims))
         return {row[0] for row in rows}
+
+    def acknowledge_cancel(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
+        """Let go of held runs an operator cancelled, now that their handlers have stopped;
+        returns those that were cancelled and held by these claims."""
+        if not claims:
+            return set()
+        rows = self._all("acknowledge_cancel", "acknowledge_cancel", _claims(worker_id, claims))
+        return {row[0] for row in rows}
+
+    def reap_cancelled(self, limit: int = REAP_BATCH_ROWS) -> int:
+        """Let go of cancelled runs whose holder died before it could (lease expired)."""
+        return int(self._all("reap", "reap_cancelled", {"limit": limit})[0][0])
 
     def reap(
         self,
@@ -599,6 +634,12 @@ class RunStore:
             for job_type in sorted({row[1] for row in rows}):
                 conn.execute(sqlfile.query("notify"), {"job_type": job_type})
         return sorted(row[0] for row in rows)
+
+    def held_after_cancel(self, run_ids: Sequence[int]) -> list[tuple[int, str, int]]:
+        """Cancelled runs among these whose holder has not let go: (id, holder, seconds left
+        on its lease)."""
+        rows = self._all("retry", "held_after_cancel", {"ids": list(run_ids)})
+        return [(int(i), str(holder), int(left)) for i, holder, left in rows]
 
     def cancel(self, run_ids: Sequence[int]) -> list[int]:
         """Non-terminal -> cancelled; returns the ids that changed."""
@@ -685,6 +726,14 @@ class RunStore:
         return [RunSummary(*row) for row in self._all("list_runs", name, params)]
 
     # -- workers and effects ----------------------------------------------------------------
+
+    @staticmethod
+    def connection_limit_on(conn: db.Connection) -> tuple[int, int]:
+        """(connections an ordinary role may open, max_connections) of the server."""
+        with db.wrap_errors("connect"):
+            row = conn.execute(sqlfile.query("connection_limit")).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
 
     def register_worker(self, info: WorkerInfo) -> None:
         with self._conn("register_worker") as conn:

@@ -126,5 +126,7 @@ def span(ctx: JobContext, payload: dict[str, Any]) -> None:
     record(ctx, "end")
 
 
-# The lifecycle bug tests' handlers register themselves on import (they use record()).
+# The lifecycle bug and correctness tests' handlers register themselves on import (they use
+# record()).
+import correctness_jobs  # noqa: E402, F401
 import lifecycle_jobs  # noqa: E402, F401

@@ -115,7 +115,7 @@ def test_prune_of_200k_runs_does_not_hold_up_claims(
             claimed = probe.claim("probe-worker", [ClaimType("probe", 60.0, 10)], 1)
             latencies.append(time.monotonic() - t0)
             assert claimed, "the probe ran out of runs before the prune finished"
-            probe.succeed("probe-worker", [claimed[0].id])
+            probe.succeed("probe-worker", [(claimed[0].id, claimed[0].attempt)])
         pruned_in = time.monotonic() - started
         out, err = prune.communicate(timeout=10)
         assert prune.returncode == 0, err

@@ -15,7 +15,7 @@ from pgtick.errors import ConfigError
 from pgtick.handlers import JobContext, Outcome
 from pgtick.lifecycle import Held, Lifecycle
 from pgtick.metrics import Metrics
-from pgtick.store import ClaimType, NewRun, RunStore
+from pgtick.store import ClaimType, Lease, NewRun, RunStore
 from pgtick.worker import Completer
 
 
@@ -40,14 +40,14 @@ def _register(registry: list[str], name: str, **options: Any) -> None:
 def test_decorator_options_are_checked_like_the_config_file(
     registry: list[str], store: RunStore
 ) -> None:
-    """Bug 3: `lease=30` (an int, as the README shows for timeout) made every claim and
+    """Bug 3: `lease=40` (an int, as the README shows for timeout) made every claim and
     heartbeat fail; `max_attempts=0` violated a CHECK on every claim; `backoff="expo"` raised
     out of execute() and killed the worker thread."""
-    _register(registry, "dec_int_lease", lease=30, timeout="5m", max_attempts=4)
+    _register(registry, "dec_int_lease", lease=40, timeout="5m", max_attempts=4)
     config = config_from_mapping({"job_types": {"plain": {"command": ["/bin/true"]}}})
     job_types = handlers.resolve(config)
     jt = job_types["dec_int_lease"]
-    assert jt.lease_seconds == 30.0 and isinstance(jt.lease_seconds, float)
+    assert jt.lease_seconds == 40.0 and isinstance(jt.lease_seconds, float)
     assert (jt.config.timeout_seconds, jt.config.max_attempts) == (300.0, 4)
     # Both types in one claim, as the dispatcher does: the leases are one float8[].
     store.enqueue_many([NewRun("dec_int_lease"), NewRun("plain")])
@@ -57,7 +57,8 @@ def test_decorator_options_are_checked_like_the_config_file(
         ("dec_int_lease", 4),
         ("plain", 10),
     ]
-    assert store.heartbeat("w", {c.id: 30.0 for c in claimed}).held == {c.id for c in claimed}
+    leases = [Lease(c.id, c.attempt, 30.0) for c in claimed]
+    assert store.heartbeat("w", leases).held == {c.id for c in claimed}
 
 
 @pytest.mark.parametrize(
@@ -67,7 +68,7 @@ def test_decorator_options_are_checked_like_the_config_file(
         ({"backoff": "expo"}, "backoff"),
         ({"lease": "soon"}, "lease"),
         ({"jitter": 3}, "jitter"),
-        ({"lease": 5}, "longer than worker.heartbeat"),
+        ({"lease": 5}, "twice worker.heartbeat"),
     ],
 )
 def test_bad_decorator_options_are_config_errors_naming_the_decorator(

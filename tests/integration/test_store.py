@@ -12,7 +12,7 @@ import pgtick
 from pgtick import db
 from pgtick.backoff import Backoff
 from pgtick.config import WorkerConfig
-from pgtick.store import Beat, ClaimType, Failure, NewRun, RunStore
+from pgtick.store import Beat, ClaimType, Failure, Lease, NewRun, RunStore
 
 NOOP = [ClaimType("noop", 60.0, 10)]
 
@@ -61,10 +61,10 @@ def test_lease_guard_after_expiry_and_takeover(store: RunStore, conn: db.Connect
     assert [(r.id, r.status) for r in reaped] == [(run_id, "failed")]
     assert _claim_one(store, "B") == run_id
 
-    assert store.heartbeat("A", {run_id: 60.0}).held == set()
-    assert store.succeed("A", [run_id]) == set()
-    assert store.fail("A", [Failure(run_id, "late", "Exception", "tb", 5.0)]) == []
-    assert store.release("A", [run_id]) == set()
+    assert store.heartbeat("A", [Lease(run_id, 1, 60.0)]).held == set()
+    assert store.succeed("A", [(run_id, 1)]) == set()
+    assert store.fail("A", [Failure(run_id, 1, "late", "Exception", "tb", 5.0)]) == []
+    assert store.release("A", [(run_id, 1)]) == set()
 
     run = store.get_run(run_id)
     assert run is not None
@@ -77,8 +77,8 @@ def test_lease_guard_after_expiry_and_takeover(store: RunStore, conn: db.Connect
     outcomes = [(a.worker_id, a.outcome) for a in store.get_attempts(run_id)]
     assert outcomes == [("A", "lost"), ("B", None)]
     # B, the rightful holder, can heartbeat and finish.
-    assert store.heartbeat("B", {run_id: 60.0}).held == {run_id}
-    assert store.succeed("B", [run_id]) == {run_id}
+    assert store.heartbeat("B", [Lease(run_id, 2, 60.0)]).held == {run_id}
+    assert store.succeed("B", [(run_id, 2)]) == {run_id}
     assert [(a.worker_id, a.outcome) for a in store.get_attempts(run_id)] == [
         ("A", "lost"),
         ("B", "succeeded"),
@@ -99,7 +99,12 @@ def test_retries_follow_backoff_on_database_clock_then_dead(
             "w",
             [
                 Failure(
-                    run_id, f"boom {n}", "ValueError", f"Traceback ... boom {n}", policy.delay(n)
+                    run_id,
+                    n,
+                    f"boom {n}",
+                    "ValueError",
+                    f"Traceback ... boom {n}",
+                    policy.delay(n),
                 )
             ],
         )
@@ -132,7 +137,7 @@ def test_retries_follow_backoff_on_database_clock_then_dead(
 def test_fail_without_delay_is_dead_at_once(store: RunStore) -> None:
     run_id = store.enqueue(NewRun("noop"))
     _claim_one(store, "w")
-    [result] = store.fail("w", [Failure(run_id, "bad input", "Fail", "", None)])
+    [result] = store.fail("w", [Failure(run_id, 1, "bad input", "Fail", "", None)])
     assert result.status == "dead"
 
 
@@ -178,7 +183,7 @@ def test_reaper_fails_or_kills_expired_and_leaves_live_leases(
 def test_release_does_not_count_the_attempt(store: RunStore) -> None:
     run_id = store.enqueue(NewRun("noop"))
     _claim_one(store, "w")
-    assert store.release("w", [run_id]) == {run_id}
+    assert store.release("w", [(run_id, 1)]) == {run_id}
     run = store.get_run(run_id)
     assert run is not None and (run.status, run.attempts, run.locked_by) == ("queued", 0, None)
     assert _claim_one(store, "w2") == run_id
@@ -260,13 +265,17 @@ def test_operator_retry_and_cancel(store: RunStore) -> None:
     queued, running, dead = store.enqueue_many([NewRun("noop") for _ in range(3)])
     claimed = store.claim("w", NOOP, 2)
     assert {c.id for c in claimed} == {queued, running}
-    store.fail("w", [Failure(queued, "x", "E", "", None)])  # now dead
+    store.fail("w", [Failure(queued, 1, "x", "E", "", None)])  # now dead
     assert store.cancel([dead, running, 999_999]) == sorted([dead, running])
-    beat = store.heartbeat("w", {running: 60.0})
+    beat = store.heartbeat("w", [Lease(running, 1, 60.0)])
     assert beat.held == set()  # the worker learns it lost it
     assert beat.cancelled == {running}  # ... to an operator's cancel, not to another daemon
     assert store.cancel([dead]) == []  # terminal already
-    assert store.retry([queued, dead, running]) == sorted([queued, dead, running])
+    # Its handler may still run: no retry until the worker has let go of it.
+    assert store.held_after_cancel([running])[0][:2] == (running, "w")
+    assert store.retry([queued, dead, running]) == sorted([queued, dead])
+    assert store.acknowledge_cancel("w", [(running, 1)]) == {running}
+    assert store.retry([running]) == [running]
     for run_id in (queued, dead, running):
         run = store.get_run(run_id)
         assert run is not None and (run.status, run.locked_by, run.finished_at) == (
@@ -280,7 +289,7 @@ def test_operator_retry_and_cancel(store: RunStore) -> None:
     store.claim("w", NOOP, 3)
     [spent] = store.enqueue_many([NewRun("noop", max_attempts=1)])
     assert _claim_one(store, "w") == spent
-    store.fail("w", [Failure(spent, "x", "E", "", 5.0)])
+    store.fail("w", [Failure(spent, 1, "x", "E", "", 5.0)])
     assert store.get_run(spent).status == "dead"  # type: ignore[union-attr]
     assert store.retry([spent]) == [spent]
     assert store.get_run(spent).max_attempts == 2  # type: ignore[union-attr]
@@ -289,7 +298,7 @@ def test_operator_retry_and_cancel(store: RunStore) -> None:
 def test_prune_deletes_old_terminal_runs_in_batches(store: RunStore, conn: db.Connection) -> None:
     ids = store.enqueue_many([NewRun("noop") for _ in range(25)])
     claimed = store.claim("w", NOOP, 25)
-    store.succeed("w", [c.id for c in claimed])
+    store.succeed("w", [(c.id, c.attempt) for c in claimed])
     conn.execute(
         "UPDATE runs SET finished_at = now() - interval '8 days' WHERE id = ANY(%s)", [ids[:20]]
     )
@@ -307,10 +316,10 @@ def test_worker_registry(store: RunStore, conn: db.Connection) -> None:
     store.register_worker(WorkerInfo("w1", "host", 123, "0.1.0", 8, ["noop"]))
     store.register_worker(WorkerInfo("w2", "host", 124, "0.1.0", 8, ["noop"]))
     conn.execute("UPDATE workers SET heartbeat_at = now() - interval '1 hour' WHERE id = 'w2'")
-    assert store.heartbeat("w1", {}) == Beat(set(), True, set())
+    assert store.heartbeat("w1", []) == Beat(set(), True, set())
     assert store.reap_workers(600) == ["w2"]
     # Forgotten: it must register again.
-    assert store.heartbeat("w2", {}) == Beat(set(), False, set())
+    assert store.heartbeat("w2", []) == Beat(set(), False, set())
     store.deregister_worker("w1")
     assert conn.execute("SELECT count(*) FROM workers").fetchone() == (0,)
 

@@ -111,7 +111,7 @@ def test_overlap_skip_records_skipped_while_a_run_is_active(
     t.tick()  # the next occurrence comes due while the first one runs
     statuses = [r[0] for r in conn.execute("SELECT status FROM runs ORDER BY id")]
     assert statuses == ["running", "skipped"]
-    store.succeed("w", [claimed.id])
+    store.succeed("w", [(claimed.id, claimed.attempt)])
     rewind(conn, "61 seconds")
     conn.execute(SHIFT_OLD_OCCURRENCES)
     t.tick()

@@ -490,8 +490,8 @@ ERRORS = [
     ("[job_types.t]\ntimeout = '0s'", 'job_types.t.timeout: must be longer than 0s, got "0s"'),
     (
         "[job_types.t]\nlease = '20s'",
-        "job_types.t.lease: must be longer than worker.heartbeat (20s) "
-        "or it expires between heartbeats",
+        "job_types.t.lease: must be at least twice worker.heartbeat (40s), got 20s, "
+        "so that one late heartbeat does not lose the run",
     ),
     # schedules
     (

@@ -226,21 +226,89 @@ def test_an_error_after_the_commit_keeps_the_success() -> None:
     assert attempts(w.metrics, "py", "failed") == 0
 
 
-@pytest.mark.parametrize("reason", ["lost", "cancelled"])
-def test_lost_or_cancelled_while_running_stops_the_handler_and_drops_its_result(
-    reason: str,
-) -> None:
+def test_lost_while_running_stops_the_handler_and_drops_its_result() -> None:
     w, h = in_state(State.RUNNING)
-    cancelled = {h.id} if reason == "cancelled" else set()
-    assert w.life.lost({h.id}, cancelled) == [h]
+    assert w.life.lost({h.id}) == [h]
     assert w.life.state(h.id) is State.LOST and h.ctx.cancelled.is_set()
     assert h.id not in w.life.leases()
     assert w.life.finish(h, Outcome(h.id, "succeeded"), 0.1) is None  # dropped
     assert w.life.held_count() == 0 and w.life.active == 0
-    assert attempts(w.metrics, "py", reason) == 1
+    assert attempts(w.metrics, "py", "lost") == 1
     assert attempts(w.metrics, "py", "succeeded") == 0
-    lost_leases = metric(w.metrics, "pgtick_leases_lost_total", job_type="py")
-    assert lost_leases == (1 if reason == "lost" else 0)
+    assert metric(w.metrics, "pgtick_leases_lost_total", job_type="py") == 1
+
+
+def test_cancelled_while_running_is_held_until_the_handler_stopped_and_let_go() -> None:
+    """An operator's cancel: the handler is told to stop, but the run stays ours (its lease
+    renewed) until the handler has returned and the writer has let go of it: no second copy
+    can start meanwhile. Its result is dropped; it counts as cancelled, not lost."""
+    w, h = in_state(State.RUNNING)
+    assert w.life.lost({h.id}, {h.id}) == [h]
+    assert w.life.state(h.id) is State.LOST and h.ctx.cancelled.is_set()
+    assert h.id in w.life.leases()  # still renewed
+    let_go = w.life.finish(h, Outcome(h.id, "succeeded"), 0.1)
+    assert let_go == Outcome(h.id, "cancelled")
+    assert w.life.state(h.id) is State.FINISHING and w.life.active == 0
+    w.life.written([(h, let_go, 0.1)], set(), {}, {h.id})
+    assert w.life.held_count() == 0
+    assert attempts(w.metrics, "py", "cancelled") == 1
+    assert attempts(w.metrics, "py", "succeeded") == attempts(w.metrics, "py", "lost") == 0
+    assert metric(w.metrics, "pgtick_leases_lost_total", job_type="py") == 0
+
+
+def test_cancelled_before_a_thread_started_it_is_let_go_of() -> None:
+    w, h = in_state(State.CLAIMED)
+    assert w.life.lost({h.id}, {h.id}) == [h]
+    assert w.life.state(h.id) is State.FINISHING
+    assert not w.life.start(h)
+    w.life.written([(h, Outcome(h.id, "cancelled"), None)], set(), {}, {h.id})
+    assert w.life.held_count() == 0 and attempts(w.metrics, "py", "cancelled") == 1
+
+
+def test_a_result_refused_because_the_run_was_cancelled_counts_as_cancelled() -> None:
+    """The cancel landed between two heartbeats and the handler returned first: the write
+    finds the run cancelled (the writer let go of it), which is no lost lease."""
+    w = World()
+    h = w.finishing()
+    w.life.written([(h, Outcome(h.id, "succeeded"), 0.1)], set(), {}, {h.id})
+    assert attempts(w.metrics, "py", "cancelled") == 1
+    assert attempts(w.metrics, "py", "lost") == 0
+    assert metric(w.metrics, "pgtick_leases_lost_total", job_type="py") == 0
+
+
+@pytest.mark.parametrize("state", list(MAKERS))
+def test_occupied_counts_the_runs_with_a_thread_or_waiting_for_one(state: State) -> None:
+    w, h = in_state(state)
+    w.accepted()  # one more waiting
+    waiting = sum(1 for s in (w.life.state(h.id),) if s is State.CLAIMED) + 1
+    assert w.life.occupied() == w.life.active + waiting
+    w.life.lost({h.id})
+    w.life.unstarted()
+    assert w.life.occupied() == w.life.active
+
+
+def test_claims_wait_for_threads_only_for_a_while() -> None:
+    w = World()
+    old = w.accepted()
+    w.clock.now += 2.0
+    young = w.accepted()
+    assert w.life.occupied() == 2
+    assert w.life.unstarted(1.0) == [old]  # given back; the young one still waits
+    assert w.life.state(young.id) is State.CLAIMED
+    assert w.life.occupied() == 1
+
+
+def test_no_claim_and_no_start_while_leases_may_have_expired() -> None:
+    """No heartbeat renewed the leases for longer than the shortest lease (an outage): a
+    claim could take again a run held here, and a claimed run may be someone else's now."""
+    w = World()
+    w.life = Lifecycle(w.metrics, clock=w.clock, min_lease_seconds=60.0)
+    h = w.accepted()
+    assert w.life.may_claim()
+    w.clock.now += 61.0
+    assert not w.life.may_claim()
+    w.life.confirm(w.clock.now, {h.id})  # a beat renewed it
+    assert w.life.may_claim() and w.life.start(h)
 
 
 def test_lost_before_a_thread_started_it() -> None:

@@ -116,31 +116,44 @@ CROSS JOIN LATERAL (
 
 -- heartbeat --
 -- Extend the leases this worker still holds (a lease not renewed expires and the run is
--- recovered) and mark the worker alive, in
--- one round trip. Returns the ids still held (a run missing from them has been lost) and
--- whether the workers row still exists (other daemons forget a worker silent for long), and
--- which of the given runs an operator cancelled (their handlers are stopped, not "lost").
+-- recovered) and mark the worker alive, in one round trip. Guarded by the claim: this
+-- worker, and the attempt it claimed. A run an operator cancelled stays held, its lease
+-- renewed, until the worker lets go of it (acknowledge_cancel): until then its handler may
+-- still run, and no retry may start a second copy. Returns the ids still held and running
+-- (a run missing from them is gone), whether the workers row still exists (other daemons
+-- forget a worker silent for long), and which of the given runs an operator cancelled
+-- (their handlers are stopped, not "lost").
 WITH alive AS (
     UPDATE workers SET heartbeat_at = now() WHERE id = %(worker_id)s RETURNING id
 ), held AS (
     UPDATE runs r
     SET locked_until = now() + make_interval(secs => h.lease)
-    FROM unnest(%(ids)s::bigint[], %(leases)s::float8[]) AS h(id, lease)
-    WHERE r.id = h.id AND r.locked_by = %(worker_id)s AND r.status = 'running'
-    RETURNING r.id
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(leases)s::float8[])
+         AS h(id, attempt, lease)
+    WHERE r.id = h.id AND r.attempts = h.attempt AND r.locked_by = %(worker_id)s
+      AND r.status IN ('running', 'cancelled')
+    RETURNING r.id, r.status
 )
-SELECT ARRAY(SELECT id FROM held), EXISTS (SELECT 1 FROM alive),
+SELECT ARRAY(SELECT id FROM held WHERE status = 'running'), EXISTS (SELECT 1 FROM alive),
        ARRAY(SELECT r.id FROM runs r
              WHERE r.id = ANY(%(ids)s::bigint[]) AND r.status = 'cancelled');
 
 -- succeed --
--- Finish runs as succeeded, guarded by the lease (only the holder may write a result);
--- returns those finished.
+-- Finish runs as succeeded, guarded by the claim: only the holder may write a result, and
+-- only for the attempt it claimed, so that a result of an earlier claim never lands on a
+-- later claim of the same run by the same daemon. Returns those finished.
+-- A run this worker holds is `running`, or `cancelled` and not let go of yet (nothing else
+-- keeps locked_by), so "not cancelled" means running here. Said that way on purpose: the
+-- planner cannot serve it from runs_lease_idx, which statistics taken while a backlog was
+-- still queued show as empty when it is full of dead entries of runs finished since (each
+-- statement then walked them all); it takes each claim by the primary key instead.
 WITH done AS (
     UPDATE runs r
     SET status = 'succeeded', locked_by = NULL, locked_until = NULL,
         finished_at = now(), updated_at = now()
-    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.locked_by = %(worker_id)s AND r.status = 'running'
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
+    WHERE r.id = c.id AND r.attempts = c.attempt AND r.locked_by = %(worker_id)s
+      AND r.status <> 'cancelled'
     RETURNING r.id, r.attempts
 ), closed AS (
     UPDATE attempts a
@@ -152,11 +165,12 @@ SELECT id FROM done;
 
 -- fail --
 -- Finish runs as failed (retry at now() + delay) or dead (delay NULL, or attempts exhausted),
--- guarded by the lease. The short error goes to the run, the bounded detail to the attempt.
+-- guarded by the claim (as succeed, "not cancelled" meaning running). The short error goes
+-- to the run, the bounded detail to the attempt.
 WITH input AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(errors)s::text[], %(error_types)s::text[],
-                         %(details)s::text[], %(delays)s::float8[])
-        AS f(id, error, error_type, detail, delay)
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
+                         %(error_types)s::text[], %(details)s::text[], %(delays)s::float8[])
+        AS f(id, attempt, error, error_type, detail, delay)
 ), done AS (
     UPDATE runs r
     SET status = CASE WHEN f.delay IS NULL OR r.attempts >= r.max_attempts
@@ -168,7 +182,8 @@ WITH input AS (
         last_error = f.error, error_type = f.error_type,
         locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM input f
-    WHERE r.id = f.id AND r.locked_by = %(worker_id)s AND r.status = 'running'
+    WHERE r.id = f.id AND r.attempts = f.attempt AND r.locked_by = %(worker_id)s
+      AND r.status <> 'cancelled'
     RETURNING r.id, r.attempts, r.status, r.run_at, f.detail, f.error_type
 ), closed AS (
     UPDATE attempts a
@@ -180,12 +195,15 @@ WITH input AS (
 SELECT id, status, run_at FROM done;
 
 -- release --
--- Give runs back unfinished (shutdown): queued again, the attempt not counted.
+-- Give runs back unfinished (shutdown, or claimed ahead and not started): queued again, the
+-- attempt not counted. Guarded by the claim (as succeed, "not cancelled" meaning running).
 WITH done AS (
     UPDATE runs r
     SET status = 'queued', attempts = r.attempts - 1,
         locked_by = NULL, locked_until = NULL, updated_at = now()
-    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.locked_by = %(worker_id)s AND r.status = 'running'
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
+    WHERE r.id = c.id AND r.attempts = c.attempt AND r.locked_by = %(worker_id)s
+      AND r.status <> 'cancelled'
     RETURNING r.id, r.attempts + 1 AS attempt
 ), closed AS (
     UPDATE attempts a
@@ -194,6 +212,49 @@ WITH done AS (
     WHERE a.run_id = done.id AND a.attempt = done.attempt AND a.outcome IS NULL
 )
 SELECT id FROM done;
+
+-- acknowledge_cancel --
+-- The holder of runs an operator cancelled lets go once their handlers have stopped (or
+-- never started): the lease is cleared, so that retry may queue the run again, and the
+-- attempt closed now, when it really ended. Guarded by the claim; returns the runs let go.
+WITH done AS (
+    UPDATE runs r
+    SET locked_by = NULL, locked_until = NULL, updated_at = now()
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
+    WHERE r.id = c.id AND r.attempts = c.attempt AND r.locked_by = %(worker_id)s
+      AND r.status = 'cancelled'
+    RETURNING r.id, r.attempts
+), closed AS (
+    UPDATE attempts a
+    SET finished_at = now(), outcome = 'lost', error = 'cancelled by operator'
+    FROM done
+    WHERE a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
+)
+SELECT id FROM done;
+
+-- reap_cancelled --
+-- Cancelled runs whose holder never let go (it died) and whose lease has expired: nothing
+-- runs them any more. Clear the lease and close the attempt as lost, ended at the latest when
+-- its lease did. Served by runs_cancel_lease_idx.
+WITH expired AS (
+    SELECT id, locked_until FROM runs
+    WHERE status = 'cancelled' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE runs r
+    SET locked_by = NULL, locked_until = NULL, updated_at = now()
+    FROM expired e
+    WHERE r.id = e.id
+    RETURNING r.id, r.attempts, e.locked_until AS lease_end
+), closed AS (
+    UPDATE attempts a
+    SET finished_at = done.lease_end, outcome = 'lost', error = 'cancelled by operator'
+    FROM done
+    WHERE a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
+)
+SELECT count(*) FROM done;
 
 -- reap_select --
 -- Lock running runs whose lease expired (crashed or frozen daemon), oldest first; served by
@@ -234,31 +295,49 @@ SELECT id, status, job_type FROM done;
 
 -- retry --
 -- Operator retry: failed/dead/cancelled back to queued, due now, lease cleared. A run that
--- had used up its attempts gets one more.
-UPDATE runs
-SET status = 'queued', run_at = now(), locked_by = NULL, locked_until = NULL,
-    finished_at = NULL, updated_at = now(),
-    max_attempts = CASE WHEN max_attempts IS NOT NULL AND attempts >= max_attempts
-                        THEN attempts + 1 ELSE max_attempts END
-WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('failed', 'dead', 'cancelled')
-RETURNING id, job_type;
-
--- cancel --
--- Operator cancel of non-terminal runs. A running one loses its lease: its worker's next
--- heartbeat finds it gone and tells the handler to stop.
-WITH done AS (
-    UPDATE runs
-    SET status = 'cancelled', finished_at = now(), locked_by = NULL, locked_until = NULL,
-        updated_at = now()
-    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('queued', 'running', 'failed')
-    RETURNING id
+-- had used up its attempts gets one more. A cancelled run whose holder has not let go (its
+-- lease is live) is left alone: its handler may still run, and a second copy must not start.
+-- One whose holder died (lease expired) has its attempt closed, ended when the lease did.
+WITH picked AS (
+    SELECT id, locked_until FROM runs
+    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('failed', 'dead', 'cancelled')
+      AND (locked_until IS NULL OR locked_until < now())
+    FOR UPDATE
+), done AS (
+    UPDATE runs r
+    SET status = 'queued', run_at = now(), locked_by = NULL, locked_until = NULL,
+        finished_at = NULL, updated_at = now(),
+        max_attempts = CASE WHEN r.max_attempts IS NOT NULL AND r.attempts >= r.max_attempts
+                            THEN r.attempts + 1 ELSE r.max_attempts END
+    FROM picked p
+    WHERE r.id = p.id
+    RETURNING r.id, r.job_type, r.attempts, p.locked_until AS lease_end
 ), closed AS (
     UPDATE attempts a
-    SET finished_at = now(), outcome = 'lost', error = 'cancelled by operator'
+    SET finished_at = done.lease_end, outcome = 'lost', error = 'cancelled by operator'
     FROM done
-    WHERE a.run_id = done.id AND a.outcome IS NULL
+    WHERE done.lease_end IS NOT NULL
+      AND a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
 )
-SELECT id FROM done;
+SELECT id, job_type FROM done;
+
+-- held_after_cancel --
+-- Of the given cancelled runs, those whose holder has not let go yet (lease live): its daemon
+-- and the seconds left on the lease, for retry's refusal.
+SELECT id, locked_by, ceil(extract(epoch FROM locked_until - now()))::int
+FROM runs
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'cancelled' AND locked_until >= now()
+ORDER BY id;
+
+-- cancel --
+-- Operator cancel of non-terminal runs. A running one stays held by its daemon (locked_by,
+-- locked_until and the open attempt are left as they are): its next heartbeat, or its result
+-- write, finds the run cancelled, stops the handler and lets go (acknowledge_cancel), which
+-- closes the attempt when it really ended. Until then the run cannot be retried.
+UPDATE runs
+SET status = 'cancelled', finished_at = now(), updated_at = now()
+WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('queued', 'running', 'failed')
+RETURNING id;
 
 -- prune --
 -- Delete up to %(batch)s terminal runs of one status finished before the cutoff; their
@@ -283,6 +362,15 @@ FROM runs WHERE id = %(id)s;
 -- A run's attempts in order.
 SELECT run_id, attempt, worker_id, started_at, finished_at, outcome, error, error_type
 FROM attempts WHERE run_id = %(id)s ORDER BY id;
+
+-- connection_limit --
+-- How many connections the server accepts from an ordinary role (max_connections less the
+-- slots reserved for superusers and, PostgreSQL 16+, for pg_use_reserved_connections), and
+-- max_connections itself: `pgtick run` refuses a pool that could never fit.
+SELECT current_setting('max_connections')::int
+       - current_setting('superuser_reserved_connections')::int
+       - coalesce(current_setting('reserved_connections', true)::int, 0),
+       current_setting('max_connections')::int;
 
 -- register_worker --
 -- A daemon announces itself on start.

@@ -1,0 +1,130 @@
+"""Every write a holder makes is guarded by its claim (worker id and attempt), and a running
+run an operator cancels stays held until its holder lets go: the statements on a real
+PostgreSQL, without a daemon."""
+
+from __future__ import annotations
+
+from pgtick import db, sqlfile
+from pgtick.store import ClaimType, Failure, Lease, NewRun, RunStore
+
+NOOP = [ClaimType("noop", 60.0, 10)]
+
+
+def _expire_and_reap(store: RunStore, conn: db.Connection, run_id: int) -> None:
+    conn.execute(
+        "UPDATE runs SET locked_until = now() - interval '1 second' WHERE id = %s", [run_id]
+    )
+    assert [r.id for r in store.reap(lambda job_type, attempt: 0.0)] == [run_id]
+
+
+def test_a_write_of_an_earlier_claim_never_lands_on_a_later_claim_by_the_same_worker(
+    store: RunStore, conn: db.Connection
+) -> None:
+    """Item 4: the same daemon (same worker id) claims the run again after its first lease
+    expired and was reaped; every write for attempt 1 is refused, attempt 2's go through."""
+    run_id = store.enqueue(NewRun("noop"))
+    [first] = store.claim("w", NOOP, 1)
+    _expire_and_reap(store, conn, run_id)
+    [second] = store.claim("w", NOOP, 1)
+    assert (first.attempt, second.attempt) == (1, 2)
+
+    assert store.heartbeat("w", [Lease(run_id, 1, 60.0)]).held == set()
+    assert store.succeed("w", [(run_id, 1)]) == set()
+    assert store.fail("w", [Failure(run_id, 1, "late", "E", "", 5.0)]) == []
+    assert store.release("w", [(run_id, 1)]) == set()
+    assert store.acknowledge_cancel("w", [(run_id, 1)]) == set()
+    with store.connection() as c, c.transaction():
+        assert RunStore.succeed_on(c, "w", [(run_id, 1)]) == set()
+    row = conn.execute("SELECT status, attempts FROM runs WHERE id = %s", [run_id]).fetchone()
+    assert row == ("running", 2)
+
+    assert store.heartbeat("w", [Lease(run_id, 2, 60.0)]).held == {run_id}
+    assert store.succeed("w", [(run_id, 2)]) == {run_id}
+    outcomes = conn.execute(
+        "SELECT attempt, outcome FROM attempts WHERE run_id = %s ORDER BY id", [run_id]
+    ).fetchall()
+    assert outcomes == [(1, "lost"), (2, "succeeded")]
+
+
+def test_a_cancelled_running_run_stays_held_until_its_holder_lets_go(
+    store: RunStore, conn: db.Connection
+) -> None:
+    """Item 5: cancel keeps the lease and the open attempt; the heartbeat keeps renewing it
+    (the handler may still run); retry refuses it until the holder lets go, which closes the
+    attempt then."""
+    run_id = store.enqueue(NewRun("noop"))
+    store.claim("w", NOOP, 1)
+    assert store.cancel([run_id]) == [run_id]
+    row = conn.execute("SELECT status, locked_by FROM runs WHERE id = %s", [run_id]).fetchone()
+    assert row == ("cancelled", "w")
+    beat = store.heartbeat("w", [Lease(run_id, 1, 60.0)])
+    assert (beat.held, beat.cancelled) == (set(), {run_id})
+    [(held_id, holder, left)] = store.held_after_cancel([run_id])
+    assert (held_id, holder) == (run_id, "w") and 55 <= left <= 60
+    assert store.retry([run_id]) == []
+    assert conn.execute("SELECT outcome FROM attempts WHERE run_id = %s", [run_id]).fetchall() == [
+        (None,)
+    ]
+    assert store.acknowledge_cancel("w", [(run_id, 1)]) == {run_id}
+    attempt = conn.execute(
+        "SELECT outcome, error, finished_at > (SELECT finished_at FROM runs WHERE id = %s) "
+        "FROM attempts WHERE run_id = %s",
+        [run_id, run_id],
+    ).fetchone()
+    assert attempt == ("lost", "cancelled by operator", True)  # ended after the cancel
+    assert store.held_after_cancel([run_id]) == []
+    assert store.retry([run_id]) == [run_id]
+
+
+def test_the_reaper_lets_go_of_cancelled_runs_whose_holder_died(
+    store: RunStore, conn: db.Connection
+) -> None:
+    run_id = store.enqueue(NewRun("noop"))
+    store.claim("dead-daemon", NOOP, 1)
+    store.cancel([run_id])
+    assert store.reap_cancelled() == 0  # the lease is live: its handler may still run
+    conn.execute(
+        "UPDATE runs SET locked_until = now() - interval '1 second' WHERE id = %s", [run_id]
+    )
+    assert store.reap_cancelled() == 1
+    row = conn.execute(
+        "SELECT r.status, r.locked_by, a.outcome, a.error FROM runs r "
+        "JOIN attempts a ON a.run_id = r.id WHERE r.id = %s",
+        [run_id],
+    ).fetchone()
+    assert row == ("cancelled", None, "lost", "cancelled by operator")
+    assert store.retry([run_id]) == [run_id]
+
+
+def test_retry_of_a_cancelled_run_whose_holder_died_closes_its_attempt(
+    store: RunStore, conn: db.Connection
+) -> None:
+    run_id = store.enqueue(NewRun("noop"))
+    store.claim("dead-daemon", NOOP, 1)
+    store.cancel([run_id])
+    conn.execute(
+        "UPDATE runs SET locked_until = now() - interval '1 second' WHERE id = %s", [run_id]
+    )
+    assert store.retry([run_id]) == [run_id]
+    assert conn.execute("SELECT outcome FROM attempts WHERE run_id = %s", [run_id]).fetchall() == [
+        ("lost",)
+    ]
+
+
+def test_the_cancelled_lease_reaper_reads_only_its_index(conn: db.Connection) -> None:
+    conn.execute(
+        "INSERT INTO runs (job_type, status, run_at, attempts, max_attempts, finished_at) "
+        "SELECT 'noop', 'cancelled', now(), 1, 10, now() FROM generate_series(1, 50000)"
+    )
+    conn.execute(
+        "INSERT INTO runs (job_type, status, attempts, locked_by, locked_until, finished_at) "
+        "SELECT 'noop', 'cancelled', 1, 'w', now() + interval '1 minute', now() "
+        "FROM generate_series(1, 5)"
+    )
+    conn.execute("ANALYZE runs")
+    rows = conn.execute(
+        b"EXPLAIN " + sqlfile.queries()["reap_cancelled"].encode(), {"limit": 500}
+    ).fetchall()
+    plan = "\n".join(r[0] for r in rows)
+    assert "runs_cancel_lease_idx" in plan, plan
+    assert "Seq Scan on runs" not in plan, plan
