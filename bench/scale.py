@@ -151,6 +151,7 @@ def time_claims(dsn: str, claims: int) -> tuple[list[float], list[float], int]:
 def explain_all(dsn: str) -> dict[str, str]:
     """EXPLAIN (ANALYZE, BUFFERS) of claim, reap_select and reap_mark, rolled back."""
     with db.connect(dsn, common.SCHEMA) as conn:
+        conn.execute(f"SET search_path TO {common.SCHEMA}")  # for this function's own SQL
         ids = [
             row[0]
             for row in conn.execute(
@@ -165,7 +166,9 @@ def explain_all(dsn: str) -> dict[str, str]:
         plans = {}
         for name, params in statements:
             with conn.transaction(force_rollback=True):
-                query = b"EXPLAIN (ANALYZE, BUFFERS) " + sqlfile.query(name).as_bytes(conn)
+                query = b"EXPLAIN (ANALYZE, BUFFERS) " + sqlfile.query(name, conn.schema).as_bytes(
+                    conn
+                )
                 rows = conn.execute(query, params).fetchall()
             plans[name] = "\n".join(str(r[0]) for r in rows)
     return plans

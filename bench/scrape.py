@@ -148,7 +148,7 @@ def explain(dsn: str) -> str:
     with db.connect(dsn, "pgtick") as conn:
         rows = conn.execute(
             b"EXPLAIN (ANALYZE, BUFFERS) "
-            + sqlfile.query("metrics_snapshot").as_string(conn).encode(),
+            + sqlfile.query("metrics_snapshot", conn.schema).as_string(conn).encode(),
             {"names": names, "due_at": due},
         ).fetchall()
     return "\n".join(r[0] for r in rows)

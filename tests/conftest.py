@@ -18,6 +18,7 @@ from psycopg.conninfo import make_conninfo
 from pgtick import db, migrate
 from pgtick.embedded import EmbeddedPostgres
 from pgtick.store import RunStore
+from tests import dbhelp
 
 SCHEMA = "pgtick"
 
@@ -102,7 +103,7 @@ def empty_dsn(pg_admin_dsn: str) -> Iterator[str]:
 @pytest.fixture
 def conn(dsn: str) -> Iterator[db.Connection]:
     """An autocommit connection with search_path on the pgtick schema, for assertions."""
-    with db.connect(dsn, SCHEMA) as connection:
+    with dbhelp.connect(dsn, SCHEMA) as connection:
         yield connection
 
 

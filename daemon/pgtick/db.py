@@ -1,8 +1,13 @@
 """Connections and pools; with store.py the only code that sees psycopg errors.
 
-Every connection runs with ``search_path`` set to the configured schema, so queries.sql never
-names the schema, and in autocommit mode: one statement is one round trip, and the few
-multi-statement units use ``conn.transaction()`` explicitly.
+Connections keep no session state, so that they work behind a transaction-mode pooler
+(PgBouncer) where consecutive statements may reach different server connections: no
+``search_path`` (every statement names its schema, see sqlfile.py; the connection only
+carries the schema's name for rendering them), no server-side prepared statements
+(``prepare_threshold=None``: psycopg would otherwise prepare a statement after 5 runs, and the
+next transaction may land where it does not exist), no session advisory locks, and timeouts
+set with ``set_config(..., is_local => true)`` inside a transaction. Autocommit: one
+statement is one round trip, and the few multi-statement units use ``conn.transaction()``.
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
-from pgtick import sqlfile
 from pgtick.errors import DatabaseError
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -23,7 +27,11 @@ APPLICATION_NAME = "pgtick"
 DB_RETRY_MIN_SECONDS = 0.2
 DB_RETRY_MAX_SECONDS = 5.0
 
-Connection = psycopg.Connection[Any]
+
+class Connection(psycopg.Connection[Any]):
+    """A psycopg connection that knows which schema pgtick's statements are for."""
+
+    schema: str = ""
 
 
 def _connect_kwargs(application_name: str) -> dict[str, Any]:
@@ -31,6 +39,7 @@ def _connect_kwargs(application_name: str) -> dict[str, Any]:
         "autocommit": True,
         "connect_timeout": CONNECT_TIMEOUT_SECONDS,
         "application_name": application_name,
+        "prepare_threshold": None,
     }
 
 
@@ -39,9 +48,9 @@ def retry_delay(failures: int) -> float:
     return float(min(DB_RETRY_MAX_SECONDS, DB_RETRY_MIN_SECONDS * 2 ** max(0, failures - 1)))
 
 
-def set_search_path(conn: Connection, schema: str) -> None:
-    """Point unqualified names at the pgtick schema (pool ``configure`` callback)."""
-    conn.execute(sqlfile.with_schema("set_search_path", schema))
+def _set_schema(conn: Connection, schema: str) -> None:
+    """Pool ``configure`` callback: the schema this connection's statements are rendered for."""
+    conn.schema = schema
 
 
 def describe(exc: BaseException) -> str:
@@ -61,21 +70,18 @@ def wrap_errors(operation: str) -> Iterator[None]:
 
 
 def connect(dsn: str, schema: str, *, application_name: str = APPLICATION_NAME) -> Connection:
-    """A single autocommit connection with the schema on its search_path."""
+    """A single autocommit connection for pgtick's statements on ``schema``."""
     with wrap_errors("connect"):
-        conn = psycopg.connect(dsn, **_connect_kwargs(application_name))
-        try:
-            set_search_path(conn, schema)
-        except BaseException:
-            conn.close()
-            raise
+        conn = Connection.connect(dsn, **_connect_kwargs(application_name))
+        conn.schema = schema
         return conn
 
 
 def connect_raw(dsn: str, *, application_name: str = APPLICATION_NAME) -> Connection:
-    """An autocommit connection that leaves search_path alone (migrations, LISTEN)."""
+    """An autocommit connection for statements that name their schema themselves
+    (migrations, LISTEN)."""
     with wrap_errors("connect"):
-        return psycopg.connect(dsn, **_connect_kwargs(application_name))
+        return Connection.connect(dsn, **_connect_kwargs(application_name))
 
 
 def make_pool(
@@ -94,8 +100,9 @@ def make_pool(
         dsn,
         min_size=size,
         max_size=size,
+        connection_class=Connection,
         kwargs=_connect_kwargs(name),
-        configure=lambda conn: set_search_path(conn, schema),
+        configure=lambda conn: _set_schema(conn, schema),
         check=psycopg_pool.ConnectionPool.check_connection,
         name=name,
         open=False,

@@ -79,7 +79,7 @@ def available() -> list[Migration]:
 def applied(conn: db.Connection, schema: str) -> dict[str, tuple[str, str]]:
     """{version: (name, sha256)} of what the database has applied; empty if never migrated."""
     exists = conn.execute(
-        sqlfile.query("migrations_table_exists"), {"table": f'"{schema}".schema_migrations'}
+        sqlfile.query("migrations_table_exists", schema), {"table": f'"{schema}".schema_migrations'}
     ).fetchone()
     if not exists or not exists[0]:
         return {}
@@ -138,7 +138,9 @@ def _lock(conn: db.Connection, schema: str) -> None:
     """Take the migrators' advisory lock, polling (see ``LOCK_POLL_SECONDS``)."""
     waiting = threading.Event()
     while True:
-        row = conn.execute(sqlfile.query("migrations_try_lock"), {"schema": schema}).fetchone()
+        row = conn.execute(
+            sqlfile.query("migrations_try_lock", schema), {"schema": schema}
+        ).fetchone()
         if row is not None and row[0]:
             return
         waiting.wait(LOCK_POLL_SECONDS)
@@ -152,7 +154,10 @@ def _apply(conn: db.Connection, schema: str, migration: Migration) -> None:
             conn.execute(migration.sql.encode("utf-8"))
             conn.execute(sqlfile.with_schema("record_migration", schema), record)
         return
-    db.set_search_path(conn, schema)
+    # Statements that cannot run in a transaction (CREATE INDEX CONCURRENTLY) need a session
+    # search_path: run `pgtick migrate` on a direct connection, not through a
+    # transaction-mode pooler.
+    conn.execute(sqlfile.with_schema("migration_search_path", schema))
     for statement in migration.statements():
         conn.execute(statement.encode("utf-8"))
     conn.execute(sqlfile.with_schema("record_migration", schema), record)
@@ -161,7 +166,7 @@ def _apply(conn: db.Connection, schema: str, migration: Migration) -> None:
 def check_privileges(conn: db.Connection, schema: str) -> None:
     """Refuse, in one line, a role that cannot migrate: migrations create and alter tables,
     which only the schema's owner may do (the daemon's role has no such rights, by design)."""
-    row = conn.execute(sqlfile.query("migrate_privileges"), {"schema": schema}).fetchone()
+    row = conn.execute(sqlfile.query("migrate_privileges", schema), {"schema": schema}).fetchone()
     assert row is not None
     exists, owner, acts_as_owner, create_db, user = row
     if exists and not acts_as_owner:
@@ -193,4 +198,4 @@ def migrate(dsn: str, schema: str) -> list[str]:
                 done.append(f"{migration.version}_{migration.name}")
             return done
         finally:
-            conn.execute(sqlfile.query("migrations_unlock"), {"schema": schema})
+            conn.execute(sqlfile.query("migrations_unlock", schema), {"schema": schema})

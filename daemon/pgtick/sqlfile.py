@@ -34,11 +34,27 @@ def queries() -> dict[str, str]:
     return parse_blocks(text)
 
 
-def query(name: str) -> sql.SQL:
-    """One named query, ready to execute (``%(param)s`` placeholders)."""
-    return sql.SQL(queries()[name])
+@functools.cache
+def query(name: str, schema: str) -> sql.SQL:
+    """One named query for ``schema``, ready to execute (``%(param)s`` placeholders).
+
+    Every table and function a statement names is qualified with the schema (``{schema}``,
+    a quoted identifier; ``{channel}`` is the schema's name as a string, the NOTIFY channel;
+    ``{runs_table}`` the runs table's qualified name as a string), so no statement depends on
+    a connection's ``search_path``: behind a transaction-mode pooler (PgBouncer) each statement
+    may land on a different server connection, where a ``SET`` sent earlier never happened.
+    Rendered once per (name, schema).
+    """
+    ident = sql.Identifier(schema)
+    rendered = sql.SQL(queries()[name]).format(
+        schema=ident,
+        channel=sql.Literal(schema),
+        runs_table=sql.Literal(f"{ident.as_string(None)}.runs"),
+    )
+    return sql.SQL(rendered.as_string(None))
 
 
-def with_schema(name: str, schema: str) -> sql.Composed:
-    """A named query whose ``{schema}`` placeholders are filled with a quoted identifier."""
-    return sql.SQL(queries()[name]).format(schema=sql.Identifier(schema))
+def with_schema(name: str, schema: str) -> sql.SQL:
+    """A named query for ``schema`` (the same as ``query``; kept for the statements whose
+    whole point is the schema's identifier: CREATE SCHEMA, LISTEN)."""
+    return query(name, schema)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 import psycopg_pool
 from psycopg.types.json import Jsonb
 
@@ -379,7 +380,7 @@ def listening(dsn: str, schema: str) -> Iterator[Notifications]:
 
 
 def enqueue_on(
-    conn: db.Connection,
+    conn: psycopg.Connection[Any],
     schema: str,
     run: NewRun,
 ) -> int:
@@ -439,7 +440,7 @@ class RunStore:
 
     def _all(self, operation: str, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         with self._conn(operation) as conn:
-            return conn.execute(sqlfile.query(query), params).fetchall()
+            return conn.execute(sqlfile.query(query, conn.schema), params).fetchall()
 
     # -- clock -----------------------------------------------------------------------------
 
@@ -480,19 +481,21 @@ class RunStore:
             "max_attempts": [r.max_attempts for r in unique],
         }
         with self._conn("enqueue") as conn, conn.transaction():
-            rows = conn.execute(sqlfile.query("enqueue_many"), params).fetchall()
+            rows = conn.execute(sqlfile.query("enqueue_many", conn.schema), params).fetchall()
             ids: list[int | None] = [inserted or existing for _, inserted, existing in rows]
             missing = [unique[i].idempotency_key for i, v in enumerate(ids) if v is None]
             if missing:
                 found = dict(
-                    conn.execute(sqlfile.query("run_ids_by_keys"), {"keys": missing}).fetchall()
+                    conn.execute(
+                        sqlfile.query("run_ids_by_keys", conn.schema), {"keys": missing}
+                    ).fetchall()
                 )
                 ids = [
                     v if v is not None else found[unique[i].idempotency_key]
                     for i, v in enumerate(ids)
                 ]
             for job_type in sorted({r.job_type for r in unique}):
-                conn.execute(sqlfile.query("notify"), {"job_type": job_type})
+                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
         return [int(ids[i]) for i in slot]  # type: ignore[arg-type]
 
     # -- claiming and finishing -----------------------------------------------------------
@@ -536,7 +539,9 @@ class RunStore:
     def succeed_on(conn: db.Connection, worker_id: str, claims: Sequence[Claim]) -> set[int]:
         """``succeed`` on a given connection (inside a handler's transaction)."""
         with db.wrap_errors("succeed"):
-            rows = conn.execute(sqlfile.query("succeed"), _claims(worker_id, claims)).fetchall()
+            rows = conn.execute(
+                sqlfile.query("succeed", conn.schema), _claims(worker_id, claims)
+            ).fetchall()
         return {row[0] for row in rows}
 
     def fail(self, worker_id: str, failures: Sequence[Failure]) -> list[FailResult]:
@@ -576,7 +581,9 @@ class RunStore:
             "delays": [f.retry_in_seconds for f in failures],
         }
         with db.wrap_errors("fail"):
-            return [FailResult(*row) for row in conn.execute(sqlfile.query("fail"), params)]
+            return [
+                FailResult(*row) for row in conn.execute(sqlfile.query("fail", conn.schema), params)
+            ]
 
     def release(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
         """Give held runs back (queued, attempt not counted); returns those released."""
@@ -605,7 +612,9 @@ class RunStore:
         """Fail or kill runs whose lease expired, in one short transaction; wakes idle daemons
         for the runs that are claimable again."""
         with self._conn("reap") as conn, conn.transaction():
-            rows = conn.execute(sqlfile.query("reap_select"), {"limit": limit}).fetchall()
+            rows = conn.execute(
+                sqlfile.query("reap_select", conn.schema), {"limit": limit}
+            ).fetchall()
             if not rows:
                 return []
             ids = [row[0] for row in rows]
@@ -616,13 +625,13 @@ class RunStore:
             done = [
                 ReapedRun(*row)
                 for row in conn.execute(
-                    sqlfile.query("reap_mark"), {"ids": ids, "delays": delays}
+                    sqlfile.query("reap_mark", conn.schema), {"ids": ids, "delays": delays}
                 ).fetchall()
             ]
             # A first lost attempt is claimable at once: wake idle daemons now rather than
             # at their next poll, so recovery takes lease + reaper interval, not + a poll.
             for job_type in sorted({r.job_type for r in done if r.status == "failed"}):
-                conn.execute(sqlfile.query("notify"), {"job_type": job_type})
+                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
         return done
 
     # -- operator actions -----------------------------------------------------------------
@@ -630,9 +639,11 @@ class RunStore:
     def retry(self, run_ids: Sequence[int]) -> list[int]:
         """failed/dead/cancelled -> queued now; returns the ids that changed."""
         with self._conn("retry") as conn, conn.transaction():
-            rows = conn.execute(sqlfile.query("retry"), {"ids": list(run_ids)}).fetchall()
+            rows = conn.execute(
+                sqlfile.query("retry", conn.schema), {"ids": list(run_ids)}
+            ).fetchall()
             for job_type in sorted({row[1] for row in rows}):
-                conn.execute(sqlfile.query("notify"), {"job_type": job_type})
+                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
         return sorted(row[0] for row in rows)
 
     def held_after_cancel(self, run_ids: Sequence[int]) -> list[tuple[int, str, int]]:
@@ -653,7 +664,7 @@ class RunStore:
         while True:
             with self._conn("prune") as conn:
                 cur = conn.execute(
-                    sqlfile.query("prune"),
+                    sqlfile.query("prune", conn.schema),
                     {"status": status, "older_than": older_than_seconds, "batch": batch},
                 )
                 deleted = cur.rowcount
@@ -731,14 +742,14 @@ class RunStore:
     def connection_limit_on(conn: db.Connection) -> tuple[int, int]:
         """(connections an ordinary role may open, max_connections) of the server."""
         with db.wrap_errors("connect"):
-            row = conn.execute(sqlfile.query("connection_limit")).fetchone()
+            row = conn.execute(sqlfile.query("connection_limit", conn.schema)).fetchone()
         assert row is not None
         return int(row[0]), int(row[1])
 
     def register_worker(self, info: WorkerInfo) -> None:
         with self._conn("register_worker") as conn:
             conn.execute(
-                sqlfile.query("register_worker"),
+                sqlfile.query("register_worker", conn.schema),
                 {
                     "id": info.id,
                     "hostname": info.hostname,
@@ -751,7 +762,7 @@ class RunStore:
 
     def deregister_worker(self, worker_id: str) -> None:
         with self._conn("deregister_worker") as conn:
-            conn.execute(sqlfile.query("deregister_worker"), {"id": worker_id})
+            conn.execute(sqlfile.query("deregister_worker", conn.schema), {"id": worker_id})
 
     def reap_workers(self, older_than_seconds: float) -> list[str]:
         rows = self._all("reap_workers", "reap_workers", {"older_than": older_than_seconds})
@@ -762,7 +773,7 @@ class RunStore:
         """True only the first time ``key`` is recorded (on the given connection)."""
         with db.wrap_errors("effect_once"):
             row = conn.execute(
-                sqlfile.query("effect_once"), {"key": key, "run_id": run_id}
+                sqlfile.query("effect_once", conn.schema), {"key": key, "run_id": run_id}
             ).fetchone()
         return row is not None
 
@@ -783,7 +794,7 @@ class RunStore:
             changed = []
             for d in defs:
                 row = conn.execute(
-                    sqlfile.query("sync_schedule"),
+                    sqlfile.query("sync_schedule", conn.schema),
                     {
                         "name": d.name,
                         "job_type": d.job_type,
@@ -800,7 +811,7 @@ class RunStore:
                 if row is not None:
                     changed.append(row[0])
             paused = conn.execute(
-                sqlfile.query("pause_vanished_schedules"),
+                sqlfile.query("pause_vanished_schedules", conn.schema),
                 {"job_types": list(job_types), "names": [d.name for d in defs]},
             ).fetchall()
         return changed, sorted(r[0] for r in paused)
@@ -810,7 +821,7 @@ class RunStore:
         """A transaction holding the enabled schedules that are due (``next_due_at`` reached or
         unknown) and that no other daemon holds now; the others are not even read."""
         with self._conn("tick") as conn, conn.transaction():
-            rows = conn.execute(sqlfile.query("lock_due_schedules")).fetchall()
+            rows = conn.execute(sqlfile.query("lock_due_schedules", conn.schema)).fetchall()
             yield conn, [ScheduleRow(*row) for row in rows]
 
     @staticmethod
@@ -818,7 +829,7 @@ class RunStore:
         """(earliest ``next_due_at`` of the schedules not due at the transaction's start, the
         database's now), inside ``materializing``'s transaction: when the ticker wakes next."""
         with db.wrap_errors("tick"):
-            row = conn.execute(sqlfile.query("next_schedule_due")).fetchone()
+            row = conn.execute(sqlfile.query("next_schedule_due", conn.schema)).fetchone()
         assert row is not None
         return row[0], row[1]
 
@@ -828,7 +839,8 @@ class RunStore:
         ``materializing``'s transaction, which holds the row)."""
         with db.wrap_errors("tick"):
             conn.execute(
-                sqlfile.query("pause_invalid_schedule"), {"id": schedule.id, "detail": detail}
+                sqlfile.query("pause_invalid_schedule", conn.schema),
+                {"id": schedule.id, "detail": detail},
             )
 
     @staticmethod
@@ -843,7 +855,7 @@ class RunStore:
         needs a tick (None: at every tick); returns {status: count}."""
         with db.wrap_errors("materialize"):
             rows = conn.execute(
-                sqlfile.query("materialize"),
+                sqlfile.query("materialize", conn.schema),
                 {
                     "schedule_id": schedule.id,
                     "job_type": schedule.job_type,
@@ -857,7 +869,7 @@ class RunStore:
                 },
             ).fetchall()
             if any(status == "queued" for status, _ in rows):
-                conn.execute(sqlfile.query("notify"), {"job_type": schedule.job_type})
+                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": schedule.job_type})
         return {status: int(n) for status, n in rows}
 
     def list_schedules(self) -> list[ScheduleListing]:
@@ -866,7 +878,7 @@ class RunStore:
     def get_schedule(self, name: str) -> dict[str, Any] | None:
         """One schedule's definition and state, or None."""
         with self._conn("schedules") as conn:
-            cur = conn.execute(sqlfile.query("get_schedule"), {"name": name})
+            cur = conn.execute(sqlfile.query("get_schedule", conn.schema), {"name": name})
             row = cur.fetchone()
             if row is None:
                 return None
@@ -882,21 +894,23 @@ class RunStore:
     def trigger_schedule(self, name: str) -> int | None:
         """Enqueue a run of the schedule now; its id, or None if there is no such schedule."""
         with self._conn("trigger") as conn, conn.transaction():
-            row = conn.execute(sqlfile.query("trigger_schedule"), {"name": name}).fetchone()
+            row = conn.execute(
+                sqlfile.query("trigger_schedule", conn.schema), {"name": name}
+            ).fetchone()
             if row is None:
                 return None
-            conn.execute(sqlfile.query("notify"), {"job_type": row[1]})
+            conn.execute(sqlfile.query("notify", conn.schema), {"job_type": row[1]})
         return int(row[0])
 
     def backfill_schedule(self, name: str, occurrences: Sequence[datetime]) -> list[int]:
         """Create runs for past occurrences that have none; returns the new ids."""
         with self._conn("backfill") as conn, conn.transaction():
             rows = conn.execute(
-                sqlfile.query("backfill_schedule"),
+                sqlfile.query("backfill_schedule", conn.schema),
                 {"name": name, "occurrences": list(occurrences)},
             ).fetchall()
             if rows:
-                conn.execute(sqlfile.query("notify"), {"job_type": rows[0][1]})
+                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": rows[0][1]})
         return [int(r[0]) for r in rows]
 
     @contextlib.contextmanager
@@ -940,10 +954,10 @@ class RunStore:
             conn.transaction(),
         ):
             conn.execute(
-                sqlfile.query("set_local_statement_timeout"),
+                sqlfile.query("set_local_statement_timeout", conn.schema),
                 {"ms": max(1, round(statement_timeout_seconds * 1000))},
             )
-            row = conn.execute(sqlfile.query("metrics_snapshot"), params).fetchone()
+            row = conn.execute(sqlfile.query("metrics_snapshot", conn.schema), params).fetchone()
         assert row is not None
         db_now, queues, terminal, counted_at, schedules = row
         return MetricsSnapshot(
@@ -962,15 +976,16 @@ class RunStore:
         and no other daemon is recounting; True if this call recounted."""
         with self._conn("recount") as conn, conn.transaction():
             claimed = conn.execute(
-                sqlfile.query("claim_terminal_counts_refresh"), {"max_age": max_age_seconds}
+                sqlfile.query("claim_terminal_counts_refresh", conn.schema),
+                {"max_age": max_age_seconds},
             ).fetchall()
             if not claimed:
                 return False
             conn.execute(
-                sqlfile.query("set_local_statement_timeout"),
+                sqlfile.query("set_local_statement_timeout", conn.schema),
                 {"ms": max(1, round(timeout_seconds * 1000))},
             )
-            conn.execute(sqlfile.query("recount_terminal_runs"))
+            conn.execute(sqlfile.query("recount_terminal_runs", conn.schema))
         return True
 
     # -- the web console ---------------------------------------------------------------------
@@ -986,9 +1001,9 @@ class RunStore:
             self.pool.connection(timeout=pool_timeout_seconds) as conn,
             conn.transaction(),
         ):
-            conn.execute(sqlfile.query("console_read_only"))
+            conn.execute(sqlfile.query("console_read_only", conn.schema))
             conn.execute(
-                sqlfile.query("set_local_statement_timeout"),
+                sqlfile.query("set_local_statement_timeout", conn.schema),
                 {"ms": max(1, round(statement_timeout_seconds * 1000))},
             )
             yield RunStore(self.pool, conn)
@@ -998,7 +1013,7 @@ class RunStore:
         savepoint inside ``reading``, so a timeout here spares the rest of the page."""
         with self._conn("console") as conn, conn.transaction():
             rows = conn.execute(
-                sqlfile.query("console_succeeded_per_minute"), {"minutes": minutes}
+                sqlfile.query("console_succeeded_per_minute", conn.schema), {"minutes": minutes}
             ).fetchall()
         counts = [0] * minutes
         for minutes_ago, n in rows:

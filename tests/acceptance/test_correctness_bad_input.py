@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pgtick import db
+from tests import dbhelp
 from tests.acceptance.cli import pgtick
 
 JOB = '[job_types.noop]\ncommand = ["/bin/true"]\n'
@@ -64,7 +65,7 @@ def test_run_refuses_a_pool_the_server_cannot_serve(dsn: str, tmp_path: Path) ->
     """Within the bound, but more than the server's max_connections: `pgtick run` stops at
     start with the reason (it used to open connections until the server refused them, log
     thousands of "too many clients" lines, and exit 3 with a pool timeout naming no cause)."""
-    with db.connect(dsn, "pgtick") as conn:
+    with dbhelp.connect(dsn, "pgtick") as conn:
         row = conn.execute("SELECT current_setting('max_connections')::int").fetchone()
     assert row is not None
     path = tmp_path / "config.toml"

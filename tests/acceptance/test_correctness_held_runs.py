@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from pgtick import db
+from tests import dbhelp
 from tests.acceptance.conftest import Cluster, wait_for
 from tests.acceptance.correctness import count, enqueue, statuses
 
@@ -125,7 +126,7 @@ def test_the_drain_waits_for_results_still_being_written(
     daemon = cluster.start(cluster.config(threads=1, prefetch=0, grace="5s"))
     [first] = enqueue(conn, [("span", {"sleep": 1.0})], max_attempts=1)
     wait_for(lambda: first in cluster.executions(), 10, what="first run started")
-    with db.connect(dsn, "pgtick") as locker, locker.transaction():
+    with dbhelp.connect(dsn, "pgtick") as locker, locker.transaction():
         locker.execute("SELECT 1 FROM runs WHERE id = %s FOR UPDATE", [first])
         [second] = enqueue(conn, [("span", {"sleep": 0})], max_attempts=1)
         wait_for(lambda: second in cluster.executions("end"), 10, what="second run returned")

@@ -19,6 +19,7 @@ from psycopg.conninfo import make_conninfo
 from pgtick import db, migrate
 from pgtick.embedded import EmbeddedPostgres
 from pgtick.store import NewRun, RunStore
+from tests import dbhelp
 
 from .conftest import Cluster, Daemon, wait_for
 
@@ -89,7 +90,7 @@ def test_database_down_longer_than_the_lease_under_a_busy_daemon(
         daemon.signal(signal.SIGTERM)
         assert daemon.wait(20) == 0
 
-        with db.connect(dsn, "pgtick") as conn:
+        with dbhelp.connect(dsn, "pgtick") as conn:
             statuses = conn.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall()
             attempts = conn.execute(
                 "SELECT run_id, attempt, outcome FROM attempts ORDER BY run_id, attempt"

@@ -10,6 +10,7 @@ from typing import Any
 from pgtick import db
 from pgtick.migrate import available as shipped_migrations
 from pgtick.store import NewRun, RunStore
+from tests import dbhelp
 
 from .conftest import Cluster, wait_for
 
@@ -149,7 +150,7 @@ def test_migrate_cli_is_idempotent_and_refuses_an_edited_file(empty_dsn: str) ->
     assert (first.returncode, first.stdout) == (0, shipped)
     second = migrate()
     assert (second.returncode, second.stdout) == (0, "schema 'pgtick' is up to date\n")
-    with db.connect(empty_dsn, "pgtick") as conn:
+    with dbhelp.connect(empty_dsn, "pgtick") as conn:
         conn.execute("UPDATE schema_migrations SET sha256 = repeat('0', 64)")
     third = migrate()
     assert third.returncode == 2

@@ -160,7 +160,7 @@ def test_observability_queries_read_runs_only_through_partial_indexes(
     conn.execute("INSERT INTO runs (job_type) SELECT 't' || i % 5 FROM generate_series(1, 500) i")
     conn.execute("ANALYZE runs")
     params = {"names": ["s"], "due_at": [datetime.now(UTC) - timedelta(minutes=1)]}
-    statement = sqlfile.query(query).as_string(conn)
+    statement = sqlfile.query(query, conn.schema).as_string(conn)
     plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement, params))
     assert "Seq Scan on runs" not in plan, plan
     assert "runs_schedule_active_idx" in plan, plan

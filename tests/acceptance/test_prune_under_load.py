@@ -17,6 +17,7 @@ from psycopg.conninfo import make_conninfo
 from pgtick import db
 from pgtick.errors import DatabaseError
 from pgtick.store import ClaimType, RunStore
+from tests import dbhelp
 
 from .conftest import Cluster, status_counts, wait_for
 
@@ -62,7 +63,7 @@ class LockWaits:
 
     def _run(self) -> None:
         seen: dict[tuple[int, object], float] = {}
-        with db.connect(self.dsn, "pgtick") as conn:
+        with dbhelp.connect(self.dsn, "pgtick") as conn:
             while not self.stop.is_set():
                 now = time.monotonic()
                 rows = conn.execute(
@@ -92,7 +93,7 @@ def test_prune_of_200k_runs_does_not_hold_up_claims(
     )
     probe = RunStore(probe_pool)
     # The measure works: a claim held up by a table lock fails after 100 ms.
-    with db.connect(dsn, "pgtick") as locker, locker.transaction():
+    with dbhelp.connect(dsn, "pgtick") as locker, locker.transaction():
         locker.execute("LOCK TABLE runs IN EXCLUSIVE MODE")
         with pytest.raises(DatabaseError, match="lock timeout"):
             probe.claim("probe-worker", [ClaimType("probe", 60.0, 10)], 1)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from pgtick import db
+from tests import dbhelp
 
 from ..acceptance.conftest import (
     Cluster,
@@ -82,7 +82,7 @@ class Console:
     token: str | None
 
     def sql(self, statement: str) -> list[tuple[object, ...]]:
-        with db.connect(self.dsn, SCHEMA) as conn:
+        with dbhelp.connect(self.dsn, SCHEMA) as conn:
             return conn.execute(statement).fetchall()  # type: ignore[arg-type]
 
     def checksum(self) -> str:
@@ -131,7 +131,7 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def _prepare(dsn: str) -> tuple[int, int]:
-    with db.connect(dsn, SCHEMA) as conn:
+    with dbhelp.connect(dsn, SCHEMA) as conn:
         conn.execute(PREPARED)  # type: ignore[arg-type]
         dead = conn.execute(
             "INSERT INTO runs (job_type, status, attempts, max_attempts, last_error, error_type,"

@@ -123,7 +123,7 @@ def test_the_cancelled_lease_reaper_reads_only_its_index(conn: db.Connection) ->
     )
     conn.execute("ANALYZE runs")
     rows = conn.execute(
-        b"EXPLAIN " + sqlfile.queries()["reap_cancelled"].encode(), {"limit": 500}
+        b"EXPLAIN " + sqlfile.query("reap_cancelled", "pgtick").as_bytes(None), {"limit": 500}
     ).fetchall()
     plan = "\n".join(r[0] for r in rows)
     assert "runs_cancel_lease_idx" in plan, plan

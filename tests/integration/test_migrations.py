@@ -10,6 +10,7 @@ import pytest
 
 from pgtick import db, migrate, sqlfile
 from pgtick.errors import MigrationError, SchemaOutdatedError
+from tests import dbhelp
 
 EXPECTED_TABLES = {
     "schedules",
@@ -27,7 +28,7 @@ def test_apply_twice_is_a_no_op(empty_dsn: str) -> None:
     first = migrate.migrate(empty_dsn, "pgtick")
     assert first == [f"{m.version}_{m.name}" for m in migrate.available()]
     assert migrate.migrate(empty_dsn, "pgtick") == []
-    with db.connect(empty_dsn, "pgtick") as conn:
+    with dbhelp.connect(empty_dsn, "pgtick") as conn:
         tables = {
             r[0]
             for r in conn.execute(
@@ -52,7 +53,7 @@ def test_custom_schema_is_self_contained(empty_dsn: str) -> None:
 
 def test_outdated_schema_is_refused_with_the_command_to_run(empty_dsn: str) -> None:
     with (
-        db.connect(empty_dsn, "pgtick") as conn,
+        dbhelp.connect(empty_dsn, "pgtick") as conn,
         pytest.raises(SchemaOutdatedError, match="pgtick migrate"),
     ):
         migrate.check_current(conn, "pgtick")
@@ -67,7 +68,7 @@ def test_modified_applied_file_is_refused(empty_dsn: str, monkeypatch: pytest.Mo
     monkeypatch.setattr(migrate, "available", lambda: edited)
     with pytest.raises(MigrationError, match="changed after it was applied"):
         migrate.migrate(empty_dsn, "pgtick")
-    with db.connect(empty_dsn, "pgtick") as conn, pytest.raises(MigrationError):
+    with dbhelp.connect(empty_dsn, "pgtick") as conn, pytest.raises(MigrationError):
         migrate.check_current(conn, "pgtick")
 
 
@@ -88,7 +89,9 @@ def test_concurrent_migrators_apply_once(empty_dsn: str) -> None:
 
 
 def _plan(conn: db.Connection, name: str, params: dict[str, object]) -> str:
-    rows = conn.execute(b"EXPLAIN " + sqlfile.queries()[name].encode(), params).fetchall()
+    rows = conn.execute(
+        b"EXPLAIN " + sqlfile.query(name, "pgtick").as_bytes(None), params
+    ).fetchall()
     return "\n".join(r[0] for r in rows)
 
 
@@ -157,7 +160,9 @@ def test_claim_and_next_due_skip_other_job_types_through_the_index(conn: db.Conn
         assert "Bitmap Heap Scan on runs" not in plan, plan
         # Measured, not only planned: a handful of pages, not the other type's 200 000 rows.
         # The claim really runs under ANALYZE, so its transaction is rolled back.
-        statement = b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sqlfile.queries()[name].encode()
+        statement = b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sqlfile.query(
+            name, "pgtick"
+        ).as_bytes(None)
         with conn.transaction(force_rollback=True):
             row = conn.execute(statement, params).fetchone()
         assert row is not None
@@ -204,7 +209,10 @@ def test_index_migration_does_not_block_writes_of_running_daemons(
         except BaseException as exc:
             errors.append(exc)
 
-    with db.connect(empty_dsn, "pgtick") as holder, db.connect(empty_dsn, "pgtick") as writer:
+    with (
+        dbhelp.connect(empty_dsn, "pgtick") as holder,
+        dbhelp.connect(empty_dsn, "pgtick") as writer,
+    ):
         writer.execute("SET lock_timeout = '2s'")
         with holder.transaction():
             holder.execute("SELECT enqueue('before')")

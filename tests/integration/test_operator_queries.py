@@ -12,7 +12,7 @@ ROWS = 200_000
 
 
 def _plan(conn: db.Connection, name: str, params: dict[str, Any]) -> str:
-    statement = sqlfile.query(name).as_string(conn)
+    statement = sqlfile.query(name, conn.schema).as_string(conn)
     return "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement, params))
 
 
@@ -82,9 +82,9 @@ def test_run_listing_is_served_by_an_index(
 @pytest.mark.timeout(300)
 def test_rare_job_type_page_reads_few_pages(big: db.Connection) -> None:
     """Measured, not only planned: a page of a rare type reads a handful of pages."""
-    statement = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sqlfile.query("list_runs").as_string(
-        big
-    )
+    statement = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sqlfile.query(
+        "list_runs", big.schema
+    ).as_string(big)
     row = big.execute(statement, _listing(job_type="rare")).fetchone()
     assert row is not None
     top = row[0][0]["Plan"]

@@ -301,10 +301,12 @@ def test_sync_of_a_changed_schedule_makes_it_due_at_the_next_tick(
 
 def explain(conn: db.Connection, name: str) -> tuple[str, int]:
     """The plan's text and the pages it really touched (run under ANALYZE, rolled back)."""
-    statement = b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sqlfile.queries()[name].encode()
+    statement = b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sqlfile.query(
+        name, "pgtick"
+    ).as_bytes(None)
     with conn.transaction(force_rollback=True):
         row = conn.execute(statement).fetchone()
-        text = conn.execute(b"EXPLAIN " + sqlfile.queries()[name].encode()).fetchall()
+        text = conn.execute(b"EXPLAIN " + sqlfile.query(name, "pgtick").as_bytes(None)).fetchall()
     assert row is not None
     top = row[0][0]["Plan"]
     return "\n".join(r[0] for r in text), top["Shared Hit Blocks"] + top["Shared Read Blocks"]

@@ -1,11 +1,9 @@
 -- Every statement pgtick sends, as named blocks: a "-- name --" line, description comment
--- lines, then the SQL. Loaded once by sqlfile.py. Parameters are %(name)s; the schema is
--- never interpolated: connections run with search_path set to it (db.py), and {schema} in
--- the few statements that need the identifier is filled with psycopg.sql.Identifier.
-
--- set_search_path --
--- Sent once per new connection.
-SET search_path TO {schema};
+-- lines, then the SQL. Loaded once by sqlfile.py. Parameters are %(name)s. Every table and
+-- function is qualified with {schema}, filled once per schema with psycopg.sql.Identifier (a
+-- value is never interpolated): no statement depends on a connection's search_path, which a
+-- transaction-mode pooler (PgBouncer) does not keep from one transaction to the next. Literal
+-- braces are doubled ('{{}}' is an empty JSON object).
 
 -- db_now --
 -- The database clock; every time comparison uses it, never a daemon's clock (clocks on VMs
@@ -14,7 +12,7 @@ SELECT now();
 
 -- enqueue --
 -- One run through the schema's own SQL function, so the rules live in one place.
-SELECT enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s);
+SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s);
 
 -- enqueue_qualified --
 -- The same from a caller's connection, whose search_path we must not touch.
@@ -25,14 +23,14 @@ SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key
 -- run; rows whose idempotency key already exists insert nothing and come back with NULL
 -- (the caller then looks those keys up).
 WITH input AS (
-    SELECT i.*, nextval(pg_get_serial_sequence('runs', 'id')) AS new_id
+    SELECT i.*, nextval(pg_get_serial_sequence({runs_table}, 'id')) AS new_id
     FROM unnest(%(job_types)s::text[], %(payloads)s::jsonb[], %(run_ats)s::timestamptz[],
                 %(keys)s::text[], %(max_attempts)s::int[])
          WITH ORDINALITY AS i(job_type, payload, run_at, idempotency_key, max_attempts, ord)
 ), inserted AS (
-    INSERT INTO runs (id, job_type, payload, run_at, idempotency_key, max_attempts)
+    INSERT INTO {schema}.runs (id, job_type, payload, run_at, idempotency_key, max_attempts)
     OVERRIDING SYSTEM VALUE
-    SELECT new_id, job_type, coalesce(payload, '{}'::jsonb), coalesce(run_at, now()),
+    SELECT new_id, job_type, coalesce(payload, '{{}}'::jsonb), coalesce(run_at, now()),
            idempotency_key, max_attempts
     FROM input ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -41,12 +39,12 @@ WITH input AS (
 SELECT input.ord, inserted.id, existing.id
 FROM input
 LEFT JOIN inserted ON inserted.id = input.new_id
-LEFT JOIN runs existing ON existing.idempotency_key = input.idempotency_key
+LEFT JOIN {schema}.runs existing ON existing.idempotency_key = input.idempotency_key
 ORDER BY input.ord;
 
 -- run_ids_by_keys --
 -- Existing runs for idempotency keys (after a conflict with a concurrent enqueue).
-SELECT idempotency_key, id FROM runs WHERE idempotency_key = ANY(%(keys)s::text[]);
+SELECT idempotency_key, id FROM {schema}.runs WHERE idempotency_key = ANY(%(keys)s::text[]);
 
 -- listen --
 -- The LISTEN connection subscribes to the channel named after the schema (enqueue NOTIFYs it
@@ -55,7 +53,7 @@ LISTEN {schema};
 
 -- notify --
 -- Wake idle daemons that handle this job type.
-SELECT pg_notify(current_schema(), %(job_type)s);
+SELECT pg_notify({channel}, %(job_type)s);
 
 -- claim --
 -- Claim up to %(limit)s due runs of the given job types in one statement (a run is held by
@@ -72,7 +70,7 @@ WITH types AS (
     FROM types t
     CROSS JOIN LATERAL (
         SELECT r.id, r.run_at
-        FROM runs r
+        FROM {schema}.runs r
         WHERE r.job_type = t.job_type
           AND r.status IN ('queued', 'failed')
           AND r.run_at <= now()
@@ -83,7 +81,7 @@ WITH types AS (
 ), picked AS (
     SELECT id FROM candidates ORDER BY run_at, id LIMIT %(limit)s
 ), claimed AS (
-    UPDATE runs r
+    UPDATE {schema}.runs r
     SET status = 'running',
         locked_by = %(worker_id)s,
         locked_until = now() + make_interval(secs => t.lease),
@@ -96,7 +94,7 @@ WITH types AS (
     RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
               r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until
 ), opened AS (
-    INSERT INTO attempts (run_id, attempt, worker_id, started_at)
+    INSERT INTO {schema}.attempts (run_id, attempt, worker_id, started_at)
     SELECT id, attempts, %(worker_id)s, started_at FROM claimed
 )
 SELECT * FROM claimed;
@@ -108,7 +106,7 @@ SELECT extract(epoch FROM min(n.run_at) - now())::float8
 FROM unnest(%(job_types)s::text[]) AS t(job_type)
 CROSS JOIN LATERAL (
     SELECT r.run_at
-    FROM runs r
+    FROM {schema}.runs r
     WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
     ORDER BY r.run_at
     LIMIT 1
@@ -124,9 +122,9 @@ CROSS JOIN LATERAL (
 -- forget a worker silent for long), and which of the given runs an operator cancelled
 -- (their handlers are stopped, not "lost").
 WITH alive AS (
-    UPDATE workers SET heartbeat_at = now() WHERE id = %(worker_id)s RETURNING id
+    UPDATE {schema}.workers SET heartbeat_at = now() WHERE id = %(worker_id)s RETURNING id
 ), held AS (
-    UPDATE runs r
+    UPDATE {schema}.runs r
     SET locked_until = now() + make_interval(secs => h.lease)
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(leases)s::float8[])
          AS h(id, attempt, lease)
@@ -135,7 +133,7 @@ WITH alive AS (
     RETURNING r.id, r.status
 )
 SELECT ARRAY(SELECT id FROM held WHERE status = 'running'), EXISTS (SELECT 1 FROM alive),
-       ARRAY(SELECT r.id FROM runs r
+       ARRAY(SELECT r.id FROM {schema}.runs r
              WHERE r.id = ANY(%(ids)s::bigint[]) AND r.status = 'cancelled');
 
 -- succeed --
@@ -148,7 +146,7 @@ SELECT ARRAY(SELECT id FROM held WHERE status = 'running'), EXISTS (SELECT 1 FRO
 -- still queued show as empty when it is full of dead entries of runs finished since (each
 -- statement then walked them all); it takes each claim by the primary key instead.
 WITH done AS (
-    UPDATE runs r
+    UPDATE {schema}.runs r
     SET status = 'succeeded', locked_by = NULL, locked_until = NULL,
         finished_at = now(), updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
@@ -156,7 +154,7 @@ WITH done AS (
       AND r.status <> 'cancelled'
     RETURNING r.id, r.attempts
 ), closed AS (
-    UPDATE attempts a
+    UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'succeeded'
     FROM done
     WHERE a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
@@ -172,7 +170,7 @@ WITH input AS (
                          %(error_types)s::text[], %(details)s::text[], %(delays)s::float8[])
         AS f(id, attempt, error, error_type, detail, delay)
 ), done AS (
-    UPDATE runs r
+    UPDATE {schema}.runs r
     SET status = CASE WHEN f.delay IS NULL OR r.attempts >= r.max_attempts
                       THEN 'dead' ELSE 'failed' END,
         run_at = CASE WHEN f.delay IS NULL OR r.attempts >= r.max_attempts
@@ -186,7 +184,7 @@ WITH input AS (
       AND r.status <> 'cancelled'
     RETURNING r.id, r.attempts, r.status, r.run_at, f.detail, f.error_type
 ), closed AS (
-    UPDATE attempts a
+    UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'failed', error = done.detail,
         error_type = done.error_type
     FROM done
@@ -198,7 +196,7 @@ SELECT id, status, run_at FROM done;
 -- Give runs back unfinished (shutdown, or claimed ahead and not started): queued again, the
 -- attempt not counted. Guarded by the claim (as succeed, "not cancelled" meaning running).
 WITH done AS (
-    UPDATE runs r
+    UPDATE {schema}.runs r
     SET status = 'queued', attempts = r.attempts - 1,
         locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
@@ -206,7 +204,7 @@ WITH done AS (
       AND r.status <> 'cancelled'
     RETURNING r.id, r.attempts + 1 AS attempt
 ), closed AS (
-    UPDATE attempts a
+    UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'released', error = 'released on shutdown'
     FROM done
     WHERE a.run_id = done.id AND a.attempt = done.attempt AND a.outcome IS NULL
@@ -218,14 +216,14 @@ SELECT id FROM done;
 -- never started): the lease is cleared, so that retry may queue the run again, and the
 -- attempt closed now, when it really ended. Guarded by the claim; returns the runs let go.
 WITH done AS (
-    UPDATE runs r
+    UPDATE {schema}.runs r
     SET locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
     WHERE r.id = c.id AND r.attempts = c.attempt AND r.locked_by = %(worker_id)s
       AND r.status = 'cancelled'
     RETURNING r.id, r.attempts
 ), closed AS (
-    UPDATE attempts a
+    UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'lost', error = 'cancelled by operator'
     FROM done
     WHERE a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
@@ -237,19 +235,19 @@ SELECT id FROM done;
 -- runs them any more. Clear the lease and close the attempt as lost, ended at the latest when
 -- its lease did. Served by runs_cancel_lease_idx.
 WITH expired AS (
-    SELECT id, locked_until FROM runs
+    SELECT id, locked_until FROM {schema}.runs
     WHERE status = 'cancelled' AND locked_until < now()
     ORDER BY locked_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), done AS (
-    UPDATE runs r
+    UPDATE {schema}.runs r
     SET locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM expired e
     WHERE r.id = e.id
     RETURNING r.id, r.attempts, e.locked_until AS lease_end
 ), closed AS (
-    UPDATE attempts a
+    UPDATE {schema}.attempts a
     SET finished_at = done.lease_end, outcome = 'lost', error = 'cancelled by operator'
     FROM done
     WHERE a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
@@ -260,7 +258,7 @@ SELECT count(*) FROM done;
 -- Lock running runs whose lease expired (crashed or frozen daemon), oldest first; served by
 -- runs_lease_idx. The caller computes each one's backoff and calls reap_mark.
 SELECT id, job_type, attempts, max_attempts, locked_by
-FROM runs
+FROM {schema}.runs
 WHERE status = 'running' AND locked_until < now()
 ORDER BY locked_until
 LIMIT %(limit)s
@@ -272,7 +270,7 @@ FOR UPDATE SKIP LOCKED;
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS f(id, delay)
 ), done AS (
-    UPDATE runs r
+    UPDATE {schema}.runs r
     SET status = CASE WHEN f.delay IS NULL THEN 'dead' ELSE 'failed' END,
         -- No delay: keep run_at, so the recovered run goes to the front of the queue.
         run_at = CASE WHEN f.delay IS NULL OR f.delay = 0 THEN r.run_at
@@ -285,7 +283,7 @@ WITH input AS (
     WHERE r.id = f.id AND r.status = 'running' AND r.locked_until < now()
     RETURNING r.id, r.attempts, r.status, r.job_type
 ), closed AS (
-    UPDATE attempts a
+    UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'lost', error = 'lease expired',
         error_type = 'lease_expired'
     FROM done
@@ -299,12 +297,12 @@ SELECT id, status, job_type FROM done;
 -- lease is live) is left alone: its handler may still run, and a second copy must not start.
 -- One whose holder died (lease expired) has its attempt closed, ended when the lease did.
 WITH picked AS (
-    SELECT id, locked_until FROM runs
+    SELECT id, locked_until FROM {schema}.runs
     WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('failed', 'dead', 'cancelled')
       AND (locked_until IS NULL OR locked_until < now())
     FOR UPDATE
 ), done AS (
-    UPDATE runs r
+    UPDATE {schema}.runs r
     SET status = 'queued', run_at = now(), locked_by = NULL, locked_until = NULL,
         finished_at = NULL, updated_at = now(),
         max_attempts = CASE WHEN r.max_attempts IS NOT NULL AND r.attempts >= r.max_attempts
@@ -313,7 +311,7 @@ WITH picked AS (
     WHERE r.id = p.id
     RETURNING r.id, r.job_type, r.attempts, p.locked_until AS lease_end
 ), closed AS (
-    UPDATE attempts a
+    UPDATE {schema}.attempts a
     SET finished_at = done.lease_end, outcome = 'lost', error = 'cancelled by operator'
     FROM done
     WHERE done.lease_end IS NOT NULL
@@ -325,7 +323,7 @@ SELECT id, job_type FROM done;
 -- Of the given cancelled runs, those whose holder has not let go yet (lease live): its daemon
 -- and the seconds left on the lease, for retry's refusal.
 SELECT id, locked_by, ceil(extract(epoch FROM locked_until - now()))::int
-FROM runs
+FROM {schema}.runs
 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'cancelled' AND locked_until >= now()
 ORDER BY id;
 
@@ -334,7 +332,7 @@ ORDER BY id;
 -- locked_until and the open attempt are left as they are): its next heartbeat, or its result
 -- write, finds the run cancelled, stops the handler and lets go (acknowledge_cancel), which
 -- closes the attempt when it really ended. Until then the run cannot be retried.
-UPDATE runs
+UPDATE {schema}.runs
 SET status = 'cancelled', finished_at = now(), updated_at = now()
 WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('queued', 'running', 'failed')
 RETURNING id;
@@ -343,25 +341,25 @@ RETURNING id;
 -- Delete up to %(batch)s terminal runs of one status finished before the cutoff; their
 -- attempt rows go with them (ON DELETE CASCADE). Called in a loop until it deletes nothing.
 WITH victims AS (
-    SELECT id FROM runs
+    SELECT id FROM {schema}.runs
     WHERE status = %(status)s
       AND finished_at < now() - make_interval(secs => %(older_than)s)
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 )
-DELETE FROM runs r USING victims v WHERE r.id = v.id;
+DELETE FROM {schema}.runs r USING victims v WHERE r.id = v.id;
 
 -- get_run --
 -- One run by id.
 SELECT id, schedule_id, scheduled_for, job_type, payload, idempotency_key, status, run_at,
        attempts, max_attempts, locked_by, locked_until, last_error, error_type, started_at,
        finished_at, created_at, updated_at
-FROM runs WHERE id = %(id)s;
+FROM {schema}.runs WHERE id = %(id)s;
 
 -- get_attempts --
 -- A run's attempts in order.
 SELECT run_id, attempt, worker_id, started_at, finished_at, outcome, error, error_type
-FROM attempts WHERE run_id = %(id)s ORDER BY id;
+FROM {schema}.attempts WHERE run_id = %(id)s ORDER BY id;
 
 -- connection_limit --
 -- How many connections the server accepts from an ordinary role (max_connections less the
@@ -374,7 +372,7 @@ SELECT current_setting('max_connections')::int
 
 -- register_worker --
 -- A daemon announces itself on start.
-INSERT INTO workers (id, hostname, pid, version, threads, job_types)
+INSERT INTO {schema}.workers (id, hostname, pid, version, threads, job_types)
 VALUES (%(id)s, %(hostname)s, %(pid)s, %(version)s, %(threads)s, %(job_types)s)
 ON CONFLICT (id) DO UPDATE
 SET hostname = excluded.hostname, pid = excluded.pid, version = excluded.version,
@@ -382,17 +380,17 @@ SET hostname = excluded.hostname, pid = excluded.pid, version = excluded.version
 
 -- deregister_worker --
 -- A daemon removes itself on clean exit.
-DELETE FROM workers WHERE id = %(id)s;
+DELETE FROM {schema}.workers WHERE id = %(id)s;
 
 -- reap_workers --
 -- Forget daemons that stopped heartbeating long ago (killed, host gone).
-DELETE FROM workers
+DELETE FROM {schema}.workers
 WHERE heartbeat_at < now() - make_interval(secs => %(older_than)s)
 RETURNING id;
 
 -- effect_once --
 -- Record a side effect's key; returns a row only the first time the key is seen.
-INSERT INTO effects (key, run_id) VALUES (%(key)s, %(run_id)s)
+INSERT INTO {schema}.effects (key, run_id) VALUES (%(key)s, %(run_id)s)
 ON CONFLICT (key) DO NOTHING
 RETURNING key;
 
@@ -400,7 +398,7 @@ RETURNING key;
 -- Upsert one schedule from the config file by name. A schedule paused because it had vanished
 -- from the config, or because its row was invalid, comes back un-paused and continues from now;
 -- an operator's pause stays. Any change forgets next_due_at, so the next tick plans it afresh.
-INSERT INTO schedules (name, job_type, payload, cron, timezone, max_attempts, catchup,
+INSERT INTO {schema}.schedules (name, job_type, payload, cron, timezone, max_attempts, catchup,
                        catchup_limit, overlap, jitter_seconds, materialized_until)
 VALUES (%(name)s, %(job_type)s, %(payload)s, %(cron)s, %(timezone)s, %(max_attempts)s,
         %(catchup)s, %(catchup_limit)s, %(overlap)s, %(jitter_seconds)s, now())
@@ -429,7 +427,7 @@ RETURNING name;
 
 -- pause_vanished_schedules --
 -- Pause (never delete) schedules of this daemon's job types that are gone from its config.
-UPDATE schedules
+UPDATE {schema}.schedules
 SET paused = true, paused_reason = 'removed', updated_at = now()
 WHERE NOT paused AND job_type = ANY(%(job_types)s::text[]) AND name <> ALL(%(names)s::text[])
 RETURNING name;
@@ -441,7 +439,7 @@ RETURNING name;
 -- (it does the same work).
 SELECT id, name, job_type, payload, cron, timezone, max_attempts, catchup, catchup_limit,
        overlap, jitter_seconds, materialized_until, now()
-FROM schedules
+FROM {schema}.schedules
 WHERE NOT paused AND (next_due_at IS NULL OR next_due_at <= now())
 ORDER BY id
 FOR UPDATE SKIP LOCKED;
@@ -450,12 +448,12 @@ FOR UPDATE SKIP LOCKED;
 -- The earliest next_due_at of the enabled schedules that were not due when this transaction
 -- started (those that were are being materialized by this or another daemon), and the
 -- database clock: when the ticker must wake next. One probe of schedules_next_due_idx.
-SELECT (SELECT min(next_due_at) FROM schedules WHERE NOT paused AND next_due_at > now()), now();
+SELECT (SELECT min(next_due_at) FROM {schema}.schedules WHERE NOT paused AND next_due_at > now()), now();
 
 -- pause_invalid_schedule --
 -- Pause a schedule this version cannot compute (a cron, time zone or setting it refuses), with
 -- the one-line reason, instead of failing the tick. Syncing a valid definition un-pauses it.
-UPDATE schedules
+UPDATE {schema}.schedules
 SET paused = true, paused_reason = 'invalid', paused_detail = %(detail)s, next_due_at = NULL,
     updated_at = now()
 WHERE id = %(id)s;
@@ -471,11 +469,11 @@ WITH occ AS (
          WITH ORDINALITY AS o(scheduled_for, run_at, ord)
 ), busy AS (
     SELECT EXISTS (
-        SELECT 1 FROM runs
+        SELECT 1 FROM {schema}.runs
         WHERE schedule_id = %(schedule_id)s AND status IN ('queued', 'running', 'failed')
     ) AS busy
 ), inserted AS (
-    INSERT INTO runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts,
+    INSERT INTO {schema}.runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts,
                       status, finished_at)
     SELECT %(schedule_id)s, occ.scheduled_for, %(job_type)s, %(payload)s, occ.run_at,
            %(max_attempts)s,
@@ -487,7 +485,7 @@ WITH occ AS (
     ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
     RETURNING status
 ), moved AS (
-    UPDATE schedules SET materialized_until = %(until)s, next_due_at = %(next_due_at)s
+    UPDATE {schema}.schedules SET materialized_until = %(until)s, next_due_at = %(next_due_at)s
     WHERE id = %(schedule_id)s
 )
 SELECT status, count(*) FROM inserted GROUP BY status;
@@ -500,22 +498,22 @@ SELECT status, count(*) FROM inserted GROUP BY status;
 SELECT s.id, s.name, s.job_type, s.cron, s.timezone, s.paused, s.paused_reason,
        s.paused_detail, s.overlap, s.catchup, s.materialized_until,
        last.status, last.scheduled_for, last.finished_at, ok.finished_at
-FROM schedules s
+FROM {schema}.schedules s
 LEFT JOIN LATERAL (
     SELECT c.status, c.scheduled_for, c.finished_at
     FROM ((SELECT r.status, r.scheduled_for, r.finished_at, r.scheduled_for AS at
-           FROM runs r
+           FROM {schema}.runs r
            WHERE r.schedule_id = s.id AND r.scheduled_for IS NOT NULL
            ORDER BY r.scheduled_for DESC LIMIT 1)
           UNION ALL
           (SELECT r.status, r.scheduled_for, r.finished_at, r.created_at AS at
-           FROM runs r
+           FROM {schema}.runs r
            WHERE r.schedule_id = s.id AND r.scheduled_for IS NULL
            ORDER BY r.id DESC LIMIT 1)) c
     ORDER BY c.at DESC LIMIT 1
 ) last ON true
 LEFT JOIN LATERAL (
-    SELECT r.finished_at FROM runs r
+    SELECT r.finished_at FROM {schema}.runs r
     WHERE r.schedule_id = s.id AND r.status = 'succeeded'
     ORDER BY r.finished_at DESC LIMIT 1
 ) ok ON true
@@ -524,10 +522,10 @@ ORDER BY s.name;
 -- get_schedule --
 SELECT id, name, job_type, payload, cron, timezone, max_attempts, catchup, catchup_limit,
        overlap, jitter_seconds, paused, paused_reason, paused_detail, materialized_until
-FROM schedules WHERE name = %(name)s;
+FROM {schema}.schedules WHERE name = %(name)s;
 
 -- pause_schedule --
-UPDATE schedules
+UPDATE {schema}.schedules
 SET paused = true, paused_reason = 'operator', paused_detail = NULL, updated_at = now()
 WHERE name = %(name)s
 RETURNING id;
@@ -535,7 +533,7 @@ RETURNING id;
 -- resume_schedule --
 -- Resuming continues from now: the paused period is not caught up, and the next tick plans
 -- the schedule afresh (a schedule still invalid is paused again, with the reason).
-UPDATE schedules
+UPDATE {schema}.schedules
 SET paused = false, paused_reason = NULL, paused_detail = NULL, updated_at = now(),
     materialized_until = CASE WHEN paused THEN now() ELSE materialized_until END,
     next_due_at = CASE WHEN paused THEN NULL ELSE next_due_at END
@@ -546,16 +544,16 @@ RETURNING id;
 -- Run a schedule now, outside its cron: an extra run (scheduled_for NULL never conflicts).
 -- It changes neither the cursor nor next_due_at: the schedule's own occurrences stay due when
 -- they were.
-INSERT INTO runs (schedule_id, job_type, payload, max_attempts)
-SELECT id, job_type, payload, max_attempts FROM schedules WHERE name = %(name)s
+INSERT INTO {schema}.runs (schedule_id, job_type, payload, max_attempts)
+SELECT id, job_type, payload, max_attempts FROM {schema}.schedules WHERE name = %(name)s
 RETURNING id, job_type;
 
 -- backfill_schedule --
 -- Create runs for given past occurrences; existing occurrences are left alone. The cursor and
 -- next_due_at do not move: backfill is behind the cursor, the ticker ahead of it.
-INSERT INTO runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts)
+INSERT INTO {schema}.runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts)
 SELECT s.id, o.t, s.job_type, s.payload, now(), s.max_attempts
-FROM schedules s, unnest(%(occurrences)s::timestamptz[]) AS o(t)
+FROM {schema}.schedules s, unnest(%(occurrences)s::timestamptz[]) AS o(t)
 WHERE s.name = %(name)s
 ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
 RETURNING id, job_type;
@@ -584,6 +582,10 @@ SELECT to_regclass(%(table)s) IS NOT NULL;
 -- set_local_search_path --
 SET LOCAL search_path TO {schema};
 
+-- migration_search_path --
+-- For a migration that cannot run inside a transaction, on migrate's own connection.
+SET search_path TO {schema};
+
 -- record_migration --
 INSERT INTO {schema}.schema_migrations (version, name, sha256)
 VALUES (%(version)s, %(name)s, %(sha256)s);
@@ -602,12 +604,12 @@ WITH per_type AS (
            count(*) FILTER (WHERE status = 'running') AS running,
            count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS stuck,
            count(*) FILTER (WHERE status = 'failed' AND run_at > now()) AS awaiting_retry
-    FROM runs
+    FROM {schema}.runs
     WHERE status IN ('queued', 'running', 'failed')
     GROUP BY job_type
 ), dead AS (
     SELECT job_type, count(*) AS dead_recent
-    FROM runs
+    FROM {schema}.runs
     WHERE status = 'dead' AND finished_at > now() - interval '24 hours'
     GROUP BY job_type
 )
@@ -638,31 +640,31 @@ SELECT /* pgtick_metrics_snapshot */
                       WHERE status IN ('queued', 'failed') AND run_at <= now()))::float8
                       AS oldest_due,
                   count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS stuck
-           FROM runs
+           FROM {schema}.runs
            WHERE status IN ('queued', 'running', 'failed')
            GROUP BY job_type) AS active),
     (SELECT coalesce(json_agg(json_build_array(job_type, status, n)), '[]')
-     FROM terminal_run_counts),
-    (SELECT extract(epoch FROM refreshed_at)::float8 FROM terminal_run_counts_refresh),
+     FROM {schema}.terminal_run_counts),
+    (SELECT extract(epoch FROM refreshed_at)::float8 FROM {schema}.terminal_run_counts_refresh),
     (SELECT coalesce(json_agg(json_build_array(
                 s.name, s.paused,
                 (SELECT extract(epoch FROM max(r.finished_at))::float8
-                 FROM runs r WHERE r.schedule_id = s.id AND r.status = 'succeeded'),
+                 FROM {schema}.runs r WHERE r.schedule_id = s.id AND r.status = 'succeeded'),
                 CASE WHEN want.due_at IS NULL OR want.due_at < s.created_at THEN NULL
                 ELSE EXISTS (
-                    SELECT FROM runs r
+                    SELECT FROM {schema}.runs r
                     WHERE r.schedule_id = s.id AND r.scheduled_for = want.due_at
                       AND (r.started_at IS NOT NULL OR r.status IN ('skipped', 'cancelled')))
                 END)), '[]')
      FROM unnest(%(names)s::text[], %(due_at)s::timestamptz[]) AS want(name, due_at)
-     JOIN schedules s ON s.name = want.name);
+     JOIN {schema}.schedules s ON s.name = want.name);
 
 -- claim_terminal_counts_refresh --
 -- Take the right to recount terminal runs if the counts are older than %(max_age)s seconds;
 -- SKIP LOCKED: while one daemon recounts, the others go on without waiting. The row lock is
 -- held until the caller's transaction (which recounts) commits.
-UPDATE terminal_run_counts_refresh SET refreshed_at = now()
-WHERE id IN (SELECT id FROM terminal_run_counts_refresh
+UPDATE {schema}.terminal_run_counts_refresh SET refreshed_at = now()
+WHERE id IN (SELECT id FROM {schema}.terminal_run_counts_refresh
              WHERE refreshed_at IS NULL
                 OR refreshed_at < now() - make_interval(secs => %(max_age)s)
              FOR UPDATE SKIP LOCKED)
@@ -677,16 +679,16 @@ SELECT set_config('statement_timeout', %(ms)s::text, true);
 -- delete the pairs that no longer have runs. The one full pass over finished rows pgtick makes.
 WITH fresh AS (
     SELECT job_type, status, count(*) AS n
-    FROM runs
+    FROM {schema}.runs
     WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped')
     GROUP BY job_type, status
 ), upserted AS (
-    INSERT INTO terminal_run_counts (job_type, status, n)
+    INSERT INTO {schema}.terminal_run_counts (job_type, status, n)
     SELECT job_type, status, n FROM fresh
     ON CONFLICT (job_type, status) DO UPDATE SET n = excluded.n
     RETURNING 1
 )
-DELETE FROM terminal_run_counts t
+DELETE FROM {schema}.terminal_run_counts t
 WHERE NOT EXISTS (SELECT FROM fresh f WHERE f.job_type = t.job_type AND f.status = t.status);
 
 -- list_runs --
@@ -696,12 +698,12 @@ WHERE NOT EXISTS (SELECT FROM fresh f WHERE f.job_type = t.job_type AND f.status
 -- so unused filters fold away. %(limit)s is one more than the page, to tell whether more exist.
 SELECT r.id, r.job_type, r.status, r.attempts, r.max_attempts, r.run_at, r.started_at,
        r.finished_at, r.last_error, s.name, now()
-FROM runs r
-LEFT JOIN schedules s ON s.id = r.schedule_id
+FROM {schema}.runs r
+LEFT JOIN {schema}.schedules s ON s.id = r.schedule_id
 WHERE (%(statuses)s::text[] IS NULL OR r.status = ANY(%(statuses)s::text[]))
   AND (%(job_type)s::text IS NULL OR r.job_type = %(job_type)s::text)
   AND (%(schedule)s::text IS NULL
-       OR r.schedule_id = (SELECT id FROM schedules WHERE name = %(schedule)s::text))
+       OR r.schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s::text))
   AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s::timestamptz)
   AND (%(before)s::bigint IS NULL OR r.id < %(before)s::bigint)
 ORDER BY r.id DESC
@@ -712,12 +714,12 @@ LIMIT %(limit)s;
 -- lets the planner use runs_finished_idx (status, finished_at) when those statuses are rare.
 SELECT r.id, r.job_type, r.status, r.attempts, r.max_attempts, r.run_at, r.started_at,
        r.finished_at, r.last_error, s.name, now()
-FROM runs r
-LEFT JOIN schedules s ON s.id = r.schedule_id
+FROM {schema}.runs r
+LEFT JOIN {schema}.schedules s ON s.id = r.schedule_id
 WHERE r.status = ANY(%(statuses)s::text[]) AND r.finished_at IS NOT NULL
   AND (%(job_type)s::text IS NULL OR r.job_type = %(job_type)s::text)
   AND (%(schedule)s::text IS NULL
-       OR r.schedule_id = (SELECT id FROM schedules WHERE name = %(schedule)s::text))
+       OR r.schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s::text))
   AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s::timestamptz)
   AND (%(before)s::bigint IS NULL OR r.id < %(before)s::bigint)
 ORDER BY r.id DESC
@@ -726,38 +728,38 @@ LIMIT %(limit)s;
 -- schedule_of_run --
 -- The schedule a run came from, for `pgtick show` (NULL schedule_id: no row).
 SELECT id, name, job_type, cron, timezone, paused, paused_reason
-FROM schedules WHERE id = %(id)s;
+FROM {schema}.schedules WHERE id = %(id)s;
 
 -- effect_keys --
 -- The side-effect keys a run recorded through effect_once, oldest first.
-SELECT key, created_at FROM effects WHERE run_id = %(run_id)s ORDER BY created_at, key;
+SELECT key, created_at FROM {schema}.effects WHERE run_id = %(run_id)s ORDER BY created_at, key;
 
 -- list_workers --
 -- Registered daemons with their heartbeat age on the database clock and how many runs each
 -- holds now (running rows only, through runs_lease_idx), for `pgtick status`.
 SELECT w.id, w.hostname, w.pid, w.version, w.threads, w.job_types, w.started_at,
        extract(epoch FROM now() - w.heartbeat_at)::float8,
-       (SELECT count(*) FROM runs r WHERE r.status = 'running' AND r.locked_by = w.id)
-FROM workers w
+       (SELECT count(*) FROM {schema}.runs r WHERE r.status = 'running' AND r.locked_by = w.id)
+FROM {schema}.workers w
 ORDER BY w.hostname, w.pid, w.id;
 
 -- status_schedules --
 -- Every schedule's definition and pause state, for `pgtick status` (its last success and
 -- overdue flag come from metrics_snapshot).
 SELECT name, job_type, cron, timezone, jitter_seconds, paused, paused_reason, paused_detail
-FROM schedules
+FROM {schema}.schedules
 ORDER BY name;
 
 -- run_statuses --
 -- The current status of the given runs (ids not found are missing), checked by retry and
 -- cancel before they change anything.
-SELECT id, status FROM runs WHERE id = ANY(%(ids)s::bigint[]);
+SELECT id, status FROM {schema}.runs WHERE id = ANY(%(ids)s::bigint[]);
 
 -- count_bulk --
 -- How many runs a bulk retry or cancel would change: one status and job type, optionally
 -- only those finished (or, unfinished, last changed) since a time.
 SELECT count(*)
-FROM runs
+FROM {schema}.runs
 WHERE status = %(status)s AND job_type = %(job_type)s
   AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s::timestamptz
        OR (finished_at IS NULL AND updated_at >= %(since)s::timestamptz));
@@ -765,7 +767,7 @@ WHERE status = %(status)s AND job_type = %(job_type)s
 -- bulk_ids --
 -- One batch of count_bulk's runs, in id order after %(after)s (keyset), for retry or cancel.
 SELECT id
-FROM runs
+FROM {schema}.runs
 WHERE status = %(status)s AND job_type = %(job_type)s
   AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s::timestamptz
        OR (finished_at IS NULL AND updated_at >= %(since)s::timestamptz))
@@ -777,7 +779,7 @@ LIMIT %(batch)s;
 -- What prune would delete for one status and age (`pgtick prune --dry-run`); the same
 -- condition, read through runs_finished_idx.
 SELECT count(*)
-FROM runs
+FROM {schema}.runs
 WHERE status = %(status)s
   AND finished_at < now() - make_interval(secs => %(older_than)s);
 
@@ -791,7 +793,7 @@ SET TRANSACTION READ ONLY;
 -- same as the attempts table would, but through runs_finished_idx (status, finished_at): an
 -- index on attempts' finish time would slow every finish to serve one chart.
 SELECT floor(extract(epoch FROM now() - finished_at) / 60)::int AS minutes_ago, count(*)
-FROM runs
+FROM {schema}.runs
 WHERE status = 'succeeded' AND finished_at IS NOT NULL
   AND finished_at > now() - make_interval(mins => %(minutes)s)
 GROUP BY 1;
