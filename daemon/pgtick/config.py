@@ -109,12 +109,16 @@ class DatabaseConfig:
     dsn_file: str | None = None
     schema: str = DEFAULT_SCHEMA
     pool_size: int = DEFAULT_POOL_SIZE
+    # A direct (unpooled) DSN for the LISTEN connection when ``dsn`` goes through a
+    # transaction-mode pooler; "" means ``dsn``.
+    listen_dsn: str = ""
 
     def __repr__(self) -> str:
         dsn = None if self.dsn is None else redact_dsn(self.dsn)
+        listen_dsn = redact_dsn(self.listen_dsn) if self.listen_dsn else ""
         return (
             f"DatabaseConfig(dsn={dsn!r}, dsn_file={self.dsn_file!r}, "
-            f"schema={self.schema!r}, pool_size={self.pool_size!r})"
+            f"schema={self.schema!r}, pool_size={self.pool_size!r}, listen_dsn={listen_dsn!r})"
         )
 
 
@@ -364,6 +368,13 @@ def _string(key: str, value: Any) -> str:
     return value
 
 
+def _optional_string(key: str, value: Any) -> str:
+    """A string that may be empty ("" means "not set")."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a string, got {_show(value)}")
+    return value
+
+
 def _optional_path(key: str, value: Any) -> str:
     """A file path, or "" for none."""
     if not isinstance(value, str):
@@ -573,6 +584,7 @@ _SECTIONS: dict[str, _Spec] = {
     "database": {
         "dsn": ("dsn", _string),
         "dsn_file": ("dsn_file", _string),
+        "listen_dsn": ("listen_dsn", _optional_string),
         "schema": ("schema", _schema),
         "pool_size": (
             "pool_size",

@@ -212,7 +212,12 @@ class Service:
         store.register_worker(info)
         heartbeat = Heartbeat(beat_store, worker, cfg.worker.heartbeat_seconds, metrics, info)
         listener = Listener(
-            self.dsn, cfg.database.schema, set(worker.handled), worker.wake, metrics
+            self.dsn,
+            cfg.database.schema,
+            set(worker.handled),
+            worker.wake,
+            metrics,
+            listen_dsn=cfg.database.listen_dsn,
         )
         reaper = Reaper(
             store,
