@@ -4,17 +4,24 @@ One daemon at default settings waits idle; the client enqueues one ``stamp`` run
 taking time.time() right before its commit, every ``--interval`` seconds (longer than a run
 takes, so the workers are idle each time). The handler records time.time() when it starts.
 Both stamps come from the same host clock; the database clock is not involved.
+
+``--pooler polling|listen-direct`` puts a real PgBouncer in transaction mode between the daemon
+and the server (the client still enqueues directly): ``polling`` without
+``database.listen_dsn`` (the daemon finds that NOTIFYs do not reach it and idle workers poll
+every ``worker.poll_interval``), ``listen-direct`` with ``listen_dsn`` at the direct DSN.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
 
 import pgtick
 from bench import common, jobs
+from bench.pgbouncer import PgBouncer
 
 DEFAULT_RUNS = 300
 MIN_RUNS = 200
@@ -28,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--interval", type=float, default=DEFAULT_INTERVAL_SECONDS, help="seconds between runs"
     )
+    parser.add_argument(
+        "--pooler",
+        choices=["none", "polling", "listen-direct"],
+        default="none",
+        help="run the daemon through a PgBouncer in transaction mode (package pgbouncer)",
+    )
     common.add_settings_option(parser)
 
 
@@ -40,12 +53,26 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
     settings = common.parse_settings(args.set)
-    record.options = {"runs": args.runs, "interval": args.interval, "set": args.set}
-    with common.fresh_database(admin_dsn, "latency") as dsn:
+    record.options = {
+        "runs": args.runs,
+        "interval": args.interval,
+        "set": args.set,
+        "pooler": args.pooler,
+    }
+    with common.fresh_database(admin_dsn, "latency") as dsn, contextlib.ExitStack() as stack:
         with common.connect(dsn) as conn:
             conn.execute(jobs.STARTS_DDL)
+        daemon_dsn, extra = dsn, ""
+        if args.pooler != "none":
+            bouncer = PgBouncer(admin_dsn, tmp / "pgbouncer")
+            stack.callback(bouncer.close)
+            daemon_dsn = bouncer.dsn(common.database_name(dsn))
+            if args.pooler == "listen-direct":
+                extra = f"\n[database]\nlisten_dsn = {common.toml_value(dsn)}\n"
         daemon = common.start_daemon(
-            dsn, common.write_config(tmp / "latency.toml", settings), tmp / "latency.log"
+            daemon_dsn,
+            common.write_config(tmp / "latency.toml", settings, extra),
+            tmp / "latency.log",
         )
         try:
             # Let the start-up claims, ticks and registration pass: idle means idle.

@@ -7,9 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bench.pgbouncer import PgBouncer
 from psycopg.conninfo import conninfo_to_dict
-
-from tests.pgbouncer import PgBouncer
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""A real PgBouncer (Debian's ``pgbouncer``) in transaction pooling mode in front of the test
-server, for the tests that pgtick works through a pooler.
+"""A real PgBouncer (Debian's ``pgbouncer``) in transaction pooling mode in front of a
+throwaway server: the tests that pgtick works through a pooler (tests/pooler) and the
+pickup-latency figures through one (``python -m bench latency --pooler``).
 
 PgBouncer refuses to run as root, so when the tests run as root it is started with ``-u`` as
 the unprivileged user the embedded PostgreSQL already runs as. ``auth_type = trust`` with an
