@@ -119,6 +119,7 @@ FULL = """
 dsn_file = "/run/credentials/pgtick.service/dsn"
 schema = "jobs_2"
 pool_size = 3
+listen_dsn = "postgresql://direct.internal/app"
 
 [worker]
 threads = 32
@@ -176,7 +177,10 @@ max_attempts = 2
 def test_every_key_loads_into_its_field() -> None:
     cfg = load_text(FULL)
     assert cfg.database == DatabaseConfig(
-        dsn_file="/run/credentials/pgtick.service/dsn", schema="jobs_2", pool_size=3
+        dsn_file="/run/credentials/pgtick.service/dsn",
+        schema="jobs_2",
+        pool_size=3,
+        listen_dsn="postgresql://direct.internal/app",
     )
     assert cfg.worker == WorkerConfig(
         threads=32,
