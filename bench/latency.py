@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -64,7 +66,11 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
             conn.execute(jobs.STARTS_DDL)
         daemon_dsn, extra = dsn, ""
         if args.pooler != "none":
-            bouncer = PgBouncer(admin_dsn, tmp / "pgbouncer")
+            # Its own directory directly under the temp dir: the unprivileged user PgBouncer
+            # runs as cannot enter the bench's private one.
+            workdir = Path(tempfile.mkdtemp(prefix="pgtick-bench-pgbouncer-"))
+            stack.callback(shutil.rmtree, workdir, ignore_errors=True)
+            bouncer = PgBouncer(admin_dsn, workdir)
             stack.callback(bouncer.close)
             daemon_dsn = bouncer.dsn(common.database_name(dsn))
             if args.pooler == "listen-direct":

@@ -69,7 +69,12 @@ class PgBouncer:
             f"pool_mode = {pool_mode}\n"
             "max_client_conn = 2000\n"
             f"default_pool_size = {pool_size}\n"
-            "server_reset_query =\n"
+            # Reset every server connection after every transaction (DISCARD ALL: search_path,
+            # prepared statements, LISTEN): whatever a client leaves on a connection is gone
+            # before the next transaction, so a dependence on session state fails every time
+            # instead of only when a transaction happens to land on another connection.
+            "server_reset_query = DISCARD ALL\n"
+            "server_reset_query_always = 1\n"
             f"logfile = {workdir / 'pgbouncer.log'}\n"
             f"pidfile = {workdir / 'pgbouncer.pid'}\n"
             f"admin_users = {self.user}\n"

@@ -112,13 +112,17 @@ class DatabaseConfig:
     # A direct (unpooled) DSN for the LISTEN connection when ``dsn`` goes through a
     # transaction-mode pooler; "" means ``dsn``.
     listen_dsn: str = ""
+    # Prepare the worker pool's hot statements on the server (faster); false behind a
+    # transaction-mode pooler without prepared-statement support (PgBouncer before 1.21).
+    prepared_statements: bool = True
 
     def __repr__(self) -> str:
         dsn = None if self.dsn is None else redact_dsn(self.dsn)
         listen_dsn = redact_dsn(self.listen_dsn) if self.listen_dsn else ""
         return (
             f"DatabaseConfig(dsn={dsn!r}, dsn_file={self.dsn_file!r}, "
-            f"schema={self.schema!r}, pool_size={self.pool_size!r}, listen_dsn={listen_dsn!r})"
+            f"schema={self.schema!r}, pool_size={self.pool_size!r}, listen_dsn={listen_dsn!r}, "
+            f"prepared_statements={self.prepared_statements!r})"
         )
 
 
@@ -368,6 +372,12 @@ def _string(key: str, value: Any) -> str:
     return value
 
 
+def _flag(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true or false, got {_show(value)}")
+    return value
+
+
 def _optional_string(key: str, value: Any) -> str:
     """A string that may be empty ("" means "not set")."""
     if not isinstance(value, str):
@@ -585,6 +595,7 @@ _SECTIONS: dict[str, _Spec] = {
         "dsn": ("dsn", _string),
         "dsn_file": ("dsn_file", _string),
         "listen_dsn": ("listen_dsn", _optional_string),
+        "prepared_statements": ("prepared_statements", _flag),
         "schema": ("schema", _schema),
         "pool_size": (
             "pool_size",

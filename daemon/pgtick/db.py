@@ -4,9 +4,10 @@ Connections keep no session state, so that they work behind a transaction-mode p
 (PgBouncer) where consecutive statements may reach different server connections: no
 ``search_path`` (every statement names its schema, see sqlfile.py; the connection only
 carries the schema's name for rendering them), no server-side prepared statements
-(``prepare_threshold=None``: psycopg would otherwise prepare a statement after 5 runs, and the
-next transaction may land where it does not exist), no session advisory locks, and timeouts
-set with ``set_config(..., is_local => true)`` inside a transaction. Autocommit: one
+unless ``database.prepared_statements`` says the connection is direct (psycopg prepares a
+statement after 5 runs, and behind the pooler the next transaction may land where it does not
+exist; the worker pool's hot statements are faster prepared), no session advisory locks, and
+timeouts set with ``set_config(..., is_local => true)`` inside a transaction. Autocommit: one
 statement is one round trip, and the few multi-statement units use ``conn.transaction()``.
 """
 
@@ -26,6 +27,9 @@ POOL_OPEN_TIMEOUT_SECONDS = 15.0
 APPLICATION_NAME = "pgtick"
 DB_RETRY_MIN_SECONDS = 0.2
 DB_RETRY_MAX_SECONDS = 5.0
+# psycopg's default: a statement run this often on one connection is prepared on the server.
+# Only the worker pool uses it, and only with database.prepared_statements = true.
+PREPARE_THRESHOLD = 5
 
 
 class Connection(psycopg.Connection[Any]):
@@ -34,12 +38,12 @@ class Connection(psycopg.Connection[Any]):
     schema: str = ""
 
 
-def _connect_kwargs(application_name: str) -> dict[str, Any]:
+def _connect_kwargs(application_name: str, *, prepare: bool = False) -> dict[str, Any]:
     return {
         "autocommit": True,
         "connect_timeout": CONNECT_TIMEOUT_SECONDS,
         "application_name": application_name,
-        "prepare_threshold": None,
+        "prepare_threshold": PREPARE_THRESHOLD if prepare else None,
     }
 
 
@@ -93,6 +97,7 @@ def make_pool(
     open_timeout: float = POOL_OPEN_TIMEOUT_SECONDS,
     checkout_timeout: float | None = None,
     wait: bool = True,
+    prepare: bool = False,
 ) -> psycopg_pool.ConnectionPool[Connection]:
     """A pool of ``size`` autocommit connections, checked on checkout, opened explicitly.
     ``checkout_timeout`` (default: ``open_timeout``) bounds the wait for a connection."""
@@ -101,7 +106,7 @@ def make_pool(
         min_size=size,
         max_size=size,
         connection_class=Connection,
-        kwargs=_connect_kwargs(name),
+        kwargs=_connect_kwargs(name, prepare=prepare),
         configure=lambda conn: _set_schema(conn, schema),
         check=psycopg_pool.ConnectionPool.check_connection,
         name=name,

@@ -1,17 +1,14 @@
 """The LISTEN connection: an enqueue's NOTIFY wakes idle workers within milliseconds.
 
-A dedicated connection outside the pool (``database.listen_dsn``, or the DSN). NOTIFYs sent
-while it was disconnected are lost, so every (re)connect is followed by a wake-up: the
-dispatcher's claim is the catch-up poll. After connecting, the listener checks that a NOTIFY
-really comes back to it: behind a transaction-mode pooler (PgBouncer) it does not, because
-the LISTEN ran on one server connection and nothing is delivered between transactions. Then
-it says so once, closes the connection and leaves the waking to the dispatcher's polling
-(``worker.poll_interval``) for the rest of the daemon's life.
+A dedicated connection outside the pool, to ``database.listen_dsn`` when it is set (a direct
+connection when ``database.dsn`` goes through a transaction-mode pooler such as PgBouncer,
+where a LISTEN never hears anything), else to the DSN. NOTIFYs sent while it was disconnected
+are lost, so every (re)connect is followed by a wake-up: the dispatcher's claim is the
+catch-up poll; without notifications idle workers still poll every ``worker.poll_interval``.
 """
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +21,6 @@ from pgtick.errors import DatabaseError
 from pgtick.metrics import Metrics
 
 NOTIFY_POLL_SECONDS = 1.0
-PROBE_TIMEOUT_SECONDS = 2.0  # a NOTIFY to ourselves comes back within milliseconds when it can
 
 log = structlog.get_logger("pgtick.listener")
 
@@ -42,8 +38,7 @@ class Listener:
         *,
         listen_dsn: str = "",
     ) -> None:
-        self._dsn = dsn
-        self._listen_dsn = listen_dsn or dsn
+        self._dsn = listen_dsn or dsn
         self._schema = schema
         self._job_types = job_types
         self._on_wake = on_wake
@@ -51,27 +46,12 @@ class Listener:
         self.stop_event = threading.Event()
         self.alive_at = time.monotonic()
         self.connected = False
-        self.polling = False  # notifications do not arrive: the dispatcher's polling wakes it
 
     def run(self) -> None:
         failures = 0
         while not self.stop_event.is_set():
-            if self.polling:
-                self.alive_at = time.monotonic()
-                self.stop_event.wait(NOTIFY_POLL_SECONDS)
-                continue
             try:
-                with store.listening(self._listen_dsn, self._schema) as notifications:
-                    if not self._delivers(notifications):
-                        self.polling = True
-                        log.warning(
-                            "notifications_unavailable",
-                            message="a NOTIFY did not come back on the LISTEN connection "
-                            "(a transaction-mode pooler such as PgBouncer?): idle workers "
-                            "poll every worker.poll_interval instead; set database.listen_dsn "
-                            "to a direct connection for instant pickup",
-                        )
-                        continue
+                with store.listening(self._dsn, self._schema) as notifications:
                     self.connected = True
                     if failures:
                         log.info("listener_reconnected", after_failures=failures)
@@ -85,20 +65,6 @@ class Listener:
                 log.warning("listener_failed", error=str(exc), retry_in=retry_delay(failures))
                 self.stop_event.wait(retry_delay(failures))
         self.connected = False
-
-    def _delivers(self, notifications: store.Notifications) -> bool:
-        """Whether a NOTIFY sent on the daemon's DSN (as enqueues send them) reaches this
-        connection."""
-        probe = f"pgtick-listen-probe-{secrets.token_hex(8)}"
-        store.notify_once(self._dsn, self._schema, probe)
-        deadline = time.monotonic() + PROBE_TIMEOUT_SECONDS
-        while (left := deadline - time.monotonic()) > 0:
-            payloads = notifications.next(left)
-            if probe in payloads:
-                return True
-            if any(p in self._job_types for p in payloads):
-                self._on_wake()
-        return False
 
     def _listen(self, notifications: store.Notifications) -> None:
         while not self.stop_event.is_set():

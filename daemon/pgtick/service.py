@@ -149,7 +149,13 @@ class Service:
                 log.info("migrations_applied", versions=applied)
         size = max(cfg.database.pool_size, cfg.worker.threads + EXTRA_CONNECTIONS)
         self._check_connection_limit(size)
-        pool = db.make_pool(self.dsn, schema, size=size, name="pgtick")
+        pool = db.make_pool(
+            self.dsn,
+            schema,
+            size=size,
+            name="pgtick",
+            prepare=cfg.database.prepared_statements,
+        )
         beat_pool = db.make_pool(
             self.dsn,
             schema,

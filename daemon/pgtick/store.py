@@ -379,13 +379,6 @@ def listening(dsn: str, schema: str) -> Iterator[Notifications]:
             conn.close()
 
 
-def notify_once(dsn: str, schema: str, payload: str) -> None:
-    """NOTIFY the schema's channel from a connection of its own (the listener's probe: a
-    NOTIFY sent on the listening connection itself could come back through a pooler)."""
-    with db.wrap_errors("listen"), db.connect_raw(dsn, application_name="pgtick-probe") as conn:
-        conn.execute(sqlfile.query("notify", schema), {"job_type": payload})
-
-
 def enqueue_on(
     conn: psycopg.Connection[Any],
     schema: str,

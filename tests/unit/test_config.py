@@ -120,6 +120,7 @@ dsn_file = "/run/credentials/pgtick.service/dsn"
 schema = "jobs_2"
 pool_size = 3
 listen_dsn = "postgresql://direct.internal/app"
+prepared_statements = false
 
 [worker]
 threads = 32
@@ -181,6 +182,7 @@ def test_every_key_loads_into_its_field() -> None:
         schema="jobs_2",
         pool_size=3,
         listen_dsn="postgresql://direct.internal/app",
+        prepared_statements=False,
     )
     assert cfg.worker == WorkerConfig(
         threads=32,
