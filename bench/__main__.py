@@ -33,6 +33,8 @@ PARTS = {
     "idle": "idle",
     "scrape": "scrape",
     "console": "console",
+    "queue-health": "queue_health",
+    "soak": "soak",
 }
 
 

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..acceptance.conftest import Cluster, wait_for
+from .contract import NOT_EXPORTED_YET
 from .promql import (
     dashboard_expressions,
     dashboard_variable_queries,
@@ -94,4 +95,6 @@ def test_every_series_the_dashboard_and_alerts_query_is_exported(exposition: str
             wanted.setdefault(name, set()).add(f"alert {rule['alert']}")
     assert len(wanted) >= 20, sorted(wanted)
     missing = {name: where for name, where in wanted.items() if name not in names}
-    assert set(missing) <= PROMETHEUS_SERIES, missing
+    assert set(missing) <= PROMETHEUS_SERIES | NOT_EXPORTED_YET, missing
+    arrived = NOT_EXPORTED_YET & names
+    assert not arrived, f"{arrived} are exported now: remove them from NOT_EXPORTED_YET"

@@ -1,0 +1,405 @@
+"""Sustained load: --rate runs a second for --duration seconds into one daemon whose succeeded
+runs are kept only --retention (``[retention] succeeded``), so the tables should reach a
+steady size.
+
+The daemon (defaults otherwise, role pgtick_bench_worker) runs the ``ledger`` handler, which
+appends each run's id to a file: retention deletes succeeded runs with their attempts, so that
+file is what shows at the end how often each run was executed. The producer enqueues through
+``pgtick.enqueue`` in small batches every 10 ms and keeps every id it got back.
+
+Every --sample seconds: the total size of pgtick's tables (pg_total_relation_size: table,
+indexes, TOAST), their live and dead tuples, deleted tuples (n_tup_del) since the last sample,
+the daemon's ``runs_pruned`` log lines, the claim statement's calls, mean, max (pg_stat_statements,
+max reset every sample on PostgreSQL 17+) and time per claimed run, and pickup p50/p99 of runs
+claimed in the interval (started_at - created_at, database clock). pg_stat_statements keeps no
+percentiles, so the claim's p99 is bounded by its per-interval max.
+
+Bars: size at the middle sample (minute 5 of 10) and the last within 10 %; the claim's mean and
+max flat (the later half of the samples' median at most 1.5x the earlier half's); every run
+succeeded exactly once (each enqueued id in the ledger once, what is left in ``runs`` succeeded
+with one attempt, pgtick_run_attempts_total{outcome="succeeded"} equal to the runs enqueued and
+no other outcome); retention deleted no rows (n_tup_del: 0 once storage drops whole partitions).
+The daemon prunes every 5 minutes, its first prune 5 minutes after it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench import common, load
+
+DEFAULT_RATE = 1000.0
+DEFAULT_DURATION_SECONDS = 600.0
+DEFAULT_RETENTION = "2m"
+DEFAULT_SAMPLE_SECONDS = 60.0
+SIZE_TOLERANCE = 0.10
+# The daemon prunes every five minutes, the first time five minutes after it starts (README,
+# `pgtick prune`); a shorter soak sees no retention at all.
+DAEMON_PRUNE_EVERY_SECONDS = 300.0
+SETTLE_SECONDS = 3.0
+DRAIN_TIMEOUT_SECONDS = 120.0
+OUTCOMES_OTHER_THAN_SUCCESS = ("failed", "lost", "released", "cancelled")
+DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+PICKUPS = """
+SELECT extract(epoch FROM started_at - created_at) * 1000 FROM pgtick.runs
+WHERE started_at >= %s AND started_at < %s
+"""
+REMAINING = """
+SELECT r.status, count(*), count(*) FILTER (WHERE r.attempts = 1 AND a.n = 1 AND a.ok = 1)
+FROM pgtick.runs r
+LEFT JOIN (SELECT run_id, count(*) AS n, count(*) FILTER (WHERE outcome = 'succeeded') AS ok
+           FROM pgtick.attempts GROUP BY run_id) a ON a.run_id = r.id
+GROUP BY r.status
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rate", type=float, default=DEFAULT_RATE, help="runs/s (1000)")
+    parser.add_argument(
+        "--duration", type=float, default=DEFAULT_DURATION_SECONDS, help="seconds of load (600)"
+    )
+    parser.add_argument(
+        "--retention",
+        default=DEFAULT_RETENTION,
+        help="retention.succeeded of the daemon, a pgtick duration (2m)",
+    )
+    parser.add_argument(
+        "--sample", type=float, default=DEFAULT_SAMPLE_SECONDS, help="seconds between samples (60)"
+    )
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    common.add_settings_option(parser)
+
+
+def duration_seconds(text: str) -> float:
+    """A pgtick duration ("90s", "2m", "1h30m", or bare seconds) in seconds."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parts = DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise common.BenchError(f"--retention {text!r}: expected a duration such as 2m or 90s", 2)
+    return sum(float(n) * UNIT_SECONDS[u] for n, u in parts)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Usage errors, found before a server is started."""
+    if args.rate <= 0 or args.duration <= 0 or args.sample <= 0:
+        raise common.BenchError("--rate, --duration and --sample must be positive", 2)
+    if args.sample > args.duration:
+        raise common.BenchError("--sample must not exceed --duration", 2)
+    if args.sample >= duration_seconds(args.retention):
+        # The pickups of an interval are read from runs at its end: none may be pruned yet.
+        raise common.BenchError("--sample must be shorter than --retention", 2)
+    load.check_settings(args.set)
+
+
+def sample_offsets(duration: float, sample: float) -> list[float]:
+    """Sample instants (seconds since the producer started): every ``sample``, and the end."""
+    count = int(duration // sample + 1e-9)
+    offsets = [sample * (i + 1) for i in range(count)]
+    if not offsets or duration - offsets[-1] > 1e-6:
+        offsets.append(duration)
+    return offsets
+
+
+def size_bar(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Total size at the sample nearest the middle of the soak against the last sample."""
+    end = samples[-1]
+    middle = min(samples[:-1] or samples, key=lambda s: abs(s["t_s"] - end["t_s"] / 2))
+    change = load.ratio(end["bytes"], middle["bytes"])
+    growth = None if change is None else change - 1
+    return {
+        "middle_t_s": middle["t_s"],
+        "end_t_s": end["t_s"],
+        "middle_bytes": middle["bytes"],
+        "end_bytes": end["bytes"],
+        "change": growth,
+        "ok": None if growth is None else abs(growth) <= SIZE_TOLERANCE,
+    }
+
+
+def pruned_total(daemon: common.Daemon) -> int:
+    return sum(int(e.get("count", 0)) for e in daemon.events("runs_pruned"))
+
+
+def take_sample(
+    t: float,
+    previous: dict[str, Any] | None,
+    conn: psycopg.Connection[Any],
+    admin: psycopg.Connection[Any],
+    dbname: str,
+    role: str,
+    daemon: common.Daemon,
+    claim: Any,
+) -> dict[str, Any]:
+    """Everything recorded at one sample instant, and the interval since the previous one."""
+    at = load.db_now(conn)
+    tabs = load.tables(conn, "pgtick")
+    stmts = load.statements(admin, dbname, role)
+    claim_ids = [qid for qid, s in stmts.items() if claim.search(s.query)]
+    max_ms = max((stmts[q].max_ms for q in claim_ids), default=None)
+    per_interval_max = load.reset_max(admin, claim_ids)
+    sample: dict[str, Any] = {
+        "t_s": t,
+        "at": at,
+        "bytes": sum(x.bytes for x in tabs),
+        "live": sum(x.live for x in tabs),
+        "dead": sum(x.dead for x in tabs),
+        "deleted_total": sum(x.deleted for x in tabs),
+        "pruned_total": pruned_total(daemon),
+        "tables": [x.__dict__ for x in tabs],
+        "_statements": stmts,
+        "max_is_per_interval": per_interval_max,
+    }
+    if previous is None:
+        return sample
+    delta = load.combined(load.statement_deltas(previous["_statements"], stmts), claim)
+    sample.update(
+        deleted=sample["deleted_total"] - previous["deleted_total"],
+        pruned=sample["pruned_total"] - previous["pruned_total"],
+        claim_calls=delta.calls,
+        claim_mean_ms=delta.mean_ms,
+        claim_max_ms=max_ms if previous.get("max_is_per_interval") else None,
+        claim_max_since_start_ms=max_ms,
+        claim_per_run_us=delta.per_row_us,
+        pickup_ms=common.distribution(
+            [float(r[0]) for r in conn.execute(PICKUPS, [previous["at"], at])]
+        ),
+    )
+    return sample
+
+
+def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
+    settings = load.check_settings(args.set)
+    record.options = {
+        "rate": args.rate,
+        "duration": args.duration,
+        "retention": args.retention,
+        "sample": args.sample,
+        "set": args.set,
+    }
+    ledger = tmp / "soak-ledger.txt"
+    claim = load.CLAIM
+    with (
+        load.statements_server(admin_dsn, restartable=not load.external(args)),
+        load.worker_role(admin_dsn) as role,
+        load.database(admin_dsn, "soak", pgtick_schema=True) as dsn,
+    ):
+        config = load.daemon_config(
+            tmp / "soak.toml", settings=settings, retention={"succeeded": args.retention}
+        )
+        with load.environ(**{load.LEDGER_ENV: str(ledger)}):
+            daemon = common.start_daemon(load.as_role(dsn, role), config, tmp / "soak-daemon.log")
+        try:
+            result = soak(args, admin_dsn, dsn, role, daemon, ledger, claim)
+            code = daemon.stop()
+            if code != 0:
+                raise common.BenchError(f"daemon exit code {code} after SIGTERM")
+        finally:
+            daemon.kill()
+    record.results = result
+    report(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    if not result["checks"]["ok"]:
+        raise common.BenchError("not every run succeeded exactly once (see the checks above)")
+
+
+def soak(
+    args: argparse.Namespace,
+    admin_dsn: str,
+    dsn: str,
+    role: str,
+    daemon: common.Daemon,
+    ledger: Path,
+    claim: Any,
+) -> dict[str, Any]:
+    dbname = common.database_name(dsn)
+    with psycopg.connect(admin_dsn, autocommit=True) as admin, common.connect(dsn) as conn:
+        time.sleep(SETTLE_SECONDS)
+        producer = load.Producer(lambda: load.pgtick_enqueuer(dsn, "ledger"), args.rate)
+        samples: list[dict[str, Any]] = []
+        try:
+            first = take_sample(0.0, None, conn, admin, dbname, role, daemon, claim)
+            producer.start()
+            started = time.monotonic()
+            previous = first
+            for offset in sample_offsets(args.duration, args.sample):
+                load.wait_until(started + offset, producer.check, daemon.check_alive)
+                previous = take_sample(offset, previous, conn, admin, dbname, role, daemon, claim)
+                samples.append(previous)
+                print(f"  {progress(previous)}", flush=True)
+            producer.finish()
+            producer.check()
+            ids = list(producer.ids)
+
+            def all_executed() -> bool:
+                daemon.check_alive()
+                return len(load.ledger_counts(ledger)) >= len(set(ids))
+
+            common.wait_for(all_executed, DRAIN_TIMEOUT_SECONDS, f"{len(ids)} runs to finish")
+            checks = final_checks(conn, daemon, ids, ledger)
+        finally:
+            producer.finish()
+    for s in [first, *samples]:
+        s.pop("_statements", None)
+    return {
+        "rate": args.rate,
+        "achieved_rate": round(producer.achieved_rate(), 1),
+        "producer_max_lag_runs": producer.max_lag,
+        "retention": args.retention,
+        "start": first,
+        "samples": samples,
+        "size": size_bar(samples),
+        "claim_mean_growth": load.growth([s["claim_mean_ms"] for s in samples]),
+        "claim_max_growth": load.growth([s["claim_max_ms"] for s in samples]),
+        "claim_mean_flat": load.flat([s["claim_mean_ms"] for s in samples]),
+        "claim_max_flat": load.flat([s["claim_max_ms"] for s in samples]),
+        "pickup_p99_growth": load.growth([s["pickup_ms"].get("p99") for s in samples]),
+        "retention_deletes": samples[-1]["deleted_total"] - first["deleted_total"],
+        "pruned": samples[-1]["pruned_total"] - first["pruned_total"],
+        "prune_expected": args.duration >= DAEMON_PRUNE_EVERY_SECONDS,
+        "checks": checks,
+    }
+
+
+def final_checks(
+    conn: psycopg.Connection[Any], daemon: common.Daemon, ids: list[int], ledger: Path
+) -> dict[str, Any]:
+    """Every run succeeded exactly once, from three sources that retention cannot erase."""
+    once = load.exactly_once(ids, load.ledger_counts(ledger))
+    remaining = {status: (n, good) for status, n, good in conn.execute(REMAINING)}
+    attempts = load.scrape(load.metrics_url(daemon), "pgtick_run_attempts_total")
+    by_outcome: dict[str, float] = {}
+    for labels, value in attempts.items():
+        outcome = dict(labels).get("outcome", "")
+        by_outcome[outcome] = by_outcome.get(outcome, 0.0) + value
+    ledger_ok = once["missing"] == once["repeated"] == once["unknown"] == 0
+    remaining_ok = set(remaining) <= {"succeeded"} and all(
+        n == good for n, good in remaining.values()
+    )
+    metrics_ok = by_outcome.get("succeeded") == len(ids) and not any(
+        by_outcome.get(o) for o in OUTCOMES_OTHER_THAN_SUCCESS
+    )
+    return {
+        "ok": ledger_ok and remaining_ok and metrics_ok,
+        "ledger": once,
+        "ledger_ok": ledger_ok,
+        "runs_left_by_status": {s: n for s, (n, _) in remaining.items()},
+        "runs_left_with_one_succeeded_attempt": sum(good for _, good in remaining.values()),
+        "runs_left_ok": remaining_ok,
+        "attempts_metric_by_outcome": by_outcome,
+        "metrics_ok": metrics_ok,
+    }
+
+
+def progress(s: dict[str, Any]) -> str:
+    p = s.get("pickup_ms", {})
+    return (
+        f"{s['t_s']:.0f} s: {load.mib(s['bytes']):,.1f} MiB, {s['dead']:,} dead, "
+        f"{s.get('deleted', 0):,} deleted, claim mean {load.fmt(s.get('claim_mean_ms'), 3)} ms, "
+        f"pickup p99 {load.fmt(p.get('p99'))} ms"
+    )
+
+
+def report(result: dict[str, Any]) -> None:
+    rows = []
+    for s in result["samples"]:
+        p = s["pickup_ms"]
+        rows.append(
+            [
+                round(s["t_s"]),
+                load.fmt(load.mib(s["bytes"]), 1),
+                s["live"],
+                s["dead"],
+                s["deleted"],
+                s["pruned"],
+                s["claim_calls"],
+                load.fmt(s["claim_mean_ms"], 3),
+                load.fmt(s["claim_max_ms"], 2),
+                load.fmt(s["claim_per_run_us"], 1),
+                load.fmt(p.get("p50")),
+                load.fmt(p.get("p99")),
+            ]
+        )
+    print(
+        f"\n{result['rate']:.0f} runs/s asked, {result['achieved_rate']:.0f} enqueued/s "
+        f"(max lag {result['producer_max_lag_runs']} runs), retention.succeeded = "
+        f"{result['retention']}"
+    )
+    print(
+        common.table(
+            [
+                "t s",
+                "MiB",
+                "live",
+                "dead",
+                "deleted",
+                "pruned",
+                "claims",
+                "claim mean ms",
+                "claim max ms",
+                "claim us/run",
+                "pickup p50",
+                "pickup p99",
+            ],
+            rows,
+        )
+    )
+    size, checks = result["size"], result["checks"]
+    bars = [
+        [
+            f"size at {size['middle_t_s']:.0f} s vs {size['end_t_s']:.0f} s within 10 %",
+            f"{load.mib(size['middle_bytes']):,.1f} -> {load.mib(size['end_bytes']):,.1f} MiB",
+            load.fmt(None if size["change"] is None else size["change"] * 100, 1, " %"),
+            load.verdict(size["ok"]),
+        ],
+        [
+            "claim mean flat",
+            "later / earlier half of the samples",
+            load.fmt(result["claim_mean_growth"], 2, "x"),
+            load.verdict(result["claim_mean_flat"]),
+        ],
+        [
+            "claim max flat (bounds p99)",
+            "later / earlier half of the samples",
+            load.fmt(result["claim_max_growth"], 2, "x"),
+            load.verdict(result["claim_max_flat"]),
+        ],
+        [
+            "pickup p99 (information)",
+            "later / earlier half of the samples",
+            load.fmt(result["pickup_p99_growth"], 2, "x"),
+            "",
+        ],
+        [
+            "every run succeeded exactly once",
+            f"{checks['ledger']['enqueued']:,} runs; ledger missing {checks['ledger']['missing']}, "
+            f"repeated {checks['ledger']['repeated']}",
+            "",
+            load.verdict(checks["ok"]),
+        ],
+        [
+            "retention deleted no rows (n_tup_del)",
+            f"{result['retention_deletes']:,} rows deleted, {result['pruned']:,} runs pruned",
+            "",
+            load.verdict(result["retention_deletes"] == 0 if result["prune_expected"] else None),
+        ],
+    ]
+    print()
+    print(common.table(["bar", "figures", "change", "verdict"], bars))
+    if not result["prune_expected"]:
+        print(
+            f"(no verdict on retention: the daemon first prunes {DAEMON_PRUNE_EVERY_SECONDS:.0f} s "
+            "after it starts, so a shorter soak never reaches it)"
+        )

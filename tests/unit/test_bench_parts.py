@@ -1,0 +1,325 @@
+"""The queue-health and soak parts without a database: their timelines, the report math (ratios,
+bars, trends, exactly-once), the claim's recognition in pg_stat_statements text, and their usage
+errors (found before a server is started)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import tomllib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench import common, load, queue_health, soak
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Statement texts as pg_stat_statements shows them (constants replaced by $n).
+PGTICK_CLAIM = """WITH types AS ( SELECT * FROM unnest($1::text[], $2::float8[], $3::int[])
+    AS t(job_type, lease, max_attempts) ), candidates AS ( SELECT c.id, c.run_at FROM types t
+    CROSS JOIN LATERAL ( SELECT r.id, r.run_at FROM runs r WHERE r.job_type = t.job_type
+    AND r.status IN ($4, $5) AND r.run_at <= now() ORDER BY r.run_at, r.id LIMIT $6
+    FOR UPDATE SKIP LOCKED ) c ), picked AS ( SELECT id FROM candidates LIMIT $7 ),
+    claimed AS ( UPDATE runs r SET status = $8, locked_by = $9 FROM picked, types t
+    WHERE r.id = picked.id RETURNING r.id ), opened AS ( INSERT INTO attempts (run_id)
+    SELECT id FROM claimed ) SELECT * FROM claimed"""
+PGQUEUER_DEQUEUE = """WITH next_queued AS ( SELECT job.id FROM available CROSS JOIN LATERAL (
+    SELECT candidate.id FROM pgqueuer candidate WHERE candidate.status = $1 LIMIT $2
+    FOR UPDATE SKIP LOCKED ) job ), updated AS ( UPDATE pgqueuer AS job SET status = $3,
+    updated = NOW() FROM next_queued WHERE job.id = next_queued.id RETURNING job.* )
+    SELECT * FROM updated"""
+REAP_SELECT = """SELECT id, job_type FROM runs WHERE status = $1 AND locked_until < now()
+    ORDER BY locked_until LIMIT $2 FOR UPDATE SKIP LOCKED"""
+PRUNE = """WITH victims AS ( SELECT id FROM runs WHERE status = $1 LIMIT $2
+    FOR UPDATE SKIP LOCKED ) DELETE FROM runs r USING victims v WHERE r.id = v.id"""
+SUCCEED = """WITH done AS ( UPDATE runs r SET status = $1 WHERE r.id = ANY($2::bigint[])
+    RETURNING r.id ) SELECT id FROM done"""
+
+
+# -- the timelines ------------------------------------------------------------------------------
+
+
+def test_the_pinned_windows_tile_the_pin_backwards_from_its_release() -> None:
+    plan = queue_health.windows(60, 240, 60)
+    assert [(w.start, w.end, w.pinned) for w in plan] == [
+        (0, 60, False),
+        (60, 120, True),
+        (120, 180, True),
+        (180, 240, True),
+        (240, 300, True),
+    ]
+    assert plan[-1].label == "pin 180-240 s"
+    # A pin that is no multiple of the window leaves its first seconds unmeasured.
+    odd = queue_health.windows(15, 25, 10)
+    assert [(w.start, w.end) for w in odd] == [(5, 15), (20, 30), (30, 40)]
+    assert queue_health.boundaries(15, 25, 10) == [5, 15, 20, 30, 40]
+
+
+def test_soak_samples_every_interval_and_at_the_end() -> None:
+    assert soak.sample_offsets(600, 60) == [60.0 * i for i in range(1, 11)]
+    assert soak.sample_offsets(50, 20) == [20.0, 40.0, 50.0]
+    assert soak.sample_offsets(20, 20) == [20.0]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("2m", 120.0), ("30s", 30.0), ("1h30m", 5400.0), ("250ms", 0.25), ("45", 45.0)],
+)
+def test_retention_durations_are_read_as_pgtick_reads_them(text: str, seconds: float) -> None:
+    assert soak.duration_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["2 minutes", "m", "2x", ""])
+def test_a_bad_retention_is_a_usage_error(text: str) -> None:
+    with pytest.raises(common.BenchError) as info:
+        soak.duration_seconds(text)
+    assert info.value.code == 2
+
+
+# -- the math -----------------------------------------------------------------------------------
+
+
+def test_ratio_below_and_verdict_leave_missing_figures_unjudged() -> None:
+    assert load.ratio(6.0, 2.0) == 3.0
+    assert load.ratio(None, 2.0) is None and load.ratio(1.0, 0.0) is None
+    assert load.below(2.99, 3.0) is True and load.below(3.0, 3.0) is False
+    assert load.below(None, 3.0) is None
+    assert [load.verdict(v) for v in (True, False, None)] == ["pass", "FAIL", "n/a"]
+
+
+def test_growth_tells_a_flat_series_from_a_rising_one() -> None:
+    assert load.growth([5.0, 5.2, 4.9, 5.1]) == pytest.approx(5.0 / 5.1)
+    assert load.flat([5.0, 5.2, 4.9, 5.1]) is True
+    # Linear in the hold: 15 one-minute windows of a 15-minute pin.
+    rising = [float(m) for m in range(1, 16)]
+    assert load.growth(rising) == pytest.approx(12.0 / 4.0)  # minutes 9-15 over 1-7
+    assert load.flat(rising) is False
+    # The middle of an odd series counts for neither half; missing values are skipped.
+    assert load.growth([1.0, 100.0, 3.0]) == 3.0
+    assert load.growth([2.0, None, 4.0]) == 2.0
+    assert load.growth([7.0]) is None and load.flat([]) is None
+
+
+def test_statement_deltas_count_new_statements_from_zero_and_drop_idle_ones() -> None:
+    before = {1: load.Statement("claim", 10, 5.0, 40, 1.0), 2: load.Statement("idle", 3, 1, 3, 1)}
+    after = {
+        1: load.Statement("claim", 30, 25.0, 120, 2.0),
+        2: load.Statement("idle", 3, 1, 3, 1),
+        3: load.Statement("new", 4, 2.0, 0, 1.0),
+    }
+    deltas = load.statement_deltas(before, after)
+    assert set(deltas) == {1, 3}
+    assert (deltas[1].calls, deltas[1].total_ms, deltas[1].rows) == (20, 20.0, 80)
+    assert deltas[1].mean_ms == 1.0
+    assert deltas[1].per_row_us == 250.0  # 20 ms over 80 claimed runs
+    assert deltas[3].per_row_us is None  # no rows: no time per row
+
+
+def test_the_claim_is_recognised_by_its_shape_in_normalised_text() -> None:
+    assert load.CLAIM.search(PGTICK_CLAIM)
+    assert load.CLAIM.search(PGQUEUER_DEQUEUE)
+    for other in (REAP_SELECT, PRUNE, SUCCEED):
+        assert not load.CLAIM.search(other)
+    deltas = {
+        1: load.StatementDelta(PGTICK_CLAIM, 10, 4.0, 40),
+        2: load.StatementDelta(PGTICK_CLAIM + " ", 10, 6.0, 10),
+        3: load.StatementDelta(SUCCEED, 50, 9.0, 50),
+    }
+    claim = load.combined(deltas, load.CLAIM)
+    assert (claim.calls, claim.total_ms, claim.rows) == (20, 10.0, 50)
+    assert claim.per_row_us == 200.0
+
+
+def test_utility_statements_are_left_out() -> None:
+    for text in ("BEGIN", "commit", "SET search_path TO pgtick", "LISTEN pgtick", "SHOW x"):
+        assert load.UTILITY.match(text)
+    for text in (PGTICK_CLAIM, "SELECT now()", "  UPDATE workers SET heartbeat_at = now()"):
+        assert not load.UTILITY.match(text)
+
+
+def test_exactly_once_finds_missing_repeated_and_unknown_ids(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    ledger.write_text("1\n2\n2\n4 1.0 2.0\n\n")
+    counts = load.ledger_counts(ledger)
+    assert counts == Counter({1: 1, 2: 2, 4: 1})
+    assert load.exactly_once([1, 2, 3], counts) == {
+        "enqueued": 3,
+        "distinct_enqueued": 3,
+        "missing": 1,
+        "repeated": 1,
+        "unknown": 1,
+    }
+    assert load.ledger_counts(tmp_path / "none") == Counter()
+
+
+def test_a_metric_is_read_by_name_with_its_labels() -> None:
+    body = (
+        "# HELP pgtick_run_attempts_total Attempts finished by this daemon\n"
+        'pgtick_run_attempts_total{job_type="ledger",outcome="succeeded"} 1200.0\n'
+        'pgtick_run_attempts_total{job_type="ledger",outcome="failed"} 0.0\n'
+        'pgtick_run_attempts_created{job_type="ledger",outcome="failed"} 1.7e+09\n'
+    )
+    samples = load.parse_metric(body, "pgtick_run_attempts_total")
+    assert samples == {
+        (("job_type", "ledger"), ("outcome", "succeeded")): 1200.0,
+        (("job_type", "ledger"), ("outcome", "failed")): 0.0,
+    }
+
+
+def window(
+    label: str, pinned: bool, p99: float | None, per_run: float | None, stmts: dict[str, Any]
+) -> dict[str, Any]:
+    pickup = {"n": 100, "p50": 1.0, "p99": p99} if p99 is not None else {"n": 0}
+    return {
+        "label": label,
+        "pinned": pinned,
+        "pickup_ms": pickup,
+        "claim": {"per_run_us": per_run},
+        "statements": stmts,
+        "dead_at_end": 0,
+        "live_at_end": 0,
+        "bytes_at_end": 0,
+    }
+
+
+def stmt(calls: int, mean: float) -> dict[str, Any]:
+    return {"query": "q", "calls": calls, "mean_ms": mean}
+
+
+def test_the_bars_compare_the_last_pinned_window_with_the_baseline() -> None:
+    rows = [
+        window("baseline", False, 6.0, 40.0, {"1": stmt(500, 0.1), "2": stmt(5, 1.0)}),
+        window("pin 0-60 s", True, 7.0, 60.0, {"1": stmt(500, 0.15)}),
+        window("pin 60-120 s", True, 17.0, 110.0, {"1": stmt(500, 0.25), "2": stmt(6, 9.0)}),
+    ]
+    v = queue_health.verdicts(rows, {"ok": True}, min_calls=10)
+    assert v["pickup_p99_ratio"] == pytest.approx(17.0 / 6.0)
+    assert v["pickup_p99_ok"] is True  # 2.8x and 17 ms < 50 ms
+    assert v["claim_per_run_ratio"] == pytest.approx(2.75) and v["claim_per_run_ok"] is True
+    # Statement 2 rose 9x but has too few calls to be judged.
+    assert [(s["queryid"], s["ok"]) for s in v["statements"]] == [("2", None), ("1", True)]
+    assert v["statements_ok"] is True and v["worst_statement_ratio"] == pytest.approx(2.5)
+    assert v["nothing_left_behind"] is True
+    assert v["pickup_p99_growth"] == pytest.approx(17.0 / 7.0) and v["pickup_p99_flat"] is False
+
+
+def test_a_pickup_p99_over_50_ms_fails_even_below_3x() -> None:
+    rows = [
+        window("baseline", False, 20.0, 40.0, {}),
+        window("pin", True, 55.0, 200.0, {"1": stmt(50, 1.0)}),
+    ]
+    v = queue_health.verdicts(rows, {"ok": False}, min_calls=10)
+    assert v["pickup_p99_ok"] is False
+    assert v["claim_per_run_ok"] is False
+    assert v["statements_ok"] is None  # nothing called in both windows
+    assert v["nothing_left_behind"] is False
+    assert v["pickup_p99_flat"] is None  # one pinned window: no trend
+
+
+def test_the_size_bar_compares_the_middle_sample_with_the_last() -> None:
+    samples = [{"t_s": 60.0 * i, "bytes": 100 + i} for i in range(1, 11)]
+    bar = soak.size_bar(samples)
+    assert (bar["middle_t_s"], bar["end_t_s"]) == (300.0, 600.0)
+    assert bar["change"] == pytest.approx(110 / 105 - 1) and bar["ok"] is True
+    samples[-1]["bytes"] = 128
+    assert soak.size_bar(samples)["ok"] is False
+
+
+def test_the_daemon_config_holds_the_load_handlers_and_the_retention(tmp_path: Path) -> None:
+    path = load.daemon_config(
+        tmp_path / "c.toml",
+        settings={"worker": {"threads": 4}},
+        retention={"succeeded": "2m"},
+    )
+    config = tomllib.loads(path.read_text())
+    assert config["worker"] == {"imports": ["bench.jobs", "bench.load_jobs"], "threads": 4}
+    assert config["retention"] == {"succeeded": "2m"}
+    assert config["metrics"] == {"listen": "127.0.0.1:0"}
+    assert "retention" not in tomllib.loads(
+        load.daemon_config(tmp_path / "d.toml", settings={}).read_text()
+    )
+
+
+def test_the_producer_keeps_a_steady_rate_in_small_batches() -> None:
+    batches: list[int] = []
+
+    def connect() -> tuple[load.Enqueuer, Any]:
+        def enqueue(count: int) -> list[int]:
+            batches.append(count)
+            start = sum(batches) - count
+            return list(range(start, start + count))
+
+        return enqueue, lambda: None
+
+    producer = load.Producer(connect, rate=1000)
+    producer.start()
+    time.sleep(0.3)
+    producer.finish()
+    producer.check()
+    assert abs(len(producer.ids) - 1000 * producer.seconds) <= 20
+    assert list(producer.ids) == list(range(len(producer.ids)))
+    assert max(batches) <= 100  # 10 ms of the rate, not a burst (some slack for a busy host)
+
+
+def test_a_failing_producer_reports_its_error() -> None:
+    def connect() -> tuple[load.Enqueuer, Any]:
+        def enqueue(count: int) -> list[int]:
+            raise RuntimeError("connection lost")
+
+        return enqueue, lambda: None
+
+    producer = load.Producer(connect, rate=1000)
+    producer.start()
+    producer.join(5)
+    with pytest.raises(common.BenchError, match="connection lost"):
+        producer.check()
+
+
+# -- usage errors -------------------------------------------------------------------------------
+
+
+def run_bench(*args: str, prelude: str = "") -> subprocess.CompletedProcess[str]:
+    code = f"import sys\n{prelude}\nfrom bench.__main__ import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["queue-health", "--pin", "30"], "--pin must each be at least one --window"),
+        (["queue-health", "--rate", "0"], "--rate and --window must be positive"),
+        (["queue-health", "--set", "web.listen=x"], "--set: worker, ticker, logging, database"),
+        (["soak", "--sample", "60", "--retention", "30s"], "--sample must be shorter"),
+        (["soak", "--retention", "2 minutes"], "expected a duration such as 2m"),
+        (["soak", "--duration", "30", "--sample", "60"], "--sample must not exceed --duration"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> None:
+    result = run_bench(*args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+
+
+def test_a_missing_peer_package_fails_naming_it() -> None:
+    result = run_bench("queue-health", "--system", "both", prelude="sys.modules['pgqueuer'] = None")
+    assert result.returncode == 2
+    assert result.stderr.startswith("bench queue-health: cannot import pgqueuer")
+    assert "Traceback" not in result.stderr
+
+
+def test_both_parts_explain_themselves_in_help() -> None:
+    for part in ("queue-health", "soak"):
+        result = run_bench(part, "--help")
+        assert result.returncode == 0
+        assert "--json" in result.stdout and "--rate" in result.stdout
