@@ -10,7 +10,7 @@ DEMO_STAMP = $(DEMO_VENV)/.installed
 # Lint what exists: git keeps no empty directories, so bench/ may be missing from a clone.
 LINT    = $(wildcard daemon tests bench)
 
-.PHONY: demo test lint typecheck check clean bench docs
+.PHONY: demo test lint typecheck check clean bench docs dist
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,9 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+dist: $(STAMP)   ## build the wheel and the sdist into dist/ (version: pyproject.toml)
+	rm -rf dist && $(VENV)/bin/python -m build --outdir dist .
 
 clean:
 	rm -rf $(VENV) $(DEMO_VENV) .mypy_cache .pytest_cache .ruff_cache site

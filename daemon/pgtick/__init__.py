@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from importlib import metadata as _metadata
 from typing import Any
 
 import psycopg
@@ -16,7 +17,10 @@ from pgtick.errors import (
     Retry,
 )
 
-__version__ = "0.1.0"
+try:  # one source: the pyproject version, as installed
+    __version__ = _metadata.version("pgtick")
+except _metadata.PackageNotFoundError:  # pragma: no cover - a bare source tree
+    __version__ = "0+unknown"
 
 from pgtick.handlers import JobContext, job
 

@@ -24,7 +24,7 @@ import structlog
 
 import pgtick
 from pgtick import config as config_mod
-from pgtick import db, handlers, logs, migrate, operations, ticker
+from pgtick import db, deploy, handlers, logs, migrate, operations, ticker
 from pgtick import store as store_mod
 from pgtick.errors import (
     ConfigError,
@@ -1224,6 +1224,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--schema", metavar="S", help="the pgtick schema (default: the config's database.schema)"
     )
+    p = add("deploy-files", deploy.cmd_deploy_files, "write the unit, config, dashboard, alerts")
+    p.add_argument("dir", metavar="DIR", help="where to write them (created if missing)")
+    p.add_argument("--force", action="store_true", help="overwrite files that exist")
     p = add("check", cmd_check, "validate config, schedules and handlers")
     p.add_argument("--db", action="store_true", help="also check the database and its schema")
     p = add("enqueue", cmd_enqueue, "add a run; prints its id")

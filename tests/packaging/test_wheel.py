@@ -1,0 +1,38 @@
+"""The wheel `make dist` builds carries the SQL, the console's files and the deployment files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pgtick
+
+ROOT = Path(__file__).resolve().parents[2]
+
+DEPLOY_FILES = {
+    "pgtick.service": ROOT / "systemd" / "pgtick.service",
+    "config.example.toml": ROOT / "config.example.toml",
+    "dashboard.json": ROOT / "grafana" / "dashboard.json",
+    "alerts.yml": ROOT / "grafana" / "alerts.yml",
+}
+
+
+def test_wheel_carries_package_data(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        check=True,
+        timeout=180,
+    )
+    wheel = tmp_path / f"pgtick-{pgtick.__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        for name, source in DEPLOY_FILES.items():
+            # the wheel holds the canonical file's content, not a dangling link
+            assert zf.read(f"pgtick/deploy_files/{name}") == source.read_bytes(), name
+    assert "pgtick/sql/queries.sql" in names
+    assert any(n.startswith("pgtick/sql/migrations/0001_") for n in names)
+    assert "pgtick/console/templates/base.html" in names
+    assert "pgtick/console/static/console.css" in names
