@@ -25,8 +25,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgtick import migrate
 from pgtick.embedded import EmbeddedPostgres
+from pgtick.storage import migrate
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent

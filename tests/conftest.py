@@ -15,9 +15,9 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pgtick import db, migrate
 from pgtick.embedded import EmbeddedPostgres
-from pgtick.store import RunStore
+from pgtick.storage import db, migrate
+from pgtick.storage.store import RunStore
 
 SCHEMA = "pgtick"
 

@@ -18,7 +18,7 @@ from pgtick.errors import (
 
 __version__ = "0.1.0"
 
-from pgtick.handlers import JobContext, job
+from pgtick.core.handlers import JobContext, job
 
 DEFAULT_SCHEMA = "pgtick"
 
@@ -39,7 +39,7 @@ def enqueue(
     the business change that needs it is. An ``idempotency_key`` that already exists returns
     the existing run's id and changes nothing.
     """
-    from pgtick.store import NewRun, enqueue_on
+    from pgtick.storage.store import NewRun, enqueue_on
 
     return enqueue_on(
         conn, schema, NewRun(job_type, payload, run_at, idempotency_key, max_attempts)

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from pgtick import db
+from pgtick.storage import db
 
 CLI_TIMEOUT_SECONDS = 60.0
 TERMINAL_COLUMNS = 100

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pgtick import db
+from pgtick.storage import db
 
 HERE = Path(__file__).resolve().parent
 START_TIMEOUT_SECONDS = 20.0

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import pgtick
-from pgtick.handlers import JobContext, job
+from pgtick.core.handlers import JobContext, job
 
 
 def record(ctx: JobContext, event: str = "run", **extra: Any) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgtick import db
+from pgtick.storage import db
 
 from .cli import Result, insert_run, pgtick
 from .roles import Role, login_role

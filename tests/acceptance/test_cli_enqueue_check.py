@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pgtick import config as config_mod
-from pgtick import db
+from pgtick.config import load as config_mod
+from pgtick.storage import db
 
 from .cli import pgtick
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from pgtick import db
+from pgtick.storage import db
 
 from .cli import checksum, insert_run, pgtick
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from pgtick import db
-from pgtick.store import STATUSES
+from pgtick.storage import db
+from pgtick.storage.store import STATUSES
 
 from .cli import checksum, insert_run, pgtick
 

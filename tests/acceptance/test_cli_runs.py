@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from pgtick import db
+from pgtick.storage import db
 
 from .cli import TERMINAL_COLUMNS, insert_run, pgtick
 

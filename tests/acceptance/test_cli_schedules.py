@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from pgtick import db, ticker
-from pgtick.config import load_config
-from pgtick.metrics import Metrics
-from pgtick.store import RunStore, ScheduleRow
+from pgtick.config.load import load_config
+from pgtick.core import ticker
+from pgtick.observability.metrics import Metrics
+from pgtick.storage import db
+from pgtick.storage.store import RunStore, ScheduleRow
 
 UNREACHABLE_DSN = "postgresql://nobody@127.0.0.1:1/none"
 CLI_TIMEOUT_SECONDS = 60.0

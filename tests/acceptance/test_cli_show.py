@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from psycopg.types.json import Jsonb
 
-from pgtick import db
+from pgtick.storage import db
 
 from .cli import checksum, insert_run, pgtick
 

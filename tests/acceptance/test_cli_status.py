@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pgtick import db
+from pgtick.storage import db
 
 from .cli import TERMINAL_COLUMNS, checksum, insert_run, pgtick
 

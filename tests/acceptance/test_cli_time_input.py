@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pgtick import db
+from pgtick.storage import db
 
 from .cli import checksum, pgtick
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pgtick import db
-from pgtick.store import NewRun, RunStore
+from pgtick.storage import db
+from pgtick.storage.store import NewRun, RunStore
 
 from .conftest import Cluster, status_counts, wait_for
 from .test_metrics import sample, scrape, start_with_metrics

@@ -16,9 +16,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from pgtick import db, migrate
 from pgtick.embedded import EmbeddedPostgres
-from pgtick.store import NewRun, RunStore
+from pgtick.storage import db, migrate
+from pgtick.storage.store import NewRun, RunStore
 
 from .conftest import Cluster, Daemon, wait_for
 

@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from pgtick import db
-from pgtick.store import RunStore
+from pgtick.storage import db
+from pgtick.storage.store import RunStore
 from tests.acceptance.conftest import Cluster, wait_for
 
 RUNS = 50_000

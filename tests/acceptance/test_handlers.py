@@ -7,9 +7,9 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pgtick import db
-from pgtick.migrate import available as shipped_migrations
-from pgtick.store import NewRun, RunStore
+from pgtick.storage import db
+from pgtick.storage.migrate import available as shipped_migrations
+from pgtick.storage.store import NewRun, RunStore
 
 from .conftest import Cluster, wait_for
 

@@ -10,7 +10,7 @@ import signal
 import psycopg
 import pytest
 
-from pgtick import db
+from pgtick.storage import db
 
 from .cli import insert_run, pgtick
 from .conftest import Cluster, status_counts, wait_for

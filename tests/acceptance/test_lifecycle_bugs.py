@@ -9,8 +9,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from pgtick import db
-from pgtick.store import NewRun, RunStore
+from pgtick.storage import db
+from pgtick.storage.store import NewRun, RunStore
 from tests.acceptance.conftest import Cluster, wait_for
 
 

@@ -22,10 +22,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg.conninfo import make_conninfo
 
 import pgtick
-from pgtick import db, migrate, sqlfile
 from pgtick.embedded import EmbeddedPostgres
-from pgtick.metrics import RUN_STATUSES
-from pgtick.store import JobTypeStats, NewRun, RunStore
+from pgtick.observability.metrics import RUN_STATUSES
+from pgtick.storage import db, migrate, sqlfile
+from pgtick.storage.store import JobTypeStats, NewRun, RunStore
 
 from .conftest import Cluster, Daemon, status_counts, wait_for
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import signal
 from collections import Counter
 
-from pgtick import db
-from pgtick.store import NewRun, RunStore
+from pgtick.storage import db
+from pgtick.storage.store import NewRun, RunStore
 from tests.acceptance.conftest import Cluster, wait_for
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from pgtick import db
 from pgtick.errors import DatabaseError
-from pgtick.store import ClaimType, RunStore
+from pgtick.storage import db
+from pgtick.storage.store import ClaimType, RunStore
 
 from .conftest import Cluster, status_counts, wait_for
 

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pgtick import db
-from pgtick.store import NewRun, RunStore
+from pgtick.storage import db
+from pgtick.storage.store import NewRun, RunStore
 
 from .conftest import Cluster, wait_for
 

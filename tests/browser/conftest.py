@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from pgtick import db
+from pgtick.storage import db
 
 from ..acceptance.conftest import (
     Cluster,

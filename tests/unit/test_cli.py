@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import structlog
 
-from pgtick import cli, ticker
+from pgtick.cli import main as cli
+from pgtick.core import ticker
 from pgtick.errors import (
     ConfigError,
     DatabaseError,

@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgtick import config, examples
-from pgtick.config import (
+from pgtick import examples
+from pgtick.config import load as config
+from pgtick.config.load import (
     Config,
     DatabaseConfig,
     JobTypeConfig,

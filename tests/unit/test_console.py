@@ -12,10 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from pgtick import console, operations
-from pgtick.console import Console, Html, Page, esc, render, tag
-from pgtick.http import HttpServer, Request, find_route
-from pgtick.store import (
+from pgtick.storage.store import (
     Attempt,
     JobTypeStats,
     Run,
@@ -24,6 +21,10 @@ from pgtick.store import (
     ScheduleListing,
     WorkerRow,
 )
+from pgtick.surfaces import operations
+from pgtick.surfaces.console import routes as console
+from pgtick.surfaces.console.routes import Console, Html, Page, esc, render, tag
+from pgtick.surfaces.http import HttpServer, Request, find_route
 
 NOW = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
 SCRIPT = "<script>alert(1)</script>"

@@ -12,12 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from pgtick import config as config_mod
-from pgtick import dbstate, handlers
-from pgtick.config import Config, RetentionConfig
+from pgtick.config import load as config_mod
+from pgtick.config.load import Config, RetentionConfig
+from pgtick.core import dbstate, handlers
 from pgtick.errors import ConfigError, NotFoundError, PgtickError, ScheduleError, UsageError
-from pgtick.schedule import Cron
-from pgtick.store import (
+from pgtick.scheduling.cron import Cron
+from pgtick.storage.store import (
     STATUSES,
     TERMINAL_STATUSES,
     Attempt,

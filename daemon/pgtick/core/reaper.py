@@ -12,13 +12,13 @@ from collections.abc import Mapping
 
 import structlog
 
-from pgtick.backoff import Backoff
-from pgtick.config import RetentionConfig
-from pgtick.db import retry_delay
+from pgtick.config.load import RetentionConfig
+from pgtick.core.backoff import Backoff
+from pgtick.core.handlers import JobType
 from pgtick.errors import DatabaseError
-from pgtick.handlers import JobType
-from pgtick.metrics import Metrics
-from pgtick.store import RunStore
+from pgtick.observability.metrics import Metrics
+from pgtick.storage.db import retry_delay
+from pgtick.storage.store import RunStore
 
 PRUNE_EVERY_SECONDS = 300.0
 WORKER_GONE_AFTER_HEARTBEATS = 10  # a workers row is stale after this many missed beats

@@ -21,11 +21,11 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from pgtick.config import ScheduleConfig
+from pgtick.config.load import ScheduleConfig
 from pgtick.errors import PgtickError, ScheduleError
-from pgtick.metrics import DatabaseSnapshot
-from pgtick.schedule import Cron
-from pgtick.store import MetricsSnapshot, RunStore, ScheduleHealth
+from pgtick.observability.metrics import DatabaseSnapshot
+from pgtick.scheduling.cron import Cron
+from pgtick.storage.store import MetricsSnapshot, RunStore, ScheduleHealth
 
 TERMINAL_RECOUNT_SECONDS = 300.0
 TERMINAL_RECOUNT_TIMEOUT_SECONDS = 120.0

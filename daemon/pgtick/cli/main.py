@@ -23,9 +23,8 @@ from typing import Any, NoReturn
 import structlog
 
 import pgtick
-from pgtick import config as config_mod
-from pgtick import db, handlers, logs, migrate, operations, ticker
-from pgtick import store as store_mod
+from pgtick.config import load as config_mod
+from pgtick.core import handlers, ticker
 from pgtick.errors import (
     ConfigError,
     DatabaseError,
@@ -36,8 +35,12 @@ from pgtick.errors import (
     SchemaOutdatedError,
     UsageError,
 )
-from pgtick.schedule import Cron
-from pgtick.store import NewRun, RunStore, ScheduleListing
+from pgtick.observability import logs
+from pgtick.scheduling.cron import Cron
+from pgtick.storage import db, migrate
+from pgtick.storage import store as store_mod
+from pgtick.storage.store import NewRun, RunStore, ScheduleListing
+from pgtick.surfaces import operations
 
 EXIT_OK = 0
 EXIT_FAILURE = 1

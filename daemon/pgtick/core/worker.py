@@ -18,14 +18,14 @@ from collections.abc import Mapping
 
 import structlog
 
-from pgtick import handlers
-from pgtick.config import WorkerConfig
-from pgtick.db import retry_delay
+from pgtick.config.load import WorkerConfig
+from pgtick.core import handlers
+from pgtick.core.handlers import JobType, Outcome
+from pgtick.core.lifecycle import Held, Lifecycle
 from pgtick.errors import DatabaseError
-from pgtick.handlers import JobType, Outcome
-from pgtick.lifecycle import Held, Lifecycle
-from pgtick.metrics import Metrics
-from pgtick.store import ClaimedRun, ClaimType, Failure, RunStore
+from pgtick.observability.metrics import Metrics
+from pgtick.storage.db import retry_delay
+from pgtick.storage.store import ClaimedRun, ClaimType, Failure, RunStore
 
 COMPLETE_BATCH_MAX = 500
 # Claim ahead only as many runs as the threads would start within this long, judged by how

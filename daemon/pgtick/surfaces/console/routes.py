@@ -31,11 +31,11 @@ from typing import Any
 import structlog
 
 import pgtick
-from pgtick import operations
 from pgtick.errors import DatabaseError, NotFoundError, PgtickError, UsageError
-from pgtick.http import Handler, Request, Response, see_other
-from pgtick.http import html as html_response
-from pgtick.store import STATUSES, Attempt, RunStore, RunSummary, ScheduleListing
+from pgtick.storage.store import STATUSES, Attempt, RunStore, RunSummary, ScheduleListing
+from pgtick.surfaces import operations
+from pgtick.surfaces.http import Handler, Request, Response, see_other
+from pgtick.surfaces.http import html as html_response
 
 READ_TIMEOUT_SECONDS = 2.0  # one page's statements; the runs page answers in milliseconds
 POOL_TIMEOUT_SECONDS = 2.0

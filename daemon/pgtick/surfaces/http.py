@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 
 from pgtick.errors import ConfigError
-from pgtick.metrics import Metrics, Readiness
+from pgtick.observability.metrics import Metrics, Readiness
 
 MAX_BODY_BYTES = 1 << 20
 REQUEST_TIMEOUT_SECONDS = 10.0  # a client that stops sending does not hold a thread forever

@@ -43,7 +43,7 @@ EXIT_NOT_EXECUTABLE = 126
 # systemd hands these to pgtick alone; a child inheriting them could speak for the daemon.
 PRIVATE_ENV_VARS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
-log = structlog.get_logger(__name__)
+log = structlog.get_logger("pgtick.commands")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from datetime import date, time
 from typing import Any
 
 from pgtick.errors import ConfigError, ScheduleError
-from pgtick.schedule import load_zone, validate_cron
+from pgtick.scheduling.cron import load_zone, validate_cron
 
 # --- Where the config and the DSN come from -------------------------------------------------------
 

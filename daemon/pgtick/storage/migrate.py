@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import structlog
 from psycopg import sql
 
-from pgtick import db, sqlfile
 from pgtick.errors import MigrationError, SchemaOutdatedError, UsageError
+from pgtick.storage import db, sqlfile
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION_MARKER = "-- pgtick: no-transaction"
@@ -65,7 +65,7 @@ class Migration:
 
 def available() -> list[Migration]:
     """The migration files shipped with this code, in order."""
-    folder = importlib.resources.files("pgtick").joinpath("sql/migrations")
+    folder = importlib.resources.files("pgtick.storage").joinpath("sql/migrations")
     found = []
     for entry in folder.iterdir():
         match = _FILE_NAME.match(entry.name)

@@ -30,7 +30,9 @@ def parse_blocks(text: str) -> dict[str, str]:
 @functools.cache
 def queries() -> dict[str, str]:
     """All named queries of ``sql/queries.sql``."""
-    text = importlib.resources.files("pgtick").joinpath("sql/queries.sql").read_text("utf-8")
+    text = (
+        importlib.resources.files("pgtick.storage").joinpath("sql/queries.sql").read_text("utf-8")
+    )
     return parse_blocks(text)
 
 

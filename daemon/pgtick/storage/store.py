@@ -15,7 +15,7 @@ from typing import Any
 import psycopg_pool
 from psycopg.types.json import Jsonb
 
-from pgtick import db, sqlfile
+from pgtick.storage import db, sqlfile
 
 TERMINAL_STATUSES = ("succeeded", "dead", "cancelled", "skipped")
 ACTIVE_STATUSES = ("queued", "running", "failed")

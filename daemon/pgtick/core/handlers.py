@@ -21,12 +21,12 @@ from typing import Any, Protocol
 
 import structlog
 
-from pgtick import commands
-from pgtick import config as config_mod
-from pgtick.backoff import Backoff
-from pgtick.config import Config, JobTypeConfig
+from pgtick.config import load as config_mod
+from pgtick.config.load import Config, JobTypeConfig
+from pgtick.core import commands
+from pgtick.core.backoff import Backoff
 from pgtick.errors import ConfigError, Fail, Retry
-from pgtick.store import ClaimedRun, RunStore
+from pgtick.storage.store import ClaimedRun, RunStore
 
 LAST_ERROR_MAX_CHARS = 500
 DETAIL_MAX_BYTES = 8192  # the traceback or stderr tail kept in the attempt row

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 import structlog
 
-from pgtick import handlers
-from pgtick.handlers import JobContext, JobType, Outcome
-from pgtick.metrics import Metrics
-from pgtick.store import ClaimedRun, FailResult
+from pgtick.core import handlers
+from pgtick.core.handlers import JobContext, JobType, Outcome
+from pgtick.observability.metrics import Metrics
+from pgtick.storage.store import ClaimedRun, FailResult
 
 log = structlog.get_logger("pgtick.lifecycle")
 # One line per run outcome; successes only at DEBUG (the attempts table and the metrics

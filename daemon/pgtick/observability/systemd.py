@@ -19,7 +19,7 @@ import structlog
 SEND_TIMEOUT_SECONDS = 1.0
 MICROSECONDS_PER_SECOND = 1_000_000
 
-log = structlog.get_logger(__name__)
+log = structlog.get_logger("pgtick.systemd")
 
 
 def _socket_address(value: str) -> bytes | None:

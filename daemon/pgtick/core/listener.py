@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import structlog
 
-from pgtick import store
-from pgtick.db import retry_delay
 from pgtick.errors import DatabaseError
-from pgtick.metrics import Metrics
+from pgtick.observability.metrics import Metrics
+from pgtick.storage import store
+from pgtick.storage.db import retry_delay
 
 NOTIFY_POLL_SECONDS = 1.0
 

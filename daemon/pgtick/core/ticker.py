@@ -32,12 +32,12 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from pgtick.config import ScheduleConfig, TickerConfig, config_from_mapping
-from pgtick.db import retry_delay
+from pgtick.config.load import ScheduleConfig, TickerConfig, config_from_mapping
 from pgtick.errors import ConfigError, DatabaseError
-from pgtick.metrics import Metrics
-from pgtick.schedule import Cron, jitter_offset
-from pgtick.store import Occurrence, RunStore, ScheduleDef, ScheduleRow
+from pgtick.observability.metrics import Metrics
+from pgtick.scheduling.cron import Cron, jitter_offset
+from pgtick.storage.db import retry_delay
+from pgtick.storage.store import Occurrence, RunStore, ScheduleDef, ScheduleRow
 
 MISSED_AFTER_TICKS = 2
 MIN_WAIT_SECONDS = 0.05

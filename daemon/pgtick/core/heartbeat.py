@@ -15,11 +15,11 @@ import time
 
 import structlog
 
-from pgtick.db import retry_delay
+from pgtick.core.worker import Worker
 from pgtick.errors import DatabaseError
-from pgtick.metrics import Metrics
-from pgtick.store import RunStore, WorkerInfo
-from pgtick.worker import Worker
+from pgtick.observability.metrics import Metrics
+from pgtick.storage.db import retry_delay
+from pgtick.storage.store import RunStore, WorkerInfo
 
 MIN_WAIT_SECONDS = 0.05
 

@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
-from pgtick import sqlfile
 from pgtick.errors import DatabaseError
+from pgtick.storage import sqlfile
 
 CONNECT_TIMEOUT_SECONDS = 10
 POOL_OPEN_TIMEOUT_SECONDS = 15.0
