@@ -1,6 +1,5 @@
-"""The operator's verbs (runs, show, status, retry, cancel, prune) as plain functions over a
-``RunStore``, returning dataclasses: the command line prints them, a web console can render
-them. The state rules of retry and cancel live here, nowhere else. No printing, no parsing.
+"""The operator's verbs on runs: list, show, enqueue, retry, cancel, prune. The state rules of
+retry and cancel live here, nowhere else.
 
 Times given as a ``timedelta`` are relative to the database clock (``--since 90m`` is 90
 minutes before the database's now), so a client with a wrong clock still asks the right thing.
@@ -10,35 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from pgtick.config import load as config_mod
 from pgtick.config.load import Config, RetentionConfig
-from pgtick.core import dbstate, handlers
-from pgtick.errors import ConfigError, NotFoundError, PgtickError, ScheduleError, UsageError
-from pgtick.scheduling.cron import Cron
+from pgtick.core import handlers
+from pgtick.errors import ConfigError, NotFoundError, PgtickError, UsageError
 from pgtick.storage.store import (
     STATUSES,
     TERMINAL_STATUSES,
     Attempt,
     EffectKey,
-    JobTypeStats,
+    NewRun,
     Run,
     RunQuery,
     RunStore,
     RunSummary,
-    ScheduleHealth,
-    ScheduleListing,
     ScheduleRef,
-    ScheduleState,
-    WorkerRow,
 )
 
-# A worker whose last heartbeat is older than this many heartbeat intervals is marked stale
-# and does not count as serving its job types.
-STALE_AFTER_HEARTBEATS = 3
-# status reads the metrics' aggregate query; an operator can wait longer than a scrape.
-STATUS_TIMEOUT_SECONDS = 30.0
 # The state rules: which runs an operator may retry (back to queued, due now) or cancel.
 RETRYABLE = ("failed", "dead", "cancelled")
 CANCELLABLE = ("queued", "running", "failed")
@@ -147,133 +137,6 @@ def show_run(store: RunStore, run_id: int) -> RunDetail:
     return RunDetail(
         run, store.get_attempts(run_id), schedule, store.effect_keys(run_id), store.now()
     )
-
-
-# -- status ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WorkerStatus:
-    worker: WorkerRow
-    stale: bool
-
-
-@dataclass(frozen=True)
-class JobTypeStatus:
-    """A job type's queue and how many live daemons handle it."""
-
-    stats: JobTypeStats
-    live_workers: int
-
-    @property
-    def unserved(self) -> bool:
-        """Due runs that no live daemon will claim."""
-        return self.stats.due > 0 and self.live_workers == 0
-
-
-@dataclass(frozen=True)
-class ScheduleStatus:
-    state: ScheduleState
-    next_at: datetime | None  # None: paused, or a cron this version cannot compute
-    last_success_at: datetime | None
-    overdue: bool
-    error: str | None  # why next_at could not be computed
-
-
-@dataclass(frozen=True)
-class Status:
-    """One look at the whole system; ``problems`` is what needs an operator now."""
-
-    db_now: datetime
-    stale_after_seconds: float
-    workers: list[WorkerStatus]
-    job_types: list[JobTypeStatus]
-    schedules: list[ScheduleStatus]
-    problems: list[str]
-
-    @property
-    def healthy(self) -> bool:
-        return not self.problems
-
-
-def _parsed(states: Sequence[ScheduleState]) -> dict[str, Cron | ScheduleError]:
-    out: dict[str, Cron | ScheduleError] = {}
-    for s in states:
-        try:
-            out[s.name] = Cron.parse(s.cron, s.timezone, s.name)
-        except ScheduleError as exc:
-            out[s.name] = exc
-    return out
-
-
-def _workers_and_queues(
-    store: RunStore, heartbeat_seconds: float
-) -> tuple[list[WorkerStatus], list[JobTypeStatus]]:
-    """Registered daemons (stale after a few missed heartbeats) and each job type's queue with
-    how many live daemons handle it: what `status` and the console's overview both show."""
-    stale_after = STALE_AFTER_HEARTBEATS * heartbeat_seconds
-    workers = [WorkerStatus(w, w.heartbeat_age_seconds > stale_after) for w in store.list_workers()]
-    served: dict[str, int] = {}
-    for w in workers:
-        if not w.stale:
-            for job_type in w.worker.job_types:
-                served[job_type] = served.get(job_type, 0) + 1
-    job_types = [JobTypeStatus(t, served.get(t.job_type, 0)) for t in store.job_type_stats()]
-    return workers, job_types
-
-
-def status(store: RunStore, *, heartbeat_seconds: float, tick_interval_seconds: float) -> Status:
-    """Workers, queues per job type and schedules, with the problems among them: stuck runs,
-    overdue schedules, and due runs of a job type no live daemon handles."""
-    workers, job_types = _workers_and_queues(store, heartbeat_seconds)
-
-    states = store.schedule_states()
-    crons = _parsed(states)
-    now = store.now()
-    graced = {
-        s.name: (cron, dbstate.overdue_grace_seconds(tick_interval_seconds, s.jitter_seconds))
-        for s in states
-        if isinstance(cron := crons[s.name], Cron)
-    }
-    snap = store.metrics_snapshot(
-        dbstate.due_occurrences(graced, now),
-        statement_timeout_seconds=STATUS_TIMEOUT_SECONDS,
-        pool_timeout_seconds=STATUS_TIMEOUT_SECONDS,
-    )
-    health: dict[str, ScheduleHealth] = {h.name: h for h in snap.schedules}
-    schedules = [_schedule_status(s, crons[s.name], health.get(s.name), now) for s in states]
-
-    problems = [
-        f"{t.stats.stuck} stuck run(s) of {t.stats.job_type} (running with an expired lease)"
-        for t in job_types
-        if t.stats.stuck
-    ]
-    problems += [f"schedule {s.state.name} is overdue" for s in schedules if s.overdue]
-    problems += [
-        f"{t.stats.due} due run(s) of {t.stats.job_type} and no live daemon handles it"
-        for t in job_types
-        if t.unserved
-    ]
-    stale_after = STALE_AFTER_HEARTBEATS * heartbeat_seconds
-    return Status(now, stale_after, workers, job_types, schedules, problems)
-
-
-def _schedule_status(
-    state: ScheduleState, cron: Cron | ScheduleError, health: ScheduleHealth | None, now: datetime
-) -> ScheduleStatus:
-    last_ok = None
-    if health is not None and health.last_success_at is not None:
-        last_ok = datetime.fromtimestamp(health.last_success_at, UTC)
-    if isinstance(cron, ScheduleError):
-        return ScheduleStatus(state, None, last_ok, False, str(cron))
-    next_at, error = None, None
-    if not state.paused:
-        try:
-            next_at = cron.next_after(now)
-        except ScheduleError as exc:
-            error = str(exc)
-    overdue = health is not None and dbstate.is_overdue(health)
-    return ScheduleStatus(state, next_at, last_ok, overdue, error)
 
 
 # -- retry and cancel ------------------------------------------------------------------------------
@@ -432,6 +295,21 @@ def check_new_run(job_type: str, idempotency_key: str | None) -> None:
             raise UsageError(f"--key: must be 1 to {MAX_KEY_BYTES} bytes, got {size}")
 
 
+def enqueue(
+    store: RunStore,
+    job_type: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    when: When | None = None,
+    idempotency_key: str | None = None,
+    max_attempts: int | None = None,
+) -> int:
+    """Add a run (or find the one its idempotency key names); its id. A duration ``when``
+    counts from the database's clock, like every time pgtick compares."""
+    run_at = store.now() + when if isinstance(when, timedelta) else when
+    return store.enqueue(NewRun(job_type, payload, run_at, idempotency_key, max_attempts))
+
+
 def declares_job_type(config: Config, job_type: str) -> bool | None:
     """Whether the config in use (its [job_types] or the @pgtick.job handlers of its
     worker.imports) declares ``job_type``; None when its handlers cannot be imported here."""
@@ -443,80 +321,3 @@ def declares_job_type(config: Config, job_type: str) -> bool | None:
         return job_type in handlers.resolve(config)
     except (PgtickError, ImportError):
         return None
-
-
-# -- the web console's reads and schedule verbs ------------------------------------------------
-
-# The overview's chart: succeeded runs per minute over this many minutes.
-THROUGHPUT_MINUTES = 60
-
-
-@dataclass(frozen=True)
-class ScheduleView:
-    """A schedule with its next occurrences (none when paused or not computable)."""
-
-    listing: ScheduleListing
-    upcoming: list[datetime]
-    zone: str
-    error: str | None  # why the occurrences could not be computed
-
-
-@dataclass(frozen=True)
-class Overview:
-    """The console's front page: queues per job type, throughput, workers, schedules.
-    ``succeeded_per_minute`` is oldest minute first; None when it could not be read in time."""
-
-    db_now: datetime
-    job_types: list[JobTypeStatus]
-    workers: list[WorkerStatus]
-    schedules: list[ScheduleView]
-    succeeded_per_minute: list[int] | None
-
-
-def schedule_views(store: RunStore, now: datetime, count: int) -> list[ScheduleView]:
-    """Every schedule with its latest runs and next ``count`` occurrences after ``now``."""
-    views = []
-    for listing in store.list_schedules():
-        upcoming: list[datetime] = []
-        error = None
-        try:
-            cron = Cron.parse(listing.cron, listing.timezone, listing.name)
-            if not listing.paused:
-                upcoming = cron.next_n(now, count)
-        except ScheduleError as exc:
-            error = str(exc)
-        views.append(ScheduleView(listing, upcoming, listing.timezone, error))
-    return views
-
-
-def overview(store: RunStore, *, heartbeat_seconds: float, next_count: int = 1) -> Overview:
-    """What the console's overview shows, read from one store (one snapshot under
-    ``RunStore.reading``); a throughput query that runs out of time leaves the chart empty."""
-    now = store.now()
-    workers, job_types = _workers_and_queues(store, heartbeat_seconds)
-    schedules = schedule_views(store, now, next_count)
-    try:
-        per_minute: list[int] | None = store.succeeded_per_minute(THROUGHPUT_MINUTES)
-    except PgtickError:
-        per_minute = None
-    return Overview(now, job_types, workers, schedules, per_minute)
-
-
-def pause_schedule(store: RunStore, name: str) -> None:
-    """Pause a schedule (the operator's reason); NotFoundError when there is none."""
-    if not store.pause_schedule(name):
-        raise NotFoundError(f"schedule {name!r} not found")
-
-
-def resume_schedule(store: RunStore, name: str) -> None:
-    """Resume a schedule from now; NotFoundError when there is none."""
-    if not store.resume_schedule(name):
-        raise NotFoundError(f"schedule {name!r} not found")
-
-
-def trigger_schedule(store: RunStore, name: str) -> int:
-    """Enqueue a run of the schedule now; its id. NotFoundError when there is none."""
-    run_id = store.trigger_schedule(name)
-    if run_id is None:
-        raise NotFoundError(f"schedule {name!r} not found")
-    return run_id
