@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
-from pgtick.config.load import (
+from pgtick.config import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_POLL_INTERVAL_SECONDS,
     DEFAULT_REAPER_INTERVAL_SECONDS,

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import structlog
 
 import pgtick
-from pgtick.config.load import Config, read_token
+from pgtick.config import Config, read_token
 from pgtick.core import handlers
 from pgtick.core.dbstate import METRICS_POOL_SIZE, DatabaseProbe
 from pgtick.core.heartbeat import Heartbeat

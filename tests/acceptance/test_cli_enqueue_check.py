@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pgtick.config import load as config_mod
+from pgtick import config as config_mod
 from pgtick.storage import db
 
 from .cli import pgtick

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from pgtick.config.load import load_config
+from pgtick.config import load_config
 from pgtick.core import ticker
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db

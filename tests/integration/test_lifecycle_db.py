@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pgtick.config.load import config_from_mapping
+from pgtick.config import config_from_mapping
 from pgtick.core import handlers
 from pgtick.core.handlers import JobContext, Outcome
 from pgtick.core.lifecycle import Held, Lifecycle

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgtick.config.load import RetentionConfig
+from pgtick.config import RetentionConfig
 from pgtick.core.reaper import Reaper
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db

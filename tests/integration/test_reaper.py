@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from pgtick.config.load import JobTypeConfig, RetentionConfig
+from pgtick.config import JobTypeConfig, RetentionConfig
 from pgtick.core.backoff import Backoff
 from pgtick.core.handlers import JobType
 from pgtick.core.reaper import Reaper

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 import pgtick
-from pgtick.config.load import WorkerConfig
+from pgtick.config import WorkerConfig
 from pgtick.core.backoff import Backoff
 from pgtick.storage import db
 from pgtick.storage.store import Beat, ClaimType, Failure, NewRun, RunStore

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from pgtick.config.load import ScheduleConfig, TickerConfig
+from pgtick.config import ScheduleConfig, TickerConfig
 from pgtick.core.ticker import Ticker
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db, sqlfile

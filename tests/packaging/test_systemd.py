@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from pgtick.config.load import DEFAULT_SHUTDOWN_GRACE_SECONDS
+from pgtick.config import DEFAULT_SHUTDOWN_GRACE_SECONDS
 
 from .tools import RUNBOOK_URL_PREFIX, SYSTEMD, readme_anchors, run, tool
 

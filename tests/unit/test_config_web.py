@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pgtick.config.load import Config, WebConfig, config_from_mapping, is_loopback, read_token
+from pgtick.config import Config, WebConfig, config_from_mapping, is_loopback, read_token
 from pgtick.errors import ConfigError
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pgtick.config.load import JobTypeConfig
+from pgtick.config import JobTypeConfig
 from pgtick.core.handlers import JobContext, JobType, Outcome
 from pgtick.core.lifecycle import Held, Lifecycle, State
 from pgtick.observability.metrics import Metrics

@@ -9,7 +9,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
-from pgtick.config import load as config_mod
+from pgtick import config as config_mod
 from pgtick.errors import ConfigError, UsageError
 from pgtick.surfaces import operations
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
-from pgtick.config import load as config_mod
+from pgtick import config as config_mod
 from pgtick.observability import logs
 from pgtick.storage.store import RunStore
 from pgtick.surfaces import operations

@@ -6,11 +6,11 @@ import argparse
 import sys
 from datetime import datetime, timedelta
 
+from pgtick import config as config_mod
 from pgtick.cli import context, views
 from pgtick.cli.args import parse_payload, parse_since, parse_when
 from pgtick.cli.exits import EXIT_OK
 from pgtick.cli.render import ids_text, print_json
-from pgtick.config import load as config_mod
 from pgtick.errors import PgtickError, UsageError
 from pgtick.surfaces import operations
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import structlog
 
 import pgtick
+from pgtick import config as config_mod
 from pgtick.cli import context
 from pgtick.cli.exits import EXIT_OK, EXIT_USAGE
-from pgtick.config import load as config_mod
 from pgtick.observability import logs
 from pgtick.surfaces import operations
 

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from pgtick.config.load import ScheduleConfig
+from pgtick.config import ScheduleConfig
 from pgtick.errors import PgtickError, ScheduleError
 from pgtick.observability.metrics import DatabaseSnapshot
 from pgtick.scheduling.cron import Cron

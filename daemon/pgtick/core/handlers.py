@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 import structlog
 
-from pgtick.config import load as config_mod
-from pgtick.config.load import Config, JobTypeConfig
+from pgtick import config as config_mod
+from pgtick.config import Config, JobTypeConfig
 from pgtick.core import commands
 from pgtick.core.backoff import Backoff
 from pgtick.errors import ConfigError, Fail, Retry

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import structlog
 
-from pgtick.config.load import RetentionConfig
+from pgtick.config import RetentionConfig
 from pgtick.core.backoff import Backoff
 from pgtick.core.handlers import JobType
 from pgtick.errors import DatabaseError

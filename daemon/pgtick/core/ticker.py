@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from pgtick.config.load import ScheduleConfig, TickerConfig, config_from_mapping
+from pgtick.config import ScheduleConfig, TickerConfig, config_from_mapping
 from pgtick.errors import ConfigError, DatabaseError
 from pgtick.observability.metrics import Metrics
 from pgtick.scheduling.cron import Cron, jitter_offset

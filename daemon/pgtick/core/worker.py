@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import structlog
 
-from pgtick.config.load import WorkerConfig
+from pgtick.config import WorkerConfig
 from pgtick.core import handlers
 from pgtick.core.handlers import JobType, Outcome
 from pgtick.core.lifecycle import Held, Lifecycle

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pgtick.config import load as config_mod
-from pgtick.config.load import Config, RetentionConfig
+from pgtick import config as config_mod
+from pgtick.config import Config, RetentionConfig
 from pgtick.core import handlers
 from pgtick.errors import ConfigError, NotFoundError, PgtickError, UsageError
 from pgtick.storage.store import (

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from itertools import islice
 
-from pgtick.config import load as config_mod
-from pgtick.config.load import Config
+from pgtick import config as config_mod
+from pgtick.config import Config
 from pgtick.core import ticker
 from pgtick.errors import ConfigError, NotFoundError, ScheduleError, UsageError
 from pgtick.scheduling.cron import Cron

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from pgtick.config.load import Config
+from pgtick.config import Config
 from pgtick.core import handlers
 from pgtick.storage import db
 from pgtick.storage import migrate as migrations
