@@ -10,7 +10,9 @@ import time
 from typing import Any
 
 import pgtick
-from pgtick.core.handlers import JobContext, job
+
+# The handler API's import path of earlier READMEs, kept working (README: Architecture).
+from pgtick.handlers import JobContext, job
 
 
 def record(ctx: JobContext, event: str = "run", **extra: Any) -> None:

@@ -1,5 +1,7 @@
 """`pgtick schedules ...`, `pgtick check` and `pgtick run` as real processes: what a user sees
-(exit code, one stderr line, stdout) and what the database holds afterwards."""
+(exit code, one stderr line, stdout) and what the database holds afterwards. An integration
+test: the schedules are set up the way the daemon does it (the store's sync, one tick of the
+ticker) and `schedules next` is compared with the ticker's own plan()."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """Pruning 200 000 old terminal runs while a daemon drains a backlog: the prune finishes, and
 no claim waits more than 100 ms on a lock meanwhile. Measured two ways: claims made in a loop
 by the test on a connection with lock_timeout = 100ms (a longer lock wait raises), and
-pg_stat_activity sampled throughout for the daemon's backends waiting on a lock."""
+pg_stat_activity sampled throughout for the daemon's backends waiting on a lock. (An
+integration test: its probe claims through the store, as a daemon does; the daemon and the
+prune are real processes, as in tests/acceptance.)"""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +20,7 @@ from psycopg.conninfo import make_conninfo
 from pgtick.errors import DatabaseError
 from pgtick.storage import db
 from pgtick.storage.store import ClaimType, RunStore
-
-from .conftest import Cluster, status_counts, wait_for
+from tests.acceptance.conftest import Cluster, status_counts, wait_for
 
 OLD_RUNS = 200_000
 BACKLOG = 3000
@@ -27,6 +29,16 @@ MAX_LOCK_WAIT_SECONDS = 0.1
 SAMPLE_EVERY_SECONDS = 0.01
 # The daemon keeps the old runs itself: the operator's prune does the work under test.
 KEEP = '\n[retention]\nsucceeded = "3650d"\ndead = "3650d"\n'
+
+
+@pytest.fixture
+def cluster(dsn: str, tmp_path: Path) -> Iterator[Cluster]:
+    """`pgtick run` processes on this test's database (tests/acceptance's helper)."""
+    c = Cluster(dsn, tmp_path)
+    try:
+        yield c
+    finally:
+        c.stop_all()
 
 
 def _seed(conn: db.Connection) -> None:
