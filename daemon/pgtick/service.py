@@ -3,6 +3,9 @@
 Only this module knows all the parts. Side loops (dispatcher, completer, heartbeat, listener,
 reaper, ticker) run on threads; if one dies the service stops loudly (exit 1) rather than
 limping on, and systemd restarts it.
+
+``Service`` stays one class (some 310 lines): it is the wiring itself, start-up order and
+shutdown order in one place, each step undoing what an earlier one built.
 """
 
 from __future__ import annotations
