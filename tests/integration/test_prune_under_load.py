@@ -20,6 +20,7 @@ from psycopg.conninfo import make_conninfo
 from pgtick.errors import DatabaseError
 from pgtick.storage import db
 from pgtick.storage.store import ClaimType, RunStore
+from tests.acceptance import conftest as acceptance
 from tests.acceptance.conftest import Cluster, status_counts, wait_for
 
 OLD_RUNS = 200_000
@@ -33,12 +34,8 @@ KEEP = '\n[retention]\nsucceeded = "3650d"\ndead = "3650d"\n'
 
 @pytest.fixture
 def cluster(dsn: str, tmp_path: Path) -> Iterator[Cluster]:
-    """`pgtick run` processes on this test's database (tests/acceptance's helper)."""
-    c = Cluster(dsn, tmp_path)
-    try:
-        yield c
-    finally:
-        c.stop_all()
+    """tests/acceptance's fixture of `pgtick run` processes, for this test outside it."""
+    yield from acceptance.cluster.__wrapped__(dsn, tmp_path)
 
 
 def _seed(conn: db.Connection) -> None:
