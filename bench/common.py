@@ -25,7 +25,6 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgtick import migrate
 from pgtick.embedded import EmbeddedPostgres
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -118,13 +117,23 @@ def fresh_database(admin_dsn: str, prefix: str, *, pgtick_schema: bool = True) -
     dsn = make_conninfo(admin_dsn, dbname=name)
     try:
         if pgtick_schema:
-            migrate.migrate(dsn, SCHEMA)
+            migrate(dsn)
         yield dsn
     finally:
         admin_execute(
             admin_dsn,
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)),
         )
+
+
+def migrate(dsn: str) -> None:
+    """`pgtick migrate`, as an operator runs it (the default schema, no config file)."""
+    env = {**os.environ, "PGTICK_DSN": dsn, "PGTICK_CONFIG": ""}
+    command = [sys.executable, "-m", "pgtick", "migrate"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        first = (done.stderr.strip().splitlines() or ["no output"])[0]
+        raise BenchError(f"pgtick migrate failed: {first}", code=done.returncode)
 
 
 def connect(dsn: str) -> psycopg.Connection[tuple[Any, ...]]:

@@ -21,8 +21,8 @@ import psycopg
 
 from bench import common
 from bench.scrape import JOB_TYPES, generate
-from pgtick import db, sqlfile
-from pgtick.store import ClaimType, RunStore
+from pgtick.storage import db, sqlfile
+from pgtick.storage.store import ClaimType, RunStore
 
 DEFAULT_TERMINAL = 10_000_000
 DEFAULT_QUEUED = 100_000

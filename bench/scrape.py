@@ -27,10 +27,10 @@ from pathlib import Path
 import psycopg
 
 from bench import common
-from pgtick import db, sqlfile
-from pgtick.dbstate import TERMINAL_RECOUNT_TIMEOUT_SECONDS
-from pgtick.metrics import DB_CACHE_SECONDS
-from pgtick.store import RunStore
+from pgtick.core.dbstate import TERMINAL_RECOUNT_TIMEOUT_SECONDS
+from pgtick.observability.metrics import DB_CACHE_SECONDS
+from pgtick.storage import db, sqlfile
+from pgtick.storage.store import RunStore
 
 JOB_TYPES = 10
 SCHEDULES = 10

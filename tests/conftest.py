@@ -15,10 +15,9 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pgtick import db, migrate
 from pgtick.embedded import EmbeddedPostgres
-from pgtick.store import RunStore
-from tests import dbhelp
+from pgtick.storage import db, migrate
+from pgtick.storage.store import RunStore
 
 SCHEMA = "pgtick"
 
@@ -103,7 +102,9 @@ def empty_dsn(pg_admin_dsn: str) -> Iterator[str]:
 @pytest.fixture
 def conn(dsn: str) -> Iterator[db.Connection]:
     """An autocommit connection with search_path on the pgtick schema, for assertions."""
-    with dbhelp.connect(dsn, SCHEMA) as connection:
+    with db.connect(dsn, SCHEMA) as connection:
+        # pgtick's own statements name their schema; the tests' SQL relies on search_path.
+        connection.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(SCHEMA)))
         yield connection
 
 

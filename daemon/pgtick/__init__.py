@@ -22,7 +22,7 @@ try:  # one source: the pyproject version, as installed
 except _metadata.PackageNotFoundError:  # pragma: no cover - a bare source tree
     __version__ = "0+unknown"
 
-from pgtick.handlers import JobContext, job
+from pgtick.core.handlers import JobContext, job
 
 DEFAULT_SCHEMA = "pgtick"
 
@@ -43,7 +43,7 @@ def enqueue(
     the business change that needs it is. An ``idempotency_key`` that already exists returns
     the existing run's id and changes nothing.
     """
-    from pgtick.store import NewRun, enqueue_on
+    from pgtick.storage.store import NewRun, enqueue_on
 
     return enqueue_on(
         conn, schema, NewRun(job_type, payload, run_at, idempotency_key, max_attempts)

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from pgtick.cli import main
+from pgtick.cli.main import main
 
 raise SystemExit(main())

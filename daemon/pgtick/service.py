@@ -3,6 +3,9 @@
 Only this module knows all the parts. Side loops (dispatcher, completer, heartbeat, listener,
 reaper, ticker) and the handler threads run on threads; if one dies the service stops loudly
 (exit 1) rather than limping on, and systemd restarts it.
+
+``Service`` stays one class (some 310 lines): it is the wiring itself, start-up order and
+shutdown order in one place, each step undoing what an earlier one built.
 """
 
 from __future__ import annotations
@@ -20,20 +23,22 @@ from typing import Any, Protocol
 import structlog
 
 import pgtick
-from pgtick import db, handlers, logs, migrate
 from pgtick.config import Config, read_token
-from pgtick.console import SECURITY_HEADERS, Console
-from pgtick.dbstate import METRICS_POOL_SIZE, DatabaseProbe
+from pgtick.core import handlers
+from pgtick.core.dbstate import METRICS_POOL_SIZE, DatabaseProbe
+from pgtick.core.heartbeat import Heartbeat
+from pgtick.core.listener import Listener
+from pgtick.core.reaper import Reaper
+from pgtick.core.ticker import Ticker
+from pgtick.core.worker import Worker
 from pgtick.errors import ConfigError
-from pgtick.heartbeat import Heartbeat
-from pgtick.http import HttpServer, observability_routes
-from pgtick.listener import Listener
-from pgtick.metrics import DatabaseCollector, Metrics, PoolStatsCollector, Readiness
-from pgtick.reaper import Reaper
-from pgtick.store import RunStore, WorkerInfo
-from pgtick.systemd import Notifier
-from pgtick.ticker import Ticker
-from pgtick.worker import Worker
+from pgtick.observability import logs
+from pgtick.observability.metrics import DatabaseCollector, Metrics, PoolStatsCollector, Readiness
+from pgtick.observability.systemd import Notifier
+from pgtick.storage import db, migrate
+from pgtick.storage.store import RunStore, WorkerInfo
+from pgtick.surfaces.console.routes import SECURITY_HEADERS, Console
+from pgtick.surfaces.http import HttpServer, observability_routes
 
 # Beside one connection per handler thread (ctx.transaction()): the dispatcher's and the
 # completer's pinned connections, the reaper, the ticker, and one for short statements

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from pgtick import db
+from tests.dbhelp import Connection
 
 CLI_TIMEOUT_SECONDS = 60.0
 TERMINAL_COLUMNS = 100
@@ -52,7 +52,7 @@ def pgtick(dsn: str, *argv: str, stdin: str = "", env: dict[str, str] | None = N
     return Result(proc.returncode, proc.stdout.splitlines(), err)
 
 
-def insert_run(conn: db.Connection, **columns: Any) -> int:
+def insert_run(conn: Connection, **columns: Any) -> int:
     """One runs row with the given columns (SQL expressions allowed via ``sql_`` prefix)."""
     names = list(columns)
     values = [columns[n] for n in names]
@@ -65,7 +65,7 @@ def insert_run(conn: db.Connection, **columns: Any) -> int:
     return int(row[0])
 
 
-def checksum(conn: db.Connection) -> tuple[Any, ...]:
+def checksum(conn: Connection) -> tuple[Any, ...]:
     """Row counts and a digest of every pgtick table: a refused command changes none of them."""
     out = []
     for table in ("runs", "attempts", "schedules", "workers", "effects"):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pgtick import db
+from tests.dbhelp import Connection, Runs, connect
 
 HERE = Path(__file__).resolve().parent
 START_TIMEOUT_SECONDS = 20.0
@@ -150,6 +150,20 @@ class Cluster:
 
 
 @pytest.fixture
+def conn(dsn: str) -> Iterator[Connection]:
+    """An autocommit psycopg connection on the pgtick schema, for seeding and assertions (the
+    acceptance tests see the database only through SQL, the CLI and the daemon)."""
+    with connect(dsn) as connection:
+        yield connection
+
+
+@pytest.fixture
+def store(dsn: str) -> Runs:
+    """Runs enqueued through ``pgtick.enqueue`` and read back from the public tables."""
+    return Runs(dsn)
+
+
+@pytest.fixture
 def cluster(dsn: str, tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(dsn, tmp_path)
     try:
@@ -172,5 +186,5 @@ def wait_for(
         time.sleep(interval)
 
 
-def status_counts(conn: db.Connection) -> dict[str, int]:
+def status_counts(conn: Connection) -> dict[str, int]:
     return dict(conn.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())

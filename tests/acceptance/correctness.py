@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from pgtick import db
+from tests import dbhelp
 
 # A daemon that handles no job type: it claims nothing, but its reaper recovers expired leases.
 REAPER_ONLY_CONFIG = """
@@ -28,7 +28,7 @@ format = "json"
 
 
 def enqueue(
-    conn: db.Connection,
+    conn: dbhelp.Connection,
     items: Sequence[tuple[str, dict[str, Any]]],
     *,
     max_attempts: int | None = None,
@@ -46,11 +46,11 @@ def enqueue(
     return ids
 
 
-def statuses(conn: db.Connection) -> dict[int, str]:
+def statuses(conn: dbhelp.Connection) -> dict[int, str]:
     return {int(i): str(s) for i, s in conn.execute("SELECT id, status FROM runs").fetchall()}
 
 
-def count(conn: db.Connection, where: str, params: Sequence[Any] = ()) -> int:
+def count(conn: dbhelp.Connection, where: str, params: Sequence[Any] = ()) -> int:
     row = conn.execute(f"SELECT count(*) FROM runs WHERE {where}", params).fetchone()
     assert row is not None
     return int(row[0])

@@ -10,6 +10,8 @@ import time
 from typing import Any
 
 import pgtick
+
+# The handler API's import path of earlier READMEs, kept working (README: Architecture).
 from pgtick.handlers import JobContext, job
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from psycopg_pool import PoolTimeout
 
 from jobs import record
-from pgtick.handlers import JobContext, job
+from pgtick import JobContext, job
 
 
 @job("commit_then_linger")

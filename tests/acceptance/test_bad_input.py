@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgtick import db
+from tests.dbhelp import Connection
 
 from .cli import Result, insert_run, pgtick
 from .roles import Role, login_role
@@ -153,7 +153,7 @@ CASES: dict[str, Case] = {
 }
 
 
-def digest(conn: db.Connection) -> list[tuple[Any, ...]]:
+def digest(conn: Connection) -> list[tuple[Any, ...]]:
     """Row count and md5 of every table of the pgtick schema."""
     tables = [
         r[0]
@@ -173,7 +173,7 @@ def digest(conn: db.Connection) -> list[tuple[Any, ...]]:
 
 
 @pytest.fixture
-def seeded(conn: db.Connection) -> dict[str, str]:
+def seeded(conn: Connection) -> dict[str, str]:
     """A database with something in every table a refused command could touch."""
     queued = insert_run(conn, job_type="x")
     succeeded = insert_run(conn, job_type="x", status="succeeded", finished_at="now()")
@@ -209,7 +209,7 @@ def _run(case: Case, dsn: str, tmp_path: Path, values: dict[str, str]) -> Result
 @pytest.mark.timeout(300)
 def test_the_bad_input_corpus_is_refused_cleanly(
     dsn: str,
-    conn: db.Connection,
+    conn: Connection,
     seeded: dict[str, str],
     role: Role,
     tmp_path: Path,
@@ -266,7 +266,7 @@ SQL_CASES: dict[str, tuple[str, str]] = {
 
 @pytest.mark.timeout(120)
 def test_bad_sql_calls_are_refused_and_change_nothing(
-    conn: db.Connection, seeded: dict[str, str]
+    conn: Connection, seeded: dict[str, str]
 ) -> None:
     before = digest(conn)
     failures = []

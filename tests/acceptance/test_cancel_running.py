@@ -6,16 +6,15 @@ from __future__ import annotations
 import signal
 import time
 
-from pgtick import db
-from pgtick.store import NewRun, RunStore
 from tests.acceptance.cli import pgtick
 from tests.acceptance.conftest import Cluster, wait_for
+from tests.dbhelp import Connection, NewRun, Runs
 
 HEARTBEAT_SECONDS = 0.5
 
 
 def test_cancelling_a_running_run_stops_its_handler_within_a_heartbeat(
-    cluster: Cluster, store: RunStore, conn: db.Connection, dsn: str
+    cluster: Cluster, store: Runs, conn: Connection, dsn: str
 ) -> None:
     daemon = cluster.start(cluster.config(lease="3s", heartbeat=f"{HEARTBEAT_SECONDS}s"))
     [run_id] = store.enqueue_many([NewRun("yielding", {"seconds": 30})])

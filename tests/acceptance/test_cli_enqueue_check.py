@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pgtick import config as config_mod
-from pgtick import db
+from tests.dbhelp import Connection
 
 from .cli import pgtick
+
+DEFAULT_CONFIG_PATH = "/etc/pgtick/config.toml"  # README: Configuration
 
 CONFIG = """
 [job_types.noop]
@@ -19,7 +20,7 @@ command = ["/bin/true"]
 
 
 def test_enqueue_of_an_undeclared_job_type_warns_and_enqueues(
-    conn: db.Connection, dsn: str, tmp_path: Path
+    conn: Connection, dsn: str, tmp_path: Path
 ) -> None:
     config = tmp_path / "config.toml"
     config.write_text(CONFIG)
@@ -37,18 +38,18 @@ def test_enqueue_of_an_undeclared_job_type_warns_and_enqueues(
     bare = pgtick(dsn, "enqueue", "noop")  # no config file at all
     assert bare.code == 0
     assert "is not declared in no config file" in bare.error
-    assert config_mod.DEFAULT_CONFIG_PATH in bare.error
+    assert DEFAULT_CONFIG_PATH in bare.error
 
 
 def test_check_without_a_config_file_says_which_file_it_looked_for(
     dsn: str, tmp_path: Path
 ) -> None:
-    if Path(config_mod.DEFAULT_CONFIG_PATH).exists():
-        pytest.fail(f"this test needs {config_mod.DEFAULT_CONFIG_PATH} to be absent")
+    if Path(DEFAULT_CONFIG_PATH).exists():
+        pytest.fail(f"this test needs {DEFAULT_CONFIG_PATH} to be absent")
     result = pgtick(dsn, "check")
     assert result.code == 0, result.err
     assert result.out[0] == (
-        f"config: no config file ({config_mod.DEFAULT_CONFIG_PATH} does not exist; --config and"
+        f"config: no config file ({DEFAULT_CONFIG_PATH} does not exist; --config and"
         " $PGTICK_CONFIG not given); checking the defaults"
     )
     assert result.out[-1] == "defaults OK (no config file): 0 job types, 0 schedules"
@@ -85,7 +86,7 @@ cron = "0 3 * * *"
 
 
 def test_check_reports_every_config_error_at_once(
-    conn: db.Connection, dsn: str, tmp_path: Path
+    conn: Connection, dsn: str, tmp_path: Path
 ) -> None:
     config = tmp_path / "config.toml"
     config.write_text(EVERY_MISTAKE)

@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from pgtick import db
+from tests.dbhelp import Connection
 
 from .cli import checksum, insert_run, pgtick
 
 
-def _finished(conn: db.Connection, status: str, days_ago: float, attempts: int = 0) -> int:
+def _finished(conn: Connection, status: str, days_ago: float, attempts: int = 0) -> int:
     run_id = insert_run(
         conn,
         job_type="email",
@@ -28,13 +28,11 @@ def _finished(conn: db.Connection, status: str, days_ago: float, attempts: int =
     return run_id
 
 
-def _remaining(conn: db.Connection) -> dict[str, int]:
+def _remaining(conn: Connection) -> dict[str, int]:
     return dict(conn.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
 
 
-def test_prune_per_retention_status_and_dry_run(
-    conn: db.Connection, dsn: str, tmp_path: Path
-) -> None:
+def test_prune_per_retention_status_and_dry_run(conn: Connection, dsn: str, tmp_path: Path) -> None:
     for _ in range(3):
         _finished(conn, "succeeded", 10, attempts=2)
     _finished(conn, "succeeded", 1)
@@ -71,7 +69,7 @@ def test_prune_per_retention_status_and_dry_run(
     assert conn.execute("SELECT count(*) FROM attempts").fetchone() == (0,)
 
 
-def test_prune_refuses_bad_input(conn: db.Connection, dsn: str) -> None:
+def test_prune_refuses_bad_input(conn: Connection, dsn: str) -> None:
     _finished(conn, "succeeded", 10)
     before = checksum(conn)
     for argv, needle in (

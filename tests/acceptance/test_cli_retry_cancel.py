@@ -10,8 +10,7 @@ import sys
 
 import pytest
 
-from pgtick import db
-from pgtick.store import STATUSES
+from tests.dbhelp import STATUSES, Connection
 
 from .cli import checksum, insert_run, pgtick
 
@@ -22,7 +21,7 @@ ACCEPTS = {
 AFTER = {"retry": "queued", "cancel": "cancelled"}
 
 
-def _run_in(conn: db.Connection, status: str, job_type: str = "email") -> int:
+def _run_in(conn: Connection, status: str, job_type: str = "email") -> int:
     extra: dict[str, object] = {}
     if status == "running":
         extra = {"locked_by": "w", "locked_until": "2099-01-01T00:00:00Z", "attempts": 1}
@@ -31,14 +30,14 @@ def _run_in(conn: db.Connection, status: str, job_type: str = "email") -> int:
     return insert_run(conn, job_type=job_type, status=status, **extra)
 
 
-def _status_of(conn: db.Connection, run_id: int) -> str:
+def _status_of(conn: Connection, run_id: int) -> str:
     row = conn.execute("SELECT status FROM runs WHERE id = %s", (run_id,)).fetchone()
     assert row is not None
     return str(row[0])
 
 
 @pytest.mark.parametrize("verb", ["retry", "cancel"])
-def test_state_rules_by_id(conn: db.Connection, dsn: str, verb: str) -> None:
+def test_state_rules_by_id(conn: Connection, dsn: str, verb: str) -> None:
     runs = {status: _run_in(conn, status) for status in STATUSES}
     for status, run_id in runs.items():
         before = checksum(conn)
@@ -57,7 +56,7 @@ def test_state_rules_by_id(conn: db.Connection, dsn: str, verb: str) -> None:
 
 @pytest.mark.parametrize("verb", ["retry", "cancel"])
 def test_unknown_ids_and_mixed_requests_change_nothing(
-    conn: db.Connection, dsn: str, verb: str
+    conn: Connection, dsn: str, verb: str
 ) -> None:
     ok = _run_in(conn, ACCEPTS[verb][0])
     wrong = _run_in(conn, "succeeded")
@@ -75,7 +74,7 @@ def test_unknown_ids_and_mixed_requests_change_nothing(
     assert checksum(conn) == before
 
 
-def test_bulk_retry_and_cancel_need_yes_above_100(conn: db.Connection, dsn: str) -> None:
+def test_bulk_retry_and_cancel_need_yes_above_100(conn: Connection, dsn: str) -> None:
     conn.execute(
         "INSERT INTO runs (job_type, status, attempts, max_attempts, finished_at)"
         " SELECT 'email', 'dead', 3, 3, now() FROM generate_series(1, 150)"
@@ -142,7 +141,7 @@ def _on_a_terminal(dsn: str, answer: str, *argv: str) -> tuple[int, str]:
     return proc.returncode, out
 
 
-def test_bulk_change_asks_on_a_terminal(conn: db.Connection, dsn: str) -> None:
+def test_bulk_change_asks_on_a_terminal(conn: Connection, dsn: str) -> None:
     conn.execute(
         "INSERT INTO runs (job_type, status, attempts, max_attempts, finished_at)"
         " SELECT 'email', 'dead', 1, 1, now() FROM generate_series(1, 101)"

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from pgtick import db
+from tests.dbhelp import Connection
 
 from .cli import TERMINAL_COLUMNS, insert_run, pgtick
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 
-def _seed(conn: db.Connection) -> dict[str, int]:
+def _seed(conn: Connection) -> dict[str, int]:
     conn.execute(
         "INSERT INTO schedules (name, job_type, cron) VALUES ('nightly', 'report', '0 3 * * *')"
     )
@@ -50,7 +50,7 @@ def _seed(conn: db.Connection) -> dict[str, int]:
     return ids
 
 
-def test_runs_lists_filters_and_pages(conn: db.Connection, dsn: str) -> None:
+def test_runs_lists_filters_and_pages(conn: Connection, dsn: str) -> None:
     ids = _seed(conn)
 
     everything = pgtick(dsn, "runs", "--json")
@@ -109,7 +109,7 @@ def test_runs_lists_filters_and_pages(conn: db.Connection, dsn: str) -> None:
     assert only("--before", str(ids["q0"])) == [ids["report"], ids["dead"], ids["old"]]
 
 
-def test_runs_table_fits_the_terminal(conn: db.Connection, dsn: str) -> None:
+def test_runs_table_fits_the_terminal(conn: Connection, dsn: str) -> None:
     ids = _seed(conn)
     table = pgtick(dsn, "runs")
     assert table.code == 0, table.err

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from psycopg.types.json import Jsonb
 
-from pgtick import db
+from tests.dbhelp import Connection
 
 from .cli import checksum, insert_run, pgtick
 
@@ -16,7 +16,7 @@ T0 = datetime(2026, 3, 8, 7, 0, tzinfo=UTC)  # 03:00 EDT in New York, just after
 TRACEBACK = 'Traceback (most recent call last):\n  File "jobs.py", line 3\nValueError: bad row 7'
 
 
-def _seed(conn: db.Connection) -> int:
+def _seed(conn: Connection) -> int:
     conn.execute(
         "INSERT INTO schedules (name, job_type, cron, timezone)"
         " VALUES ('nightly', 'report', '30 2 * * *', 'America/New_York')"
@@ -53,7 +53,7 @@ def _seed(conn: db.Connection) -> int:
     return run_id
 
 
-def test_show_a_run_with_attempts_schedule_and_effects(conn: db.Connection, dsn: str) -> None:
+def test_show_a_run_with_attempts_schedule_and_effects(conn: Connection, dsn: str) -> None:
     run_id = _seed(conn)
     result = pgtick(dsn, "show", str(run_id), "--json")
     assert result.code == 0, result.err
@@ -96,7 +96,7 @@ def test_show_a_run_with_attempts_schedule_and_effects(conn: db.Connection, dsn:
     assert "  mail:42" in " ".join(text.out)
 
 
-def test_show_refuses_unknown_and_bad_ids(conn: db.Connection, dsn: str) -> None:
+def test_show_refuses_unknown_and_bad_ids(conn: Connection, dsn: str) -> None:
     before = checksum(conn)
     missing = pgtick(dsn, "show", "999999")
     assert missing.code == 4 and missing.error == "pgtick: run 999999 not found"

@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pgtick import db
+from tests.dbhelp import Connection
 
 from .cli import TERMINAL_COLUMNS, checksum, insert_run, pgtick
 
 UNREACHABLE_DSN = "postgresql://nobody@127.0.0.1:1/none"
 
 
-def _worker(conn: db.Connection, wid: str, job_types: list[str], age: str = "1 second") -> None:
+def _worker(conn: Connection, wid: str, job_types: list[str], age: str = "1 second") -> None:
     conn.execute(
         "INSERT INTO workers (id, hostname, pid, version, threads, job_types, heartbeat_at)"
         " VALUES (%s, 'host-' || %s, 4242, '0.1.0', 8, %s, now() - %s::interval)",
@@ -22,7 +22,7 @@ def _worker(conn: db.Connection, wid: str, job_types: list[str], age: str = "1 s
     )
 
 
-def _healthy(conn: db.Connection) -> None:
+def _healthy(conn: Connection) -> None:
     _worker(conn, "w1", ["email", "report"])
     insert_run(conn, job_type="email")  # due now, served by w1
     conn.execute(
@@ -39,7 +39,7 @@ def _status(dsn: str, *argv: str) -> tuple[int, dict[str, object]]:
     return result.code, json.loads(result.text)
 
 
-def test_status_healthy(conn: db.Connection, dsn: str) -> None:
+def test_status_healthy(conn: Connection, dsn: str) -> None:
     _healthy(conn)
     insert_run(conn, job_type="email", status="dead", finished_at="now()")
     code, doc = _status(dsn)
@@ -84,7 +84,7 @@ def test_status_healthy(conn: db.Connection, dsn: str) -> None:
     assert any("paused (operator)" in line for line in text.out)
 
 
-def test_status_stuck_run_needs_attention(conn: db.Connection, dsn: str) -> None:
+def test_status_stuck_run_needs_attention(conn: Connection, dsn: str) -> None:
     _healthy(conn)
     insert_run(
         conn,
@@ -103,7 +103,7 @@ def test_status_stuck_run_needs_attention(conn: db.Connection, dsn: str) -> None
     assert text.code == 5 and "ATTENTION (1)" in text.out[0]
 
 
-def test_status_overdue_schedule_needs_attention(conn: db.Connection, dsn: str) -> None:
+def test_status_overdue_schedule_needs_attention(conn: Connection, dsn: str) -> None:
     _healthy(conn)
     conn.execute(
         "INSERT INTO schedules (name, job_type, cron, created_at)"
@@ -118,7 +118,7 @@ def test_status_overdue_schedule_needs_attention(conn: db.Connection, dsn: str) 
 
 
 def test_status_unserved_job_type_needs_attention(
-    conn: db.Connection, dsn: str, tmp_path: Path
+    conn: Connection, dsn: str, tmp_path: Path
 ) -> None:
     _healthy(conn)
     _worker(conn, "old", ["orphan"], age="10 minutes")  # stale: does not count
@@ -141,7 +141,7 @@ def test_status_unserved_job_type_needs_attention(
     assert doc["stale_after_seconds"] == 900.0
 
 
-def test_status_database_unreachable(conn: db.Connection, dsn: str) -> None:
+def test_status_database_unreachable(conn: Connection, dsn: str) -> None:
     before = checksum(conn)
     result = pgtick(dsn, "status", "--dsn", UNREACHABLE_DSN)
     assert result.code == 3

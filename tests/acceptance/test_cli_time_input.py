@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pgtick import db
+from tests.dbhelp import Connection
 
 from .cli import checksum, pgtick
 
@@ -30,15 +30,13 @@ def test_help_says_no_offset_means_utc(dsn: str, command: tuple[str, ...]) -> No
     assert "no offset = UTC" in line and "duration" in line, line
 
 
-def _run_at(conn: db.Connection, run_id: str) -> datetime:
+def _run_at(conn: Connection, run_id: str) -> datetime:
     row = conn.execute("SELECT run_at FROM runs WHERE id = %s", (int(run_id),)).fetchone()
     assert row is not None
     return row[0]  # type: ignore[no-any-return]
 
 
-def test_run_at_takes_iso_with_or_without_offset_or_a_duration(
-    conn: db.Connection, dsn: str
-) -> None:
+def test_run_at_takes_iso_with_or_without_offset_or_a_duration(conn: Connection, dsn: str) -> None:
     naive = pgtick(dsn, "enqueue", "t", "--run-at", "2026-11-22T09:00:00")
     assert naive.code == 0, naive.err
     assert _run_at(conn, naive.out[0]) == datetime(2026, 11, 22, 9, tzinfo=UTC)
@@ -57,7 +55,7 @@ def test_run_at_takes_iso_with_or_without_offset_or_a_duration(
     assert checksum(conn) == before
 
 
-def test_from_and_to_take_durations_back_from_now(conn: db.Connection, dsn: str) -> None:
+def test_from_and_to_take_durations_back_from_now(conn: Connection, dsn: str) -> None:
     conn.execute("INSERT INTO schedules (name, job_type, cron) VALUES ('daily', 't', '0 12 * * *')")
     result = pgtick(dsn, "schedules", "backfill", "daily", "--from", "3d", "--to", "1d")
     assert result.code == 0, result.err

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from pgtick import db
 from tests import dbhelp
 from tests.acceptance.cli import pgtick
 
@@ -53,7 +52,7 @@ def test_check_refuses_settings_that_hurt_at_run_time(name: str, dsn: str, tmp_p
 
 @pytest.mark.parametrize("value", ["2147483648", "99999999999999999999"])
 def test_enqueue_refuses_max_attempts_beyond_an_integer_column(
-    value: str, dsn: str, conn: db.Connection
+    value: str, dsn: str, conn: dbhelp.Connection
 ) -> None:
     result = pgtick(dsn, "enqueue", "noop", "--max-attempts", value)
     assert result.code == 2, result

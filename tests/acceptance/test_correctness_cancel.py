@@ -9,14 +9,14 @@ from __future__ import annotations
 import signal
 from datetime import datetime
 
-from pgtick import db
+from tests import dbhelp
 from tests.acceptance.cli import pgtick
 from tests.acceptance.conftest import Cluster, wait_for
 from tests.acceptance.correctness import enqueue, statuses
 from tests.acceptance.test_metrics import scrape, start_with_metrics
 
 
-def _attempts(conn: db.Connection, run_id: int) -> list[tuple[int, str, datetime, str, str]]:
+def _attempts(conn: dbhelp.Connection, run_id: int) -> list[tuple[int, str, datetime, str, str]]:
     return conn.execute(  # type: ignore[return-value]
         "SELECT attempt, worker_id, finished_at, outcome, error FROM attempts "
         "WHERE run_id = %s ORDER BY id",
@@ -25,7 +25,7 @@ def _attempts(conn: db.Connection, run_id: int) -> list[tuple[int, str, datetime
 
 
 def test_retry_after_cancel_never_runs_the_job_twice_at_once(
-    cluster: Cluster, conn: db.Connection, dsn: str
+    cluster: Cluster, conn: dbhelp.Connection, dsn: str
 ) -> None:
     """Daemon A runs a handler that stops 1.5 s after it is told to; daemon B is idle. `cancel`
     then `retry` at once: the retry is refused while A still holds the run (exit 2, a line
@@ -66,7 +66,7 @@ def test_retry_after_cancel_never_runs_the_job_twice_at_once(
 
 
 def test_a_cancel_the_holder_learns_of_at_finish_counts_as_cancelled(
-    cluster: Cluster, conn: db.Connection, dsn: str
+    cluster: Cluster, conn: dbhelp.Connection, dsn: str
 ) -> None:
     """The handler returns normally before the next heartbeat after the cancel: the result
     write finds the run cancelled. Logged `run_cancelled` and counted outcome="cancelled",

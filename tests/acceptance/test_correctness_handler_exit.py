@@ -8,13 +8,13 @@ from __future__ import annotations
 import signal
 import time
 
-from pgtick import db
+from tests import dbhelp
 from tests.acceptance.conftest import Cluster, wait_for
 from tests.acceptance.correctness import count, enqueue, statuses
 
 
 def test_sys_exit_in_a_handler_fails_its_run_and_keeps_the_thread(
-    cluster: Cluster, conn: db.Connection
+    cluster: Cluster, conn: dbhelp.Connection
 ) -> None:
     daemon = cluster.start(cluster.config(threads=2, lease="3s", heartbeat="1s"))
     failing = enqueue(
@@ -54,7 +54,7 @@ def test_sys_exit_in_a_handler_fails_its_run_and_keeps_the_thread(
 
 
 def test_a_handler_thread_that_dies_stops_the_daemon_loudly(
-    cluster: Cluster, conn: db.Connection
+    cluster: Cluster, conn: dbhelp.Connection
 ) -> None:
     """A SystemExit raised asynchronously in the worker thread after its handler returned
     kills the thread outside any handler: the supervisor must see it, log which thread died,

@@ -9,7 +9,6 @@ import signal
 import time
 from pathlib import Path
 
-from pgtick import db
 from tests import dbhelp
 from tests.acceptance.conftest import Cluster, wait_for
 from tests.acceptance.correctness import count, enqueue, statuses
@@ -22,7 +21,7 @@ def _gate(tmp_path: Path) -> Path:
 
 
 def test_a_blocked_handler_holds_back_no_other_run(
-    cluster: Cluster, conn: db.Connection, tmp_path: Path
+    cluster: Cluster, conn: dbhelp.Connection, tmp_path: Path
 ) -> None:
     """Items 1 and 2: with one of two threads blocked, every other run succeeds at once,
     those claimed with the blocked one included; only the blocked run is still running."""
@@ -47,7 +46,7 @@ def test_a_blocked_handler_holds_back_no_other_run(
 
 
 def test_runs_claimed_ahead_of_a_blocked_pool_go_back_to_the_queue(
-    cluster: Cluster, conn: db.Connection, tmp_path: Path
+    cluster: Cluster, conn: dbhelp.Connection, tmp_path: Path
 ) -> None:
     """Item 2: runs claimed ahead (prefetch) that no thread can start, because the only thread
     is blocked, are given back to the queue after a heartbeat instead of being renewed for as
@@ -79,7 +78,7 @@ def test_runs_claimed_ahead_of_a_blocked_pool_go_back_to_the_queue(
 
 
 def test_sigterm_amid_short_and_blocking_runs_loses_no_success(
-    cluster: Cluster, conn: db.Connection, tmp_path: Path
+    cluster: Cluster, conn: dbhelp.Connection, tmp_path: Path
 ) -> None:
     """Must show 2: SIGTERM while both threads are blocked in the middle of a stream of short
     runs, with max_attempts 1. Every run whose handler returned normally ends `succeeded`
@@ -116,7 +115,7 @@ def test_sigterm_amid_short_and_blocking_runs_loses_no_success(
 
 
 def test_the_drain_waits_for_results_still_being_written(
-    cluster: Cluster, conn: db.Connection, dsn: str
+    cluster: Cluster, conn: dbhelp.Connection, dsn: str
 ) -> None:
     """Item 7, first half: results still queued for the writer when the drain ends were
     dropped (the drain waited 1.5 s, then closed the pools and exited 0), and their runs were

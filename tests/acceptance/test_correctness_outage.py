@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pgtick import db
+from tests import dbhelp
 from tests.acceptance.conftest import Cluster, wait_for
 from tests.acceptance.correctness import count, enqueue, reaper_only_config, statuses
 from tests.acceptance.tcp_proxy import TcpProxy, proxy_for
@@ -28,7 +28,9 @@ def proxy(dsn: str) -> Iterator[TcpProxy]:
         yield p
 
 
-def _attempt_rows(conn: db.Connection, run_id: int) -> list[tuple[int, str | None, float | None]]:
+def _attempt_rows(
+    conn: dbhelp.Connection, run_id: int
+) -> list[tuple[int, str | None, float | None]]:
     return conn.execute(  # type: ignore[return-value]
         "SELECT attempt, outcome, extract(epoch FROM finished_at)::float8 FROM attempts "
         "WHERE run_id = %s ORDER BY id",
@@ -38,7 +40,7 @@ def _attempt_rows(conn: db.Connection, run_id: int) -> list[tuple[int, str | Non
 
 @pytest.mark.timeout(120)
 def test_a_result_of_an_earlier_claim_never_lands_on_a_later_one(
-    cluster: Cluster, conn: db.Connection, dsn: str, proxy: TcpProxy, tmp_path: Path
+    cluster: Cluster, conn: dbhelp.Connection, dsn: str, proxy: TcpProxy, tmp_path: Path
 ) -> None:
     """Attempt 1 returns while the daemon cannot reach the database: its success waits to be
     written. The lease expires, another daemon's reaper recovers the run, and once the network
@@ -74,7 +76,7 @@ def test_a_result_of_an_earlier_claim_never_lands_on_a_later_one(
 
 @pytest.mark.timeout(120)
 def test_runs_claimed_ahead_are_not_started_after_their_leases_may_have_expired(
-    cluster: Cluster, conn: db.Connection, dsn: str, proxy: TcpProxy, tmp_path: Path
+    cluster: Cluster, conn: dbhelp.Connection, dsn: str, proxy: TcpProxy, tmp_path: Path
 ) -> None:
     """One thread, a stream of short runs claimed ahead, one of them blocking the thread. The
     network goes; the leases expire and a second daemon recovers and runs the claimed-ahead

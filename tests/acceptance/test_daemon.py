@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pgtick import db
-from pgtick.store import NewRun, RunStore
+from tests.dbhelp import Connection, NewRun, Runs
 
 from .conftest import Cluster, status_counts, wait_for
 from .test_metrics import sample, scrape, start_with_metrics
@@ -22,7 +21,7 @@ LOST_LEASE_SLACK_SECONDS = 0.75
 
 @pytest.mark.timeout(180)
 def test_three_daemons_drain_5000_runs_each_exactly_once(
-    cluster: Cluster, store: RunStore, conn: db.Connection
+    cluster: Cluster, store: Runs, conn: Connection
 ) -> None:
     """Must show 1."""
     daemons = [cluster.start() for _ in range(3)]
@@ -43,7 +42,7 @@ def test_three_daemons_drain_5000_runs_each_exactly_once(
 
 @pytest.mark.timeout(180)
 def test_sigkill_mid_way_only_the_killed_daemons_runs_run_twice(
-    cluster: Cluster, store: RunStore, conn: db.Connection
+    cluster: Cluster, store: Runs, conn: Connection
 ) -> None:
     """Must show 2: lease 3 s, reaper 1 s; runs held by the killed daemon run again soon."""
     lease, reaper = 3.0, 1.0
@@ -86,9 +85,7 @@ def test_sigkill_mid_way_only_the_killed_daemons_runs_run_twice(
         assert daemon.wait(20) == 0
 
 
-def test_sigterm_lets_short_runs_finish(
-    cluster: Cluster, store: RunStore, conn: db.Connection
-) -> None:
+def test_sigterm_lets_short_runs_finish(cluster: Cluster, store: Runs, conn: Connection) -> None:
     """Must show 3, first half: runs that finish inside the grace all succeed; exit 0."""
     daemon = cluster.start(cluster.config(grace="10s"))
     store.enqueue_many([NewRun("polite", {"seconds": 1.0}) for _ in range(8)])
@@ -101,7 +98,7 @@ def test_sigterm_lets_short_runs_finish(
 
 
 def test_sigterm_past_grace_releases_runs_for_another_daemon(
-    cluster: Cluster, store: RunStore, conn: db.Connection
+    cluster: Cluster, store: Runs, conn: Connection
 ) -> None:
     """Must show 3, second half: stubborn handlers past the grace -> exit 0 within grace + 5 s,
     runs queued with attempts unchanged and an attempt row 'released'; another daemon
@@ -128,7 +125,7 @@ def test_sigterm_past_grace_releases_runs_for_another_daemon(
     assert conn.execute("SELECT DISTINCT attempts FROM runs").fetchall() == [(1,)]
 
 
-def test_second_sigterm_skips_the_grace(cluster: Cluster, store: RunStore) -> None:
+def test_second_sigterm_skips_the_grace(cluster: Cluster, store: Runs) -> None:
     daemon = cluster.start(cluster.config(grace="60s"))
     store.enqueue(NewRun("polite", {"seconds": 60}))
     wait_for(lambda: len(cluster.executions()) == 1, 10, what="started")
@@ -169,7 +166,7 @@ def _gone(pid: int) -> bool:
 
 
 def test_command_handlers_exit_codes_stderr_and_timeout_kill_the_group(
-    cluster: Cluster, store: RunStore, tmp_path: Path
+    cluster: Cluster, store: Runs, tmp_path: Path
 ) -> None:
     """Must show 5."""
     pidfile = tmp_path / "grandchild.pid"
@@ -197,7 +194,7 @@ def test_command_handlers_exit_codes_stderr_and_timeout_kill_the_group(
 
 
 def test_lost_lease_cancels_the_handler_and_drops_its_success(
-    cluster: Cluster, store: RunStore, conn: db.Connection
+    cluster: Cluster, store: Runs, conn: Connection
 ) -> None:
     """Must show 6: another daemon takes the run over; the handler, which would succeed on its
     own a few seconds later, sees ctx.cancelled within about one heartbeat; the success it
@@ -252,7 +249,7 @@ def test_lost_lease_cancels_the_handler_and_drops_its_success(
 
 
 def test_sd_notify_ready_watchdog_status_stopping(
-    cluster: Cluster, store: RunStore, tmp_path: Path
+    cluster: Cluster, store: Runs, tmp_path: Path
 ) -> None:
     """Must show 7."""
     path = str(tmp_path / "notify.sock")
@@ -284,7 +281,7 @@ def test_sd_notify_ready_watchdog_status_stopping(
 
 @pytest.mark.timeout(60)
 def test_effect_once_is_true_exactly_once_under_concurrency(
-    cluster: Cluster, store: RunStore, conn: db.Connection
+    cluster: Cluster, store: Runs, conn: Connection
 ) -> None:
     """Must show 8, first half."""
     cluster.start()
@@ -297,7 +294,7 @@ def test_effect_once_is_true_exactly_once_under_concurrency(
 
 
 def test_transaction_is_atomic_with_success(
-    cluster: Cluster, store: RunStore, conn: db.Connection
+    cluster: Cluster, store: Runs, conn: Connection
 ) -> None:
     """Must show 8, second half: write then fail leaves no write and no success; write then
     return commits both."""
@@ -319,9 +316,7 @@ def test_transaction_is_atomic_with_success(
     assert [a.outcome for a in store.get_attempts(passing)] == ["succeeded"]
 
 
-def test_pickup_with_idle_workers_is_fast(
-    cluster: Cluster, store: RunStore, conn: db.Connection
-) -> None:
+def test_pickup_with_idle_workers_is_fast(cluster: Cluster, store: Runs, conn: Connection) -> None:
     """Must show 9: enqueue -> handler start, median of 20, under 50 ms (poll interval 5 s)."""
     cluster.start()
     # Idle means listening: the LISTEN connection is up (NOTIFYs before it would be lost).
@@ -363,7 +358,7 @@ def test_run_refuses_an_outdated_schema_unless_migrate(cluster: Cluster, empty_d
 
 
 def test_unknown_job_types_wait_instead_of_failing(
-    cluster: Cluster, store: RunStore, conn: db.Connection
+    cluster: Cluster, store: Runs, conn: Connection
 ) -> None:
     cluster.start()
     other = store.enqueue(NewRun("nobody_handles_this"))

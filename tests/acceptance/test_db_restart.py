@@ -16,10 +16,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from pgtick import db, migrate
 from pgtick.embedded import EmbeddedPostgres
-from pgtick.store import NewRun, RunStore
-from tests import dbhelp
+from tests.dbhelp import NewRun, Runs, connect, migrate
 
 from .conftest import Cluster, Daemon, wait_for
 
@@ -56,14 +54,12 @@ def test_database_down_longer_than_the_lease_under_a_busy_daemon(
     with psycopg.connect(own_server.dsn, autocommit=True) as admin:
         admin.execute("CREATE DATABASE restart")
     dsn = make_conninfo(own_server.dsn, dbname="restart")
-    migrate.migrate(dsn, "pgtick")
+    migrate(dsn)
     cluster = Cluster(dsn, tmp_path)
     try:
         config = cluster.config(heartbeat="1s", lease=f"{LEASE_SECONDS:g}s", reaper="1s")
         daemon = cluster.start(config)
-        pool = db.make_pool(dsn, "pgtick", size=1)
-        RunStore(pool).enqueue_many([NewRun("span", {"sleep": 0.01}) for _ in range(RUNS)])
-        pool.close()
+        Runs(dsn).enqueue_many([NewRun("span", {"sleep": 0.01}) for _ in range(RUNS)])
         wait_for(lambda: len(cluster.executions()) > 300, 30, what="work under way")
 
         own_server.stop("fast")  # every connection is cut
@@ -90,7 +86,7 @@ def test_database_down_longer_than_the_lease_under_a_busy_daemon(
         daemon.signal(signal.SIGTERM)
         assert daemon.wait(20) == 0
 
-        with dbhelp.connect(dsn, "pgtick") as conn:
+        with connect(dsn) as conn:
             statuses = conn.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall()
             attempts = conn.execute(
                 "SELECT run_id, attempt, outcome FROM attempts ORDER BY run_id, attempt"

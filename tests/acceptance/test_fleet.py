@@ -8,16 +8,15 @@ import signal
 
 import pytest
 
-from pgtick import db
-from pgtick.store import RunStore
 from tests.acceptance.conftest import Cluster, wait_for
+from tests.dbhelp import Connection, Runs
 
 RUNS = 50_000
 
 
 @pytest.mark.timeout(300)
 def test_three_daemons_at_defaults_drain_50000_runs_once_and_sigterm_releases_prefetch(
-    cluster: Cluster, store: RunStore, conn: db.Connection
+    cluster: Cluster, store: Runs, conn: Connection
 ) -> None:
     config = cluster.config(threads=8, prefetch=256, level="info")
     daemons = [cluster.start(config) for _ in range(3)]

@@ -7,10 +7,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pgtick import db
-from pgtick.migrate import available as shipped_migrations
-from pgtick.store import NewRun, RunStore
-from tests import dbhelp
+from tests.dbhelp import Connection, NewRun, Runs, connect
 
 from .conftest import Cluster, wait_for
 
@@ -26,14 +23,12 @@ max_attempts = 1
 """
 
 
-def _status(store: RunStore, run_id: int) -> str | None:
+def _status(store: Runs, run_id: int) -> str | None:
     run = store.get_run(run_id)
     return None if run is None else run.status
 
 
-def test_retry_fail_exception_and_timeout(
-    cluster: Cluster, store: RunStore, conn: db.Connection
-) -> None:
+def test_retry_fail_exception_and_timeout(cluster: Cluster, store: Runs, conn: Connection) -> None:
     cluster.start(cluster.config(TYPES, heartbeat="1s"))
     retry = store.enqueue(NewRun("retry_after", {"after": 300}))
     fail = store.enqueue(NewRun("give_up"))
@@ -86,9 +81,7 @@ max_attempts = 3
 """
 
 
-def test_retry_on_every_attempt_goes_dead_after_max_attempts(
-    cluster: Cluster, store: RunStore
-) -> None:
+def test_retry_on_every_attempt_goes_dead_after_max_attempts(cluster: Cluster, store: Runs) -> None:
     """Retry asks for another attempt only while attempts remain: with max_attempts = 3 the
     run is dead after exactly three, keeps the last error, and the log says failed twice
     (warning, with when it runs again) and dead once (error)."""
@@ -146,11 +139,14 @@ def test_migrate_cli_is_idempotent_and_refuses_an_edited_file(empty_dsn: str) ->
         )
 
     first = migrate()
-    shipped = "".join(f"applied {m.version}_{m.name}\n" for m in shipped_migrations())
+    with connect(empty_dsn, "pgtick") as conn:
+        recorded = conn.execute("SELECT version, name FROM schema_migrations ORDER BY version")
+        shipped = "".join(f"applied {version}_{name}\n" for version, name in recorded)
     assert (first.returncode, first.stdout) == (0, shipped)
+    assert shipped.startswith("applied 0001_create_schema\n")
     second = migrate()
     assert (second.returncode, second.stdout) == (0, "schema 'pgtick' is up to date\n")
-    with dbhelp.connect(empty_dsn, "pgtick") as conn:
+    with connect(empty_dsn, "pgtick") as conn:
         conn.execute("UPDATE schema_migrations SET sha256 = repeat('0', 64)")
     third = migrate()
     assert third.returncode == 2

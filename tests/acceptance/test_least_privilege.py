@@ -10,7 +10,7 @@ import signal
 import psycopg
 import pytest
 
-from pgtick import db
+from tests.dbhelp import Connection
 
 from .cli import insert_run, pgtick
 from .conftest import Cluster, status_counts, wait_for
@@ -26,7 +26,7 @@ overlap = "allow"  # materialized a lookahead ahead of time
 
 @pytest.mark.timeout(180)
 def test_daemon_and_cli_run_as_the_granted_role_and_migrate_is_refused(
-    pg_admin_dsn: str, dsn: str, conn: db.Connection, cluster: Cluster
+    pg_admin_dsn: str, dsn: str, conn: Connection, cluster: Cluster
 ) -> None:
     with login_role(pg_admin_dsn, dsn) as role:
         printed = pgtick(dsn, "grants", role.name)

@@ -9,9 +9,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from pgtick import db
-from pgtick.store import NewRun, RunStore
 from tests.acceptance.conftest import Cluster, wait_for
+from tests.dbhelp import Connection, NewRun, Runs
 
 
 def _group_members(pgid: int) -> list[int]:
@@ -31,7 +30,7 @@ def _group_members(pgid: int) -> list[int]:
 
 
 def test_a_command_ignoring_sigterm_is_gone_before_its_run_is_released(
-    cluster: Cluster, store: RunStore, conn: db.Connection, tmp_path: Path
+    cluster: Cluster, store: Runs, conn: Connection, tmp_path: Path
 ) -> None:
     """Bug 2: the drain used to release the run ~2.5 s after cancelling while the command was
     SIGKILLed only after 3 s, so a command that ignores SIGTERM outlived a daemon that exited
@@ -64,7 +63,7 @@ def test_a_command_ignoring_sigterm_is_gone_before_its_run_is_released(
 
 
 def test_prefetched_runs_are_released_on_sigterm_and_nothing_is_claimed_after(
-    cluster: Cluster, store: RunStore, conn: db.Connection
+    cluster: Cluster, store: Runs, conn: Connection
 ) -> None:
     """Must show 3, second half: with prefetch, SIGTERM gives back every claimed run no
     thread started, and no claim is accepted once the drain has begun."""
@@ -100,7 +99,7 @@ def test_prefetched_runs_are_released_on_sigterm_and_nothing_is_claimed_after(
 
 
 def test_a_run_committed_by_its_transaction_is_not_reported_lost(
-    cluster: Cluster, store: RunStore, conn: db.Connection
+    cluster: Cluster, store: Runs, conn: Connection
 ) -> None:
     """Bug 4: after ctx.transaction() committed the success (clearing the lease), the next
     heartbeat found the lease gone, cancelled the handler and counted the run as lost."""
@@ -121,7 +120,7 @@ def test_a_run_committed_by_its_transaction_is_not_reported_lost(
 
 
 def test_heartbeats_keep_leases_while_handlers_hold_every_pool_connection(
-    cluster: Cluster, store: RunStore, conn: db.Connection
+    cluster: Cluster, store: Runs, conn: Connection
 ) -> None:
     """Bug 5: the heartbeat took its connection from the workers' pool, one short of what the
     loops pin, so handlers holding connections made it wait (up to the pool timeout) and the

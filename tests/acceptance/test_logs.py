@@ -17,9 +17,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from pgtick import db, migrate
 from pgtick.embedded import EmbeddedPostgres
-from pgtick.store import NewRun, RunStore
+from tests.dbhelp import Connection, NewRun, Runs, migrate
 
 from .conftest import Cluster, wait_for
 
@@ -75,7 +74,7 @@ def test_daemon_logs_on_a_pipe(own_server: EmbeddedPostgres, tmp_path: Path) -> 
     with psycopg.connect(own_server.dsn, autocommit=True) as admin:
         admin.execute("CREATE DATABASE logs")
     admin_dsn = make_conninfo(own_server.dsn, dbname="logs")
-    migrate.migrate(admin_dsn, "pgtick")
+    migrate(admin_dsn)
     (tmp_path / "chatty_jobs.py").write_text(CHATTY_JOBS)
     secret_dsn = make_conninfo(admin_dsn, password=PASSWORD)
     cluster = Cluster(admin_dsn, tmp_path)
@@ -84,10 +83,9 @@ def test_daemon_logs_on_a_pipe(own_server: EmbeddedPostgres, tmp_path: Path) -> 
     env = {"PGTICK_DSN": "", "PYTHONPATH": str(tmp_path)}  # the DSN comes from the config file
     try:
         daemon = cluster.start(config, env=env)
-        store = RunStore(db.make_pool(admin_dsn, "pgtick", size=1))
+        store = Runs(admin_dsn)
         ok = store.enqueue(NewRun("chatty"))
         bad = store.enqueue(NewRun("chatty", {"fail": True}))
-        store.pool.close()
 
         def handled() -> bool:
             events = [e.get("event") for e in daemon.events()]
@@ -133,7 +131,7 @@ def test_daemon_logs_on_a_pipe(own_server: EmbeddedPostgres, tmp_path: Path) -> 
 
 
 def test_run_outcomes_summary_and_shutdown_lines(
-    cluster: Cluster, store: RunStore, conn: db.Connection
+    cluster: Cluster, store: Runs, conn: Connection
 ) -> None:
     """What an operator reads: a warning per failed attempt with its retry time, an error per
     run going dead, no INFO line per success but a runs_summary per job type, and on SIGTERM

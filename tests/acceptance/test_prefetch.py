@@ -6,13 +6,12 @@ from __future__ import annotations
 import signal
 from collections import Counter
 
-from pgtick import db
-from pgtick.store import NewRun, RunStore
 from tests.acceptance.conftest import Cluster, wait_for
+from tests.dbhelp import Connection, NewRun, Runs
 
 
 def test_a_busy_daemon_does_not_hoard_a_backlog_of_long_runs(
-    cluster: Cluster, store: RunStore, conn: db.Connection
+    cluster: Cluster, store: Runs, conn: Connection
 ) -> None:
     first = cluster.start(cluster.config(threads=2, prefetch=64))
     ids = store.enqueue_many([NewRun("record", {"sleep": 0.5}) for _ in range(16)])
@@ -36,7 +35,7 @@ def test_a_busy_daemon_does_not_hoard_a_backlog_of_long_runs(
 
 
 def test_a_backlog_of_short_runs_is_claimed_ahead(
-    cluster: Cluster, store: RunStore, conn: db.Connection
+    cluster: Cluster, store: Runs, conn: Connection
 ) -> None:
     """With no-op runs, claims carry more than the free threads (prefetch grows with the
     backlog): one claim statement gives its runs the same started_at (now() of its

@@ -11,8 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pgtick import db
-from pgtick.store import NewRun, RunStore
+from tests.dbhelp import Connection, NewRun, Runs
 
 from .conftest import Cluster, wait_for
 
@@ -37,7 +36,7 @@ overlap = "allow"
 """
 
 
-def _count_by_schedule(conn: db.Connection) -> dict[str, int]:
+def _count_by_schedule(conn: Connection) -> dict[str, int]:
     rows = conn.execute(
         "SELECT s.name, count(r.id) FROM schedules s "
         "LEFT JOIN runs r ON r.schedule_id = s.id AND r.scheduled_for <= now() "
@@ -48,7 +47,7 @@ def _count_by_schedule(conn: db.Connection) -> dict[str, int]:
 
 @pytest.mark.timeout(120)
 def test_daemons_ticking_at_once_catch_up_per_policy_and_never_rematerialize(
-    cluster: Cluster, conn: db.Connection, store: RunStore
+    cluster: Cluster, conn: Connection, store: Runs
 ) -> None:
     """Must show 3."""
     # Half an hour away from the current minute: no occurrence is "on time" during the test.
@@ -82,7 +81,7 @@ def test_daemons_ticking_at_once_catch_up_per_policy_and_never_rematerialize(
 
     # Prune every run; restart and tick again: nothing old comes back.
     conn.execute("UPDATE runs SET finished_at = now() - interval '30 days'")
-    assert store.prune("succeeded", 86400) == 4
+    assert store.prune("succeeded", "1d") == 4
     for daemon in daemons:
         daemon.signal(signal.SIGTERM)
         assert daemon.wait(20) == 0
@@ -107,7 +106,7 @@ payload = { seconds = 150 }
 
 @pytest.mark.timeout(240)
 def test_every_minute_runs_start_on_time_and_long_runs_skip_overlaps(
-    cluster: Cluster, conn: db.Connection
+    cluster: Cluster, conn: Connection
 ) -> None:
     """Must show 4 (overlap skip with a 150 s handler) and 5 (precision within 1 s), over
     live minutes with the default lookahead."""
@@ -156,14 +155,14 @@ INSERT_ROW = (
 )
 
 
-def _pauses(conn: db.Connection) -> dict[str, tuple[bool, str | None, str | None]]:
+def _pauses(conn: Connection) -> dict[str, tuple[bool, str | None, str | None]]:
     rows = conn.execute("SELECT name, paused, paused_reason, paused_detail FROM schedules")
     return {name: (paused, reason, detail) for name, paused, reason, detail in rows}
 
 
 @pytest.mark.timeout(120)
 def test_a_refused_schedule_row_is_paused_and_the_daemon_keeps_running(
-    cluster: Cluster, conn: db.Connection, store: RunStore
+    cluster: Cluster, conn: Connection, store: Runs
 ) -> None:
     """Issue 7 bug 1: rows this version refuses (another fleet's job type, written by an older
     version) are paused with the reason; the daemon goes on ticking and serving its own types."""

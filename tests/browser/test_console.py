@@ -12,7 +12,7 @@ import pytest
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 
-from pgtick.schedule import Cron
+from pgtick.scheduling.cron import Cron
 
 from .conftest import IMG, SCRIPT, TOKEN, Console, keep_screenshot, start_console
 

@@ -15,8 +15,8 @@ import time
 
 from psycopg.conninfo import make_conninfo
 
-from pgtick import db
-from pgtick.store import ClaimType, RunStore
+from pgtick.storage import db
+from pgtick.storage.store import ClaimType, RunStore
 
 CLAIM_BATCH = 10
 

@@ -4,8 +4,8 @@ PostgreSQL, without a daemon."""
 
 from __future__ import annotations
 
-from pgtick import db, sqlfile
-from pgtick.store import ClaimType, Failure, Lease, NewRun, RunStore
+from pgtick.storage import db, sqlfile
+from pgtick.storage.store import ClaimType, Failure, Lease, NewRun, RunStore
 
 NOOP = [ClaimType("noop", 60.0, 10)]
 

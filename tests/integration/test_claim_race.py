@@ -11,8 +11,8 @@ from pathlib import Path
 
 import psycopg
 
-from pgtick import db
-from pgtick.store import NewRun, RunStore
+from pgtick.storage import db
+from pgtick.storage.store import NewRun, RunStore
 
 RUNS = 10_000
 LOCKED = 1_000

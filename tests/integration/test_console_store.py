@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pgtick import db, operations
 from pgtick.errors import DatabaseError
-from pgtick.store import RunStore
+from pgtick.storage import db
+from pgtick.storage.store import RunStore
+from pgtick.surfaces import operations
 
 
 def test_reading_is_read_only_and_bounded(store: RunStore, conn: db.Connection) -> None:

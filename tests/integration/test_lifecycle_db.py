@@ -9,14 +9,15 @@ from typing import Any
 
 import pytest
 
-from pgtick import db, handlers
 from pgtick.config import config_from_mapping
+from pgtick.core import handlers
+from pgtick.core.handlers import JobContext, Outcome
+from pgtick.core.lifecycle import Held, Lifecycle
+from pgtick.core.worker import Completer
 from pgtick.errors import ConfigError
-from pgtick.handlers import JobContext, Outcome
-from pgtick.lifecycle import Held, Lifecycle
-from pgtick.metrics import Metrics
-from pgtick.store import ClaimType, Lease, NewRun, RunStore
-from pgtick.worker import Completer
+from pgtick.observability.metrics import Metrics
+from pgtick.storage import db
+from pgtick.storage.store import ClaimType, Lease, NewRun, RunStore
 
 
 def _noop(ctx: JobContext, payload: Any) -> None:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from pgtick import db, migrate, sqlfile
 from pgtick.errors import MigrationError, SchemaOutdatedError
+from pgtick.storage import db, migrate, sqlfile
 from tests import dbhelp
 
 EXPECTED_TABLES = {

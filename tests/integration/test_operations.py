@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from pgtick import db, operations
 from pgtick.config import RetentionConfig
-from pgtick.metrics import Metrics
-from pgtick.reaper import Reaper
-from pgtick.store import RunStore
+from pgtick.core.reaper import Reaper
+from pgtick.observability.metrics import Metrics
+from pgtick.storage import db
+from pgtick.storage.store import RunStore
+from pgtick.surfaces import operations
 
 
 def test_bulk_retry_runs_in_batches_and_touches_only_its_runs(

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pgtick import db, sqlfile
+from pgtick.storage import db, sqlfile
 
 ROWS = 200_000
 

@@ -9,13 +9,13 @@ from datetime import timedelta
 
 import pytest
 
-from pgtick import db
-from pgtick.backoff import Backoff
 from pgtick.config import JobTypeConfig, RetentionConfig
-from pgtick.handlers import JobType
-from pgtick.metrics import Metrics
-from pgtick.reaper import Reaper
-from pgtick.store import ClaimType, NewRun, RunStore
+from pgtick.core.backoff import Backoff
+from pgtick.core.handlers import JobType
+from pgtick.core.reaper import Reaper
+from pgtick.observability.metrics import Metrics
+from pgtick.storage import db
+from pgtick.storage.store import ClaimType, NewRun, RunStore
 
 # The job types the reaper knows: one with jitter, one without. "stranger" is a type no
 # handler of this daemon knows (another fleet's): the default backoff applies.

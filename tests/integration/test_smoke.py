@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from pgtick.store import ClaimType, NewRun, RunStore
+from pgtick.storage.store import ClaimType, NewRun, RunStore
 
 
 def test_enqueue_claim_succeed(store: RunStore) -> None:

@@ -9,10 +9,10 @@ import psycopg
 import pytest
 
 import pgtick
-from pgtick import db
-from pgtick.backoff import Backoff
 from pgtick.config import WorkerConfig
-from pgtick.store import Beat, ClaimType, Failure, Lease, NewRun, RunStore
+from pgtick.core.backoff import Backoff
+from pgtick.storage import db
+from pgtick.storage.store import Beat, ClaimType, Failure, Lease, NewRun, RunStore
 
 NOOP = [ClaimType("noop", 60.0, 10)]
 
@@ -311,7 +311,7 @@ def test_prune_deletes_old_terminal_runs_in_batches(store: RunStore, conn: db.Co
 
 
 def test_worker_registry(store: RunStore, conn: db.Connection) -> None:
-    from pgtick.store import WorkerInfo
+    from pgtick.storage.store import WorkerInfo
 
     store.register_worker(WorkerInfo("w1", "host", 123, "0.1.0", 8, ["noop"]))
     store.register_worker(WorkerInfo("w2", "host", 124, "0.1.0", 8, ["noop"]))
@@ -330,10 +330,10 @@ def test_effect_once(store: RunStore) -> None:
 
 
 def test_heartbeat_registers_a_forgotten_worker_again(store: RunStore, conn: db.Connection) -> None:
-    from pgtick.heartbeat import Heartbeat
-    from pgtick.metrics import Metrics
-    from pgtick.store import WorkerInfo
-    from pgtick.worker import Worker
+    from pgtick.core.heartbeat import Heartbeat
+    from pgtick.core.worker import Worker
+    from pgtick.observability.metrics import Metrics
+    from pgtick.storage.store import WorkerInfo
 
     info = WorkerInfo("w1", "host", 1, "0.1.0", 1, ["noop"])
     store.register_worker(info)

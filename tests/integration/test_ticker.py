@@ -7,11 +7,11 @@ from datetime import timedelta
 
 import pytest
 
-from pgtick import db, sqlfile
 from pgtick.config import ScheduleConfig, TickerConfig
-from pgtick.metrics import Metrics
-from pgtick.store import ClaimType, RunStore
-from pgtick.ticker import Ticker
+from pgtick.core.ticker import Ticker
+from pgtick.observability.metrics import Metrics
+from pgtick.storage import db, sqlfile
+from pgtick.storage.store import ClaimType, RunStore
 
 TICK = TickerConfig(interval_seconds=60, lookahead_seconds=60, reaper_interval_seconds=10)
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgtick.backoff import Backoff
+from pgtick.core.backoff import Backoff
 
 kinds = st.sampled_from(["exponential", "linear", "fixed"])
 seconds = st.floats(min_value=0, max_value=1e6, allow_nan=False)

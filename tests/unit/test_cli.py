@@ -13,13 +13,16 @@ from typing import Any
 import pytest
 import structlog
 
-from pgtick import cli, ticker
+from pgtick.cli import exits, parser, render, runs, schedules, setup
+from pgtick.cli import main as cli
+from pgtick.core import ticker
 from pgtick.errors import (
     ConfigError,
     DatabaseError,
     NotFoundError,
     PgtickError,
     ScheduleError,
+    UsageError,
 )
 
 # Nothing listens on port 1: a command that tried to connect would fail (after a pool timeout)
@@ -93,56 +96,56 @@ def error_line(err: list[str]) -> str:
 @pytest.mark.parametrize(
     ("argv", "func", "expected"),
     [
-        (["run"], cli.cmd_run, {"migrate": False}),
-        (["run", "--migrate"], cli.cmd_run, {"migrate": True}),
-        (["migrate"], cli.cmd_migrate, {}),
-        (["check"], cli.cmd_check, {"db": False}),
-        (["check", "--db"], cli.cmd_check, {"db": True}),
+        (["run"], setup.cmd_run, {"migrate": False}),
+        (["run", "--migrate"], setup.cmd_run, {"migrate": True}),
+        (["migrate"], setup.cmd_migrate, {}),
+        (["check"], setup.cmd_check, {"db": False}),
+        (["check", "--db"], setup.cmd_check, {"db": True}),
         (
             ["enqueue", "t", "--payload", "{}", "--in", "5m", "--key", "k", "--max-attempts", "3"],
-            cli.cmd_enqueue,
+            runs.cmd_enqueue,
             {"job_type": "t", "payload": "{}", "in_": "5m", "key": "k", "max_attempts": 3},
         ),
         (
             ["enqueue", "t", "--run-at", "2026-11-22T09:00:00Z"],
-            cli.cmd_enqueue,
+            runs.cmd_enqueue,
             {"run_at": "2026-11-22T09:00:00Z"},
         ),
-        (["demo", "--data-dir", "/tmp/x"], cli.cmd_demo, {"data_dir": "/tmp/x"}),
-        (["schedules"], cli.cmd_schedules, {"json": False, "action": None}),
-        (["schedules", "--json"], cli.cmd_schedules, {"json": True}),
-        (["schedules", "pause", "a"], cli.cmd_schedules_pause, {"name": "a"}),
-        (["schedules", "resume", "a"], cli.cmd_schedules_resume, {"name": "a"}),
-        (["schedules", "trigger", "a"], cli.cmd_schedules_trigger, {"name": "a"}),
+        (["demo", "--data-dir", "/tmp/x"], setup.cmd_demo, {"data_dir": "/tmp/x"}),
+        (["schedules"], schedules.cmd_schedules, {"json": False, "action": None}),
+        (["schedules", "--json"], schedules.cmd_schedules, {"json": True}),
+        (["schedules", "pause", "a"], schedules.cmd_schedules_pause, {"name": "a"}),
+        (["schedules", "resume", "a"], schedules.cmd_schedules_resume, {"name": "a"}),
+        (["schedules", "trigger", "a"], schedules.cmd_schedules_trigger, {"name": "a"}),
         (
             ["schedules", "next", "a"],
-            cli.cmd_schedules_next,
+            schedules.cmd_schedules_next,
             {"name": "a", "count": 5, "from_": None},
         ),
         (
             ["schedules", "next", "a", "--count", "12", "--from", "2026-10-24"],
-            cli.cmd_schedules_next,
+            schedules.cmd_schedules_next,
             {"count": 12, "from_": "2026-10-24"},
         ),
         (
             ["schedules", "backfill", "a", "--from", "2026-10-01", "--to", "2026-10-02"],
-            cli.cmd_schedules_backfill,
+            schedules.cmd_schedules_backfill,
             {"name": "a", "from_": "2026-10-01", "to": "2026-10-02"},
         ),
         (
             ["schedules", "pause", "a", "--config", "c.toml", "--dsn", "d", "--debug"],
-            cli.cmd_schedules_pause,
+            schedules.cmd_schedules_pause,
             {"config": "c.toml", "dsn": "d", "debug": True},
         ),
         (
             ["--config", "c.toml", "schedules", "--dsn", "d", "next", "a"],
-            cli.cmd_schedules_next,
+            schedules.cmd_schedules_next,
             {"config": "c.toml", "dsn": "d"},
         ),
     ],
 )
 def test_every_verb_parses(argv: list[str], func: Any, expected: dict[str, Any]) -> None:
-    args = cli.build_parser().parse_args(argv)
+    args = parser.build_parser().parse_args(argv)
     assert args.func is func
     for name, value in expected.items():
         assert getattr(args, name) == value, name
@@ -163,7 +166,7 @@ def test_every_verb_parses(argv: list[str], func: Any, expected: dict[str, Any])
 def test_argument_mistakes_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         cli.main(argv)
-    assert exc.value.code == cli.EXIT_USAGE
+    assert exc.value.code == exits.EXIT_USAGE
     line = error_line(capsys.readouterr().err.splitlines())
     assert line.startswith("pgtick")
     assert line.endswith("--help)")
@@ -226,7 +229,7 @@ def test_next_defaults_to_five_from_now(
     code, out, _ = run_cli(capsys, "schedules", "next", "hourly", "--config", str(config_file))
     assert code == 0
     instants = [datetime.fromisoformat(line.split()[0]) for line in out]
-    assert len(instants) == cli.DEFAULT_NEXT_COUNT
+    assert len(instants) == schedules.DEFAULT_NEXT_COUNT
     assert before < instants[0] <= before + timedelta(hours=1)
     assert all(b - a == timedelta(hours=1) for a, b in itertools.pairwise(instants))
 
@@ -259,7 +262,7 @@ def test_next_bad_from_is_one_line_exit_2(
     code, out, err = run_cli(
         capsys, "schedules", "next", "nightly", "--config", str(config_file), "--from", when
     )
-    assert (code, out) == (cli.EXIT_USAGE, [])
+    assert (code, out) == (exits.EXIT_USAGE, [])
     assert error_line(err).startswith("pgtick: --from: not an ISO 8601 time")
 
 
@@ -268,7 +271,7 @@ def test_next_count_is_capped(config_file: Path, capsys: pytest.CaptureFixture[s
     code, _, err = run_cli(
         capsys, "schedules", "next", "nightly", "--config", str(config_file), "--count", "10001"
     )
-    assert code == cli.EXIT_USAGE
+    assert code == exits.EXIT_USAGE
     assert "--count" in error_line(err)
 
 
@@ -277,7 +280,7 @@ def test_next_of_a_schedule_not_in_the_config_needs_a_database(
 ) -> None:
     monkeypatch.delenv("PGTICK_DSN", raising=False)
     code, _, err = run_cli(capsys, "schedules", "next", "other", "--config", str(config_file))
-    assert code == cli.EXIT_USAGE
+    assert code == exits.EXIT_USAGE
     line = error_line(err)
     assert "'other' is not declared in" in line
     assert "PGTICK_DSN" in line
@@ -290,7 +293,7 @@ def test_backfill_from_after_to_is_refused_before_any_database(
         capsys, "schedules", "backfill", "nightly", "--config", str(config_file),
         "--from", "2026-10-02", "--to", "2026-10-01",
     )  # fmt: skip
-    assert code == cli.EXIT_USAGE
+    assert code == exits.EXIT_USAGE
     line = error_line(err)
     assert "--from" in line
     assert "--to" in line
@@ -307,7 +310,7 @@ def test_backfill_from_after_to_is_refused_before_any_database(
     ],
 )
 def test_offsets_are_written_like_iso_8601(offset: int, text: str) -> None:
-    assert cli._offset_text(timedelta(seconds=offset)) == text
+    assert render.offset_text(timedelta(seconds=offset)) == text
 
 
 # --- other one-line errors ------------------------------------------------------------------------
@@ -322,7 +325,7 @@ def test_enqueue_bad_payload_is_one_line_exit_2(
     code, out, err = run_cli(
         capsys, "enqueue", "noop", "--config", str(config_file), "--payload", payload
     )
-    assert (code, out) == (cli.EXIT_USAGE, [])
+    assert (code, out) == (exits.EXIT_USAGE, [])
     line = error_line(err)
     assert line.startswith("pgtick: --payload: ")
     assert why in line
@@ -348,7 +351,7 @@ def test_check_refuses_a_bad_schedule_naming_its_key(
         f'[job_types.noop]\ncommand = ["/bin/true"]\n\n[schedules.broken]\n{job_type}{lines}\n'
     )
     code, out, err = run_cli(capsys, "check", "--config", str(path))
-    assert code == cli.EXIT_USAGE
+    assert code == exits.EXIT_USAGE
     assert f"schedules.broken.{key}" in error_line(err)
     assert not any("config OK" in line for line in out)
 
@@ -364,7 +367,7 @@ def test_check_of_a_missing_file_is_one_line_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _, err = run_cli(capsys, "check", "--config", str(tmp_path / "missing.toml"))
-    assert code == cli.EXIT_USAGE
+    assert code == exits.EXIT_USAGE
     assert "cannot read config file" in error_line(err)
 
 
@@ -374,16 +377,16 @@ def test_an_unexpected_error_is_one_line_not_a_traceback(
     def boom(_args: Any) -> int:
         raise RuntimeError("something broke\nsecond line")
 
-    monkeypatch.setattr(cli, "cmd_check", boom)
+    monkeypatch.setattr(setup, "cmd_check", boom)
     code, _, err = run_cli(capsys, "check", "--config", str(config_file))
-    assert code == cli.EXIT_FAILURE
+    assert code == exits.EXIT_FAILURE
     assert error_line(err) == "pgtick: internal error: something broke"
 
 
 @pytest.mark.parametrize(
     ("error", "code"),
     [
-        (cli.UsageError("x"), 2),
+        (UsageError("x"), 2),
         (ConfigError("x"), 2),
         (ScheduleError("x"), 2),
         (DatabaseError("x"), 3),
@@ -393,4 +396,4 @@ def test_an_unexpected_error_is_one_line_not_a_traceback(
     ],
 )
 def test_exit_codes(error: BaseException, code: int) -> None:
-    assert cli.exit_code(error) == code
+    assert exits.exit_code(error) == code

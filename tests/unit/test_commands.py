@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pgtick.commands import (
+from pgtick.core.commands import (
     EXIT_NOT_EXECUTABLE,
     EXIT_NOT_FOUND,
     STDERR_TAIL_BYTES,

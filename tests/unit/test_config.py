@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgtick import config, examples
+from pgtick import examples
 from pgtick.config import (
     Config,
     DatabaseConfig,
@@ -33,6 +33,8 @@ from pgtick.config import (
     redact_dsn,
     resolve_dsn,
 )
+from pgtick.config import load as config_load
+from pgtick.config import schema as config_schema
 from pgtick.errors import ConfigError, Retry
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config.example.toml"
@@ -786,14 +788,14 @@ def test_load_config_from_environment(tmp_path: Path) -> None:
 def test_no_file_at_the_default_place_means_defaults(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(config, "DEFAULT_CONFIG_PATH", str(tmp_path / "absent.toml"))
+    monkeypatch.setattr(config_load, "DEFAULT_CONFIG_PATH", str(tmp_path / "absent.toml"))
     assert load_config(None, env={}) == Config()
 
 
 def test_file_at_the_default_place_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "config.toml"
     path.write_text("[worker]\nthreads = 3\n")
-    monkeypatch.setattr(config, "DEFAULT_CONFIG_PATH", str(path))
+    monkeypatch.setattr(config_load, "DEFAULT_CONFIG_PATH", str(path))
     assert load_config(None, env={}).worker.threads == 3
 
 
@@ -869,10 +871,10 @@ def test_example_file_documents_every_key() -> None:
         "job_types",
         "schedules",
     }
-    for section, keys in config._SECTIONS.items():
+    for section, keys in config_schema.SECTIONS.items():
         assert set(data[section]) == set(keys), section
-    assert set(data["job_types"]["hello"]) == set(config._JOB_TYPE_KEYS) - {"command"}
-    assert set(data["schedules"]["every_minute"]) == set(config._SCHEDULE_KEYS)
+    assert set(data["job_types"]["hello"]) == set(config_schema.JOB_TYPE_KEYS) - {"command"}
+    assert set(data["schedules"]["every_minute"]) == set(config_schema.SCHEDULE_KEYS)
 
 
 class FakeLog:

@@ -12,10 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from pgtick import console, operations
-from pgtick.console import Console, Html, Page, esc, render, tag
-from pgtick.http import HttpServer, Request, find_route
-from pgtick.store import (
+from pgtick.storage.store import (
     Attempt,
     JobTypeStats,
     Run,
@@ -24,6 +21,13 @@ from pgtick.store import (
     ScheduleListing,
     WorkerRow,
 )
+from pgtick.surfaces import operations
+from pgtick.surfaces.console import fragments, routes
+from pgtick.surfaces.console import views as pages
+from pgtick.surfaces.console.fragments import Page
+from pgtick.surfaces.console.markup import Html, esc, render, tag
+from pgtick.surfaces.console.routes import Console
+from pgtick.surfaces.http import HttpServer, Request, find_route
 
 NOW = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
 SCRIPT = "<script>alert(1)</script>"
@@ -124,7 +128,7 @@ def test_templates_escape_every_value() -> None:
 
 def test_run_page_shows_hostile_payload_and_errors_as_text() -> None:
     r = run(payload={"note": SCRIPT, IMG: [IMG]}, last_error=IMG, job_type=SCRIPT)
-    page = console.run_page(detail(r, [attempt(1, SCRIPT), attempt(2, IMG)]), Page(True, NOW))
+    page = pages.run_page(detail(r, [attempt(1, SCRIPT), attempt(2, IMG)]), Page(True, NOW))
     parsed = Tags(page)
     assert "script" not in parsed.names() and "img" not in parsed.names()
     assert all("onerror" not in attrs for _, attrs in parsed.tags)
@@ -134,7 +138,7 @@ def test_run_page_shows_hostile_payload_and_errors_as_text() -> None:
 
 
 def test_run_page_lists_every_attempt_and_its_error() -> None:
-    page = console.run_page(
+    page = pages.run_page(
         detail(run(), [attempt(1, "Traceback (most recent call last): one"), attempt(2, "two")]),
         Page(False, NOW),
     )
@@ -145,16 +149,16 @@ def test_run_page_lists_every_attempt_and_its_error() -> None:
 
 def test_actions_only_with_a_token() -> None:
     d = detail(run(status="dead"), [])
-    with_token = Tags(console.run_page(d, Page(True, NOW)))
+    with_token = Tags(pages.run_page(d, Page(True, NOW)))
     forms = [attrs for name, attrs in with_token.tags if name == "form"]
     assert [f["action"] for f in forms] == ["/actions/retry"]
     assert all(f["method"] == "post" for f in forms)
     # the token is typed by the operator, never written into the page
     tokens = [a for n, a in with_token.tags if n == "input" and a.get("name") == "token"]
     assert tokens and all(a.get("type") == "password" and "value" not in a for a in tokens)
-    read_only = Tags(console.run_page(d, Page(False, NOW)))
+    read_only = Tags(pages.run_page(d, Page(False, NOW)))
     assert "form" not in read_only.names() and "button" not in read_only.names()
-    queued = Tags(console.run_page(detail(run(status="queued"), []), Page(True, NOW)))
+    queued = Tags(pages.run_page(detail(run(status="queued"), []), Page(True, NOW)))
     assert [a["action"] for n, a in queued.tags if n == "form"] == ["/actions/cancel"]
 
 
@@ -165,12 +169,12 @@ def test_schedules_page_next_times_in_utc_and_local_and_actions() -> None:
         ),
         operations.ScheduleView(listing("held", paused=True), [], "Europe/Amsterdam", None),
     ]
-    page = console.schedules_page(views, Page(True, NOW))
+    page = pages.schedules_page(views, Page(True, NOW))
     assert "2026-11-24 02:00:00" in page and "2026-11-24 03:00:00 CET (+01:00)" in page
     assert "paused (operator)" in page
     actions = [a["action"] for n, a in Tags(page).tags if n == "form"]
     assert actions == ["/actions/trigger", "/actions/pause", "/actions/trigger", "/actions/resume"]
-    assert "form" not in Tags(console.schedules_page(views, Page(False, NOW))).names()
+    assert "form" not in Tags(pages.schedules_page(views, Page(False, NOW))).names()
 
 
 def test_overview_counts_chart_and_refresh() -> None:
@@ -183,7 +187,7 @@ def test_overview_counts_chart_and_refresh() -> None:
         [operations.ScheduleView(listing("nightly"), [NOW], "UTC", None)],
         [0] * 58 + [6, 3],
     )
-    page = console.overview_page(ov, Page(False, NOW))
+    page = pages.overview_page(ov, Page(False, NOW))
     row = re.search(r'<tr data-job-type="send_email">.*?</tr>', page)
     assert row is not None
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(0))
@@ -201,9 +205,7 @@ def test_overview_counts_chart_and_refresh() -> None:
     assert '<meta http-equiv="refresh" content="5">' in page
     assert page.count('<rect class="bar"') == 60 and "9 succeeded in the last hour" in page
     assert "2s ago" in page and "nightly" in page
-    unavailable = console.overview_page(
-        operations.Overview(NOW, [], [], [], None), Page(False, NOW)
-    )
+    unavailable = pages.overview_page(operations.Overview(NOW, [], [], [], None), Page(False, NOW))
     assert "Not available" in unavailable and "No live daemons." in unavailable
 
 
@@ -211,18 +213,18 @@ def test_runs_page_filters_and_keyset_links() -> None:
     rows = [
         RunSummary(i, "t", "dead", 1, 1, NOW, None, NOW, SCRIPT, "nightly", NOW) for i in (9, 8)
     ]
-    filters = console.RunFilters(["dead", "failed"], "t", None, 10)
-    page = console.runs_page(operations.RunPage(rows, 8), filters, Page(False, NOW))
+    filters = pages.RunFilters(["dead", "failed"], "t", None, 10)
+    page = pages.runs_page(operations.RunPage(rows, 8), filters, Page(False, NOW))
     assert 'href="/runs?status=dead&amp;status=failed&amp;type=t&amp;before=8"' in page
     assert 'id="newest"' in page
     assert 'value="dead" checked' in page and 'value="queued">' in page
     assert "script" not in Tags(page).names()
-    last = console.runs_page(operations.RunPage(rows, None), filters, Page(False, NOW))
+    last = pages.runs_page(operations.RunPage(rows, None), filters, Page(False, NOW))
     assert 'id="older"' not in last
 
 
 def test_flash_is_escaped_and_cut() -> None:
-    page = console.layout(Page(False, None, IMG), "T", "runs", Html(""))
+    page = fragments.layout(Page(False, None, IMG), "T", "runs", Html(""))
     assert "img" not in Tags(page).names() and IMG in Tags(page).joined()
 
 
@@ -287,7 +289,7 @@ def read_only_server() -> Iterator[HttpServer]:
         "127.0.0.1",
         0,
         Console(cast(RunStore, None), None, heartbeat_seconds=20).routes(),
-        console.SECURITY_HEADERS,
+        routes.SECURITY_HEADERS,
     )
     server.start()
     yield server
@@ -320,7 +322,7 @@ def test_read_only_console_refuses_posts_and_gets_to_actions(
 def test_security_headers_and_static_files(read_only_server: HttpServer) -> None:
     status, headers = call(read_only_server, "GET", "/static/console.css")
     assert status == 200 and headers["content-type"].startswith("text/css")
-    for name, value in console.SECURITY_HEADERS.items():
+    for name, value in routes.SECURITY_HEADERS.items():
         if name != "Cache-Control":
             assert headers[name.lower()] == value
     assert "script-src 'none'" in headers["content-security-policy"]

@@ -14,8 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pgtick.errors import ConfigError
-from pgtick.http import HttpServer, Request, Response, observability_routes, text
-from pgtick.metrics import DatabaseCollector, DatabaseSnapshot, Metrics, Readiness
+from pgtick.observability.metrics import DatabaseCollector, DatabaseSnapshot, Metrics, Readiness
+from pgtick.surfaces.http import HttpServer, Request, Response, observability_routes, text
 
 
 @pytest.fixture

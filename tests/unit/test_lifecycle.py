@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from pgtick.config import JobTypeConfig
-from pgtick.handlers import JobContext, JobType, Outcome
-from pgtick.lifecycle import Held, Lifecycle, State
-from pgtick.metrics import Metrics
-from pgtick.store import ClaimedRun, FailResult
+from pgtick.core.handlers import JobContext, JobType, Outcome
+from pgtick.core.lifecycle import Held, Lifecycle, State
+from pgtick.observability.metrics import Metrics
+from pgtick.storage.store import ClaimedRun, FailResult
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

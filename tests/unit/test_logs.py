@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import structlog
 
-from pgtick.logs import configure_logging, protect_dsn
+from pgtick.observability.logs import configure_logging, protect_dsn
 
 # psycopg sets its own logger to WARNING on import; a library without that quirk shows INFO.
 LIBRARY_LOGGER = "some.library"

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, event, given, reject, settings
 from hypothesis import strategies as st
 
 from pgtick.errors import ConfigError, ScheduleError
-from pgtick.schedule import Cron, jitter_offset, load_zone, validate_cron
+from pgtick.scheduling.cron import Cron, jitter_offset, load_zone, validate_cron
 
 ONE_MINUTE = timedelta(minutes=1)
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pgtick.systemd import SEND_TIMEOUT_SECONDS, Notifier
+from pgtick.observability.systemd import SEND_TIMEOUT_SECONDS, Notifier
 
 RECEIVE_TIMEOUT_SECONDS = 2.0
 

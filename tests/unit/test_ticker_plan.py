@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pgtick.store import ScheduleRow
-from pgtick.ticker import plan, refusal
+from pgtick.core.ticker import plan, refusal
+from pgtick.storage.store import ScheduleRow
 
 
 def t(text: str) -> datetime:

@@ -1,0 +1,94 @@
+"""Argument text -> values: instants and durations (``--since``, ``--run-at``, ``--from``) and
+the ``--payload`` JSON, each refused in one line that names the option.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Any, NoReturn
+
+from pgtick import config as config_mod
+from pgtick.errors import ConfigError, UsageError
+from pgtick.surfaces import operations
+
+
+def parse_time(text: str, option: str) -> datetime:
+    """An ISO 8601 instant; without an offset it is taken as UTC."""
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"{option}: not an ISO 8601 time: {text!r} (e.g. 2026-11-22T09:00:00+01:00)"
+        ) from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def parse_when(text: str, option: str) -> datetime | timedelta:
+    """The one parser of time arguments: an ISO 8601 instant (no offset = UTC) or a duration,
+    which the option reads as "that long ago" (--since, --older-than) or "that long from now"
+    (--run-at, --in)."""
+    try:
+        return timedelta(seconds=config_mod.parse_duration(text, option))
+    except ConfigError:
+        pass
+    try:
+        return parse_time(text, option)
+    except UsageError:
+        raise UsageError(
+            f"{option}: not an ISO 8601 time or a duration: {text!r} (e.g. "
+            "2026-11-22T09:00:00+01:00, no offset = UTC; or 90m, 2h, 7d)"
+        ) from None
+
+
+def parse_since(text: str | None, option: str) -> datetime | timedelta | None:
+    """An optional "that long ago" argument (None when not given)."""
+    return None if text is None else parse_when(text, option)
+
+
+def resolve_when(when: datetime | timedelta, now: datetime, *, ahead: bool) -> datetime:
+    """An instant from ``parse_when``: a duration counts from ``now``, forward when ``ahead``."""
+    if isinstance(when, datetime):
+        return when
+    try:
+        return now + when if ahead else now - when
+    except OverflowError:
+        raise UsageError(f"duration out of range: {when}") from None
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise UsageError(f"--payload: JSON has no {name} (PostgreSQL's jsonb refuses it)")
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def parse_payload(text: str | None) -> dict[str, Any]:
+    """A --payload argument (``-`` reads stdin) as a JSON object that jsonb will take."""
+    if text is None:
+        return {}
+    if text == "-":
+        text = sys.stdin.read(operations.MAX_PAYLOAD_BYTES * 4 + 1)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > operations.MAX_PAYLOAD_BYTES:
+        raise UsageError(
+            f"--payload: {size} bytes, more than the {operations.MAX_PAYLOAD_BYTES // 1024} KiB"
+            " (1 MiB) pgtick enqueue accepts: keep big data elsewhere and pass a reference"
+        )
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--payload: invalid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--payload: must be a JSON object, got {type(value).__name__}")
+    if _has_nul(value):
+        raise UsageError("--payload: a NUL character (\\u0000), which jsonb refuses")
+    return value

@@ -1,0 +1,39 @@
+"""The documented exit codes and the one mapping from the error tree to them: 0 ok, 1 runtime
+failure, 2 usage or config error, 3 database unreachable, 4 not found; and 5 from ``status``
+when something needs attention.
+"""
+
+from __future__ import annotations
+
+from pgtick.errors import (
+    ConfigError,
+    DatabaseError,
+    MigrationError,
+    NotFoundError,
+    PgtickError,
+    SchemaOutdatedError,
+)
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_DATABASE = 3
+EXIT_NOT_FOUND = 4
+EXIT_ATTENTION = 5
+
+EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (ConfigError, EXIT_USAGE),
+    (MigrationError, EXIT_USAGE),
+    (SchemaOutdatedError, EXIT_USAGE),
+    (DatabaseError, EXIT_DATABASE),
+    (NotFoundError, EXIT_NOT_FOUND),
+    (PgtickError, EXIT_FAILURE),
+)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The documented exit code for an error."""
+    for kind, code in EXIT_CODES:
+        if isinstance(exc, kind):
+            return code
+    return EXIT_FAILURE

@@ -1,0 +1,240 @@
+"""The ``pgtick`` argument tree (argparse): every verb, its options and their help. A mistake
+is one stderr line, ``pgtick: <command>: <option>: ...``, and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import pgtick
+from pgtick.cli import deploy, runs, schedules, setup, status
+from pgtick.cli.exits import EXIT_USAGE
+from pgtick.config.values import MAX_INT4
+from pgtick.surfaces import operations
+
+WHEN_HELP = "ISO 8601 time (no offset = UTC) or a duration such as 90m, 2h, 7d"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a mistake in one stderr line, not usage plus error, with the
+    prefix every error has: ``pgtick: <command>: <option>: ...``."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("pgtick").strip()
+        where = f"{command}: " if command else ""
+        self.exit(EXIT_USAGE, f"pgtick: {where}{message} (see {self.prog} --help)\n")
+
+
+def _integer(text: str, wrong: str) -> int:
+    """``int(text)``; otherwise the argparse error ``<wrong>: <text>``."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{wrong}: {text!r}") from None
+
+
+def _positive_int(text: str) -> int:
+    value = _integer(text, "not a whole number")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _max_attempts(text: str) -> int:
+    """An attempt count: runs.max_attempts is an integer column."""
+    value = _positive_int(text)
+    if value > MAX_INT4:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_INT4} (an integer column), got {value}"
+        )
+    return value
+
+
+def _run_id(text: str) -> int:
+    value = _integer(text, "not a run id")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a run id: {text!r} (ids start at 1)")
+    if value > operations.MAX_RUN_ID:
+        raise argparse.ArgumentTypeError(f"not a run id: {text!r} (larger than any bigint)")
+    return value
+
+
+def _add_runs(sub: Any, common: argparse.ArgumentParser) -> None:
+    text = "list runs, newest first, one page at a time"
+    p = sub.add_parser("runs", parents=[common], help=text, description=text)
+    p.set_defaults(func=runs.cmd_runs)
+    p.add_argument(
+        "--status",
+        action="append",
+        metavar="S",
+        help=f"only this status; repeatable ({', '.join(operations.STATUSES)})",
+    )
+    p.add_argument("--type", metavar="T", help="only this job type")
+    p.add_argument("--schedule", metavar="NAME", help="only runs of this schedule")
+    p.add_argument("--since", metavar="WHEN", help=f"created since: {WHEN_HELP} ago")
+    p.add_argument(
+        "--limit",
+        type=_positive_int,
+        default=operations.DEFAULT_PAGE_SIZE,
+        metavar="N",
+        help=f"page size (default {operations.DEFAULT_PAGE_SIZE})",
+    )
+    p.add_argument(
+        "--before", type=_run_id, metavar="ID", help="the page below this run id (printed)"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    p.epilog = "Table times are UTC (HH:MM:SS today, MM-DD HH:MM this year); --json gives ISO."
+
+
+def _add_change(sub: Any, common: argparse.ArgumentParser, action: operations.Action) -> None:
+    fn = runs.cmd_retry if action is operations.RETRY else runs.cmd_cancel
+    after = "queued, due now" if action is operations.RETRY else "cancelled"
+    text = (
+        f"{action.verb} runs by id ({', '.join(action.accepts)} -> {after}), or in bulk with "
+        "--status and --type"
+    )
+    p = sub.add_parser(action.verb, parents=[common], help=text, description=text)
+    p.set_defaults(func=fn)
+    p.add_argument("run_ids", nargs="*", type=_run_id, metavar="RUN_ID")
+    p.add_argument(
+        "--status", metavar="S", help=f"bulk: runs in this status ({'/'.join(action.accepts)})"
+    )
+    p.add_argument("--type", metavar="T", help="bulk: runs of this job type")
+    p.add_argument("--since", metavar="WHEN", help=f"bulk: finished since ({WHEN_HELP} ago)")
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help=f"confirm a bulk change of more than {operations.CONFIRM_ABOVE_ROWS} runs",
+    )
+
+
+def _add_schedules(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``schedules`` lists; its verbs manage and inspect one schedule."""
+    text = "list schedules (verbs: pause, resume, trigger, next, backfill)"
+    p = sub.add_parser("schedules", parents=[common], help=text, description=text)
+    p.set_defaults(func=schedules.cmd_schedules)
+    p.add_argument("--json", action="store_true", help="a JSON list instead of a table")
+    verbs = p.add_subparsers(dest="action", metavar="VERB")
+
+    def verb(name: str, fn: Callable[[argparse.Namespace], int], help: str) -> Any:
+        v = verbs.add_parser(name, parents=[common], help=help, description=help)
+        v.set_defaults(func=fn)
+        v.add_argument("name", metavar="NAME", help="the schedule's name ([schedules.NAME])")
+        return v
+
+    verb("pause", schedules.cmd_schedules_pause, "stop creating runs for a schedule")
+    verb("resume", schedules.cmd_schedules_resume, "resume a schedule from now (no catching up)")
+    verb("trigger", schedules.cmd_schedules_trigger, "run a schedule now, once; prints the run id")
+    v = verb(
+        "next", schedules.cmd_schedules_next, "print upcoming occurrences, in UTC and local time"
+    )
+    v.add_argument(
+        "--count",
+        type=_positive_int,
+        default=schedules.DEFAULT_NEXT_COUNT,
+        metavar="N",
+        help=f"how many (default {schedules.DEFAULT_NEXT_COUNT})",
+    )
+    v.add_argument("--from", dest="from_", metavar="WHEN", help=f"{WHEN_HELP} ago (default: now)")
+    v = verb(
+        "backfill", schedules.cmd_schedules_backfill, "create runs for past occurrences in a range"
+    )
+    v.add_argument(
+        "--from", dest="from_", required=True, metavar="WHEN", help=f"inclusive: {WHEN_HELP} ago"
+    )
+    v.add_argument("--to", required=True, metavar="WHEN", help=f"inclusive: {WHEN_HELP} ago")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--config",
+        default=argparse.SUPPRESS,
+        help="config file (default: $PGTICK_CONFIG or /etc/pgtick/config.toml)",
+    )
+    common.add_argument(
+        "--dsn", default=argparse.SUPPRESS, help="database DSN (overrides config; $PGTICK_DSN)"
+    )
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="debug logging, tracebacks on error",
+    )
+    parser = _Parser(
+        prog="pgtick",
+        description="Scheduled and deferred jobs out of the PostgreSQL you already have.",
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"pgtick {pgtick.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help: str) -> Any:
+        p = sub.add_parser(name, parents=[common], help=help, description=help)
+        p.set_defaults(func=fn)
+        return p
+
+    p = add("run", setup.cmd_run, "run the daemon")
+    p.add_argument("--migrate", action="store_true", help="apply pending migrations first")
+    add(
+        "migrate",
+        setup.cmd_migrate,
+        "apply database migrations (idempotent); run it as the schema owner, exit 2 otherwise",
+    )
+    p = add(
+        "grants", setup.cmd_grants, "print the SQL granting a role what the daemon and CLI need"
+    )
+    p.add_argument("role", metavar="ROLE", help="the role the daemon and the CLI log in as")
+    p.add_argument(
+        "--schema", metavar="S", help="the pgtick schema (default: the config's database.schema)"
+    )
+    p = add("deploy-files", deploy.cmd_deploy_files, "write the unit, config, dashboard, alerts")
+    p.add_argument("dir", metavar="DIR", help="where to write them (created if missing)")
+    p.add_argument("--force", action="store_true", help="overwrite files that exist")
+    p = add("check", setup.cmd_check, "validate config, schedules and handlers")
+    p.add_argument("--db", action="store_true", help="also check the database and its schema")
+    p = add("enqueue", runs.cmd_enqueue, "add a run; prints its id")
+    p.add_argument("job_type", metavar="TYPE")
+    p.add_argument(
+        "--payload",
+        metavar="JSON",
+        help="a JSON object (default {}), at most 1 MiB; - reads it from stdin",
+    )
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--run-at", metavar="WHEN", help=f"{WHEN_HELP} from now (default: now)")
+    when.add_argument("--in", dest="in_", metavar="DURATION", help="from now, e.g. 90s, 5m, 2h")
+    p.add_argument("--key", metavar="KEY", help="idempotency key")
+    p.add_argument("--max-attempts", type=_max_attempts, metavar="N")
+    p = add(
+        "status",
+        status.cmd_status,
+        "workers, queues and schedules on one screen; exit 5 when something needs attention",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    _add_runs(sub, common)
+    _add_change(sub, common, operations.RETRY)
+    _add_change(sub, common, operations.CANCEL)
+    p = add("prune", runs.cmd_prune, "delete old finished runs (and their attempts) in batches")
+    p.add_argument(
+        "--older-than",
+        metavar="WHEN",
+        help=f"finished before this: {WHEN_HELP} ago (default: the config's [retention])",
+    )
+    p.add_argument(
+        "--status",
+        action="append",
+        metavar="S",
+        help=f"only this status; repeatable ({', '.join(operations.TERMINAL_STATUSES)})",
+    )
+    p.add_argument("--dry-run", action="store_true", help="count only, delete nothing")
+    p = add("show", runs.cmd_show, "one run: its attempts and errors, schedule and effects")
+    p.add_argument("run_id", type=_run_id, metavar="RUN_ID")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    _add_schedules(sub, common)
+    p = add("demo", setup.cmd_demo, "run the daemon on an embedded PostgreSQL, for a first look")
+    p.add_argument(
+        "--data-dir", default=setup.DEMO_DATA_DIR, help="where the embedded server lives"
+    )
+    return parser

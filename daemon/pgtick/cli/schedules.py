@@ -1,0 +1,94 @@
+"""The verbs on schedules: ``schedules`` (the listing), ``pause``, ``resume``, ``trigger``,
+``next`` and ``backfill``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from pgtick.cli import context, views
+from pgtick.cli.args import parse_when, resolve_when
+from pgtick.cli.exits import EXIT_OK
+from pgtick.cli.render import iso, local_text, print_json, print_table, seconds_text
+from pgtick.storage.store import RunStore
+from pgtick.surfaces import operations
+
+DEFAULT_NEXT_COUNT = 5
+T = TypeVar("T")
+
+
+def cmd_schedules(args: argparse.Namespace) -> int:
+    lines = context.call(args, context.begin(args), operations.list_schedules)
+    if args.json:
+        print_json([views.schedule_fields(line) for line in lines])
+    elif not lines:
+        print("no schedules")
+    else:
+        print_table(views.SCHEDULE_COLUMNS, [views.schedule_cells(line) for line in lines])
+        invalid = [
+            line.listing
+            for line in lines
+            if line.listing.paused
+            and line.listing.paused_reason == operations.PAUSED_REASON_INVALID
+        ]
+        if invalid:
+            print()
+        for listing in invalid:
+            # Too long for a column, and the one thing the operator needs to fix it.
+            print(f"{listing.name} is paused as invalid: {listing.paused_detail or '(no detail)'}")
+    return EXIT_OK
+
+
+def _on_schedule(args: argparse.Namespace, verb: Callable[[RunStore, str], T]) -> T:
+    """``verb(store, NAME)``: pause, resume and trigger."""
+    return context.call(args, context.begin(args), lambda store: verb(store, args.name))
+
+
+def cmd_schedules_pause(args: argparse.Namespace) -> int:
+    _on_schedule(args, operations.pause_schedule)
+    print(f"paused {args.name}")
+    return EXIT_OK
+
+
+def cmd_schedules_resume(args: argparse.Namespace) -> int:
+    _on_schedule(args, operations.resume_schedule)
+    print(f"resumed {args.name} (continues from now; the paused period is not caught up)")
+    return EXIT_OK
+
+
+def cmd_schedules_trigger(args: argparse.Namespace) -> int:
+    run_id = _on_schedule(args, operations.trigger_schedule)
+    print(run_id)
+    return EXIT_OK
+
+
+def cmd_schedules_next(args: argparse.Namespace) -> int:
+    """From the config file when it declares the schedule, with no database at all; else
+    from the database."""
+    cfg = context.begin(args)
+    start = datetime.now(UTC)
+    if args.from_ is not None:
+        start = resolve_when(parse_when(args.from_, "--from"), start, ahead=False)
+    upcoming = operations.upcoming(cfg, args.name, start, args.count, dsn_override=args.dsn)
+    for at, delay in upcoming.occurrences:
+        line = f"{iso(at)}  {local_text(at, upcoming.zone)}"
+        if delay > 0:
+            line += f"  run_at +{seconds_text(delay)}"
+        print(line)
+    return EXIT_OK
+
+
+def cmd_schedules_backfill(args: argparse.Namespace) -> int:
+    cfg = context.begin(args)
+    now = datetime.now(UTC)  # durations: before any database, on this machine's clock
+    start = resolve_when(parse_when(args.from_, "--from"), now, ahead=False)
+    end = resolve_when(parse_when(args.to, "--to"), now, ahead=False)
+    after, end = operations.backfill_window(start, end, args.from_)
+    done = context.call(args, cfg, lambda store: operations.backfill(store, args.name, after, end))
+    print(
+        f"created {done.created} runs for {args.name} ({done.existing} occurrences already had one)"
+    )
+    return EXIT_OK

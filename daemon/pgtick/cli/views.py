@@ -1,0 +1,374 @@
+"""What each verb shows: the JSON documents and the text of runs, a run, schedules and status.
+The field names and columns are the CLI's contract (README: Command line); how a time, a
+duration or a table looks is ``render``'s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC
+from typing import Any
+
+from pgtick.cli.render import (
+    age_text,
+    attempts_text,
+    cut,
+    duration_text,
+    flex_width,
+    in_zone,
+    iso,
+    local_short,
+    one_line,
+    print_table,
+    utc_cell,
+)
+from pgtick.storage.store import Attempt, RunSummary, ScheduleListing
+from pgtick.surfaces import operations
+
+# -- schedules -------------------------------------------------------------------------------------
+
+SCHEDULE_COLUMNS = ("NAME", "JOB TYPE", "CRON", "TIMEZONE", "STATE", "NEXT", "LAST RUN", "LAST OK")
+
+
+def schedule_state(listing: ScheduleListing) -> str:
+    if not listing.paused:
+        return "active"
+    if listing.paused_reason == operations.PAUSED_REASON_REMOVED:
+        return "paused (gone from config)"
+    if listing.paused_reason == operations.PAUSED_REASON_INVALID:
+        return "paused (invalid)"
+    return "paused"
+
+
+def schedule_fields(line: operations.ScheduleLine) -> dict[str, Any]:
+    listing = line.listing
+    return {
+        "name": listing.name,
+        "job_type": listing.job_type,
+        "cron": listing.cron,
+        "timezone": listing.timezone,
+        "state": schedule_state(listing),
+        "paused_reason": listing.paused_reason,
+        "paused_detail": listing.paused_detail,
+        "next_at": iso(line.next_at),
+        "last_status": listing.last_status,
+        "last_scheduled_for": iso(listing.last_scheduled_for),
+        "last_success_at": iso(listing.last_success_at),
+    }
+
+
+def schedule_cells(line: operations.ScheduleLine) -> tuple[str, ...]:
+    listing = line.listing
+    last_run = "-"
+    if listing.last_status is not None:
+        # A triggered run has no occurrence.
+        when = iso(listing.last_scheduled_for, whole_seconds=True) or "(triggered)"
+        last_run = f"{listing.last_status} {when}"
+    return (
+        listing.name,
+        listing.job_type,
+        listing.cron,
+        listing.timezone,
+        schedule_state(listing),
+        iso(line.next_at, whole_seconds=True) or "-",
+        last_run,
+        iso(listing.last_success_at, whole_seconds=True) or "-",
+    )
+
+
+# -- runs ------------------------------------------------------------------------------------------
+
+RUN_COLUMNS = (
+    "ID",
+    "JOB TYPE",
+    "STATUS",
+    "ATT",
+    "RUN_AT",
+    "STARTED",
+    "FINISHED",
+    "TOOK",
+    "LAST ERROR",
+)
+MAX_JOB_TYPE_WIDTH = 16
+
+
+def _run_seconds(run: RunSummary) -> float | None:
+    """How long the run ran (so far, if it is running)."""
+    if run.started_at is None:
+        return None
+    end = run.finished_at if run.finished_at is not None else run.db_now
+    if run.status != "running" and run.finished_at is None:
+        return None  # failed, awaiting retry: the attempt's end is in `show`
+    return max(0.0, (end - run.started_at).total_seconds())
+
+
+def summary_fields(run: RunSummary) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "job_type": run.job_type,
+        "status": run.status,
+        "attempts": run.attempts,
+        "max_attempts": run.max_attempts,
+        "schedule": run.schedule,
+        "run_at": iso(run.run_at),
+        "started_at": iso(run.started_at),
+        "finished_at": iso(run.finished_at),
+        "duration_seconds": _run_seconds(run),
+        "last_error": run.last_error,
+    }
+
+
+def print_runs(runs: Sequence[RunSummary]) -> None:
+    """Aligned columns; the last error gets whatever the terminal has left (none when that is
+    too little: `pgtick show ID` has it)."""
+    rows = [
+        (
+            str(r.id),
+            cut(r.job_type, MAX_JOB_TYPE_WIDTH),
+            r.status,
+            attempts_text(r.attempts, r.max_attempts),
+            utc_cell(r.run_at, r.db_now),
+            utc_cell(r.started_at, r.db_now),
+            utc_cell(r.finished_at, r.db_now),
+            "-" if (d := _run_seconds(r)) is None else duration_text(d),
+        )
+        for r in runs
+    ]
+    room = flex_width(RUN_COLUMNS[:-1], rows)
+    errors = [cut(one_line(r.last_error), room) or "-" for r in runs]
+    print_table(RUN_COLUMNS, [(*row, e) for row, e in zip(rows, errors, strict=True)])
+
+
+# -- one run ---------------------------------------------------------------------------------------
+
+
+def _attempt_seconds(a: Attempt) -> float | None:
+    return None if a.finished_at is None else (a.finished_at - a.started_at).total_seconds()
+
+
+def detail_fields(d: operations.RunDetail) -> dict[str, Any]:
+    r = d.run
+    return {
+        "id": r.id,
+        "job_type": r.job_type,
+        "status": r.status,
+        "payload": r.payload,
+        "idempotency_key": r.idempotency_key,
+        "attempts": r.attempts,
+        "max_attempts": r.max_attempts,
+        "run_at": iso(r.run_at),
+        "scheduled_for": iso(r.scheduled_for),
+        "created_at": iso(r.created_at),
+        "updated_at": iso(r.updated_at),
+        "started_at": iso(r.started_at),
+        "finished_at": iso(r.finished_at),
+        "locked_by": r.locked_by,
+        "locked_until": iso(r.locked_until),
+        "last_error": r.last_error,
+        "error_type": r.error_type,
+        "attempt_history": [
+            {
+                "attempt": a.attempt,
+                "worker": a.worker_id,
+                "started_at": iso(a.started_at),
+                "finished_at": iso(a.finished_at),
+                "duration_seconds": _attempt_seconds(a),
+                "outcome": a.outcome,
+                "error_type": a.error_type,
+                "error": a.error,
+            }
+            for a in d.attempts
+        ],
+        "schedule": None
+        if d.schedule is None
+        else {
+            "name": d.schedule.name,
+            "cron": d.schedule.cron,
+            "timezone": d.schedule.timezone,
+            "scheduled_for_local": None
+            if r.scheduled_for is None
+            else in_zone(r.scheduled_for, d.schedule.timezone) or None,
+        },
+        "effects": [{"key": e.key, "created_at": iso(e.created_at)} for e in d.effects],
+    }
+
+
+def print_detail(d: operations.RunDetail) -> None:
+    r = d.run
+    tried = attempts_text(r.attempts, r.max_attempts)
+    print(f"run {r.id}: {r.job_type}, {r.status}, attempt {tried}")
+    held = None if r.locked_by is None else f"{r.locked_by} until {iso(r.locked_until)}"
+    error = None if r.last_error is None else f"[{r.error_type}] {one_line(r.last_error)}"
+    lines: list[tuple[str, str | None]] = [
+        ("payload", json.dumps(r.payload)),
+        ("idempotency key", r.idempotency_key),
+        ("created", iso(r.created_at)),
+        ("run_at", iso(r.run_at)),
+        ("started", iso(r.started_at)),
+        ("finished", iso(r.finished_at)),
+        ("locked by", held),
+        ("last error", error),
+    ]
+    if d.schedule is not None:
+        s = d.schedule
+        origin = f"{s.name} ({s.cron}, {s.timezone})"
+        if r.scheduled_for is not None:
+            origin += f", occurrence {iso(r.scheduled_for)}"
+            local = in_zone(r.scheduled_for, s.timezone)
+            if local:
+                origin += f" = {local}"
+        else:
+            origin += ", triggered by hand"
+        lines.append(("schedule", origin))
+    for label, value in lines:
+        if value is not None:
+            print(f"  {label + ':':<17}{value}")
+    print(f"attempts ({len(d.attempts)}):" if d.attempts else "attempts: none yet")
+    for a in d.attempts:
+        took = _attempt_seconds(a)
+        # A cancelled run's attempt stays open until its daemon has stopped the handler.
+        outcome = a.outcome or ("stopping (cancelled)" if r.status == "cancelled" else "running")
+        head = f"  #{a.attempt} {outcome} on {a.worker_id}, started {iso(a.started_at)}"
+        if took is not None:
+            head += f", took {duration_text(took)}"
+        if a.error_type:
+            head += f", {a.error_type}"
+        print(head)
+        for line in (a.error or "").rstrip().splitlines():
+            print(f"      {line}")
+    print(f"effects ({len(d.effects)}):" if d.effects else "effects: none")
+    for e in d.effects:
+        print(f"  {e.key}  ({iso(e.created_at)})")
+
+
+# -- status ----------------------------------------------------------------------------------------
+
+
+def status_fields(st: operations.Status) -> dict[str, Any]:
+    return {
+        "healthy": st.healthy,
+        "problems": st.problems,
+        "db_now": iso(st.db_now),
+        "stale_after_seconds": st.stale_after_seconds,
+        "workers": [
+            {
+                "id": w.worker.id,
+                "host": w.worker.hostname,
+                "pid": w.worker.pid,
+                "version": w.worker.version,
+                "threads": w.worker.threads,
+                "busy": w.worker.busy,
+                "job_types": list(w.worker.job_types),
+                "started_at": iso(w.worker.started_at),
+                "heartbeat_age_seconds": w.worker.heartbeat_age_seconds,
+                "stale": w.stale,
+            }
+            for w in st.workers
+        ],
+        "job_types": [
+            {
+                "job_type": t.stats.job_type,
+                "due": t.stats.due,
+                "oldest_due_seconds": t.stats.oldest_due_seconds,
+                "scheduled": t.stats.scheduled,
+                "running": t.stats.running,
+                "stuck": t.stats.stuck,
+                "awaiting_retry": t.stats.awaiting_retry,
+                "dead_24h": t.stats.dead_recent,
+                "live_workers": t.live_workers,
+                "unserved": t.unserved,
+            }
+            for t in st.job_types
+        ],
+        "schedules": [
+            {
+                "name": s.state.name,
+                "job_type": s.state.job_type,
+                "cron": s.state.cron,
+                "timezone": s.state.timezone,
+                "next_at": iso(s.next_at),
+                "next_at_local": None
+                if s.next_at is None
+                else in_zone(s.next_at, s.state.timezone) or None,
+                "last_success_at": iso(s.last_success_at),
+                "overdue": s.overdue,
+                "paused": s.state.paused,
+                "paused_reason": s.state.paused_reason,
+                "paused_detail": s.state.paused_detail,
+                "error": s.error,
+            }
+            for s in st.schedules
+        ],
+    }
+
+
+def _schedule_state_text(s: operations.ScheduleStatus) -> str:
+    if s.state.paused:
+        why = s.state.paused_reason or "operator"
+        detail = f": {one_line(s.state.paused_detail)}" if s.state.paused_detail else ""
+        return cut(f"paused ({why}{detail})", 40)
+    if s.error is not None:
+        return cut(f"INVALID: {one_line(s.error)}", 40)
+    return "OVERDUE" if s.overdue else "ok"
+
+
+def print_status(st: operations.Status) -> None:
+    verdict = "ok" if st.healthy else f"ATTENTION ({len(st.problems)})"
+    print(f"pgtick status at {iso(st.db_now, whole_seconds=True)}: {verdict}")
+    for problem in st.problems:
+        print(f"  ! {problem}")
+    live = sum(1 for w in st.workers if not w.stale)
+    print()
+    print(f"workers: {live} live, {len(st.workers) - live} stale")
+    if st.workers:
+        rows = [
+            (
+                w.worker.hostname,
+                str(w.worker.pid),
+                w.worker.version,
+                f"{w.worker.busy}/{w.worker.threads}",
+                age_text(w.worker.heartbeat_age_seconds) + (" STALE" if w.stale else ""),
+                cut(",".join(w.worker.job_types) or "(schedules only)", 40),
+            )
+            for w in st.workers
+        ]
+        print_table(
+            ("  HOST", "PID", "VERSION", "BUSY", "HEARTBEAT", "JOB TYPES"),
+            [("  " + r[0], *r[1:]) for r in rows],
+        )
+    print()
+    print("job types:" if st.job_types else "job types: no queued, running or recently dead runs")
+    if st.job_types:
+        print_table(
+            ("  JOB TYPE", "DUE", "OLDEST", "RUNNING", "STUCK", "RETRYING", "DEAD 24H", "DAEMONS"),
+            [
+                (
+                    "  " + cut(t.stats.job_type, 30),
+                    str(t.stats.due),
+                    age_text(t.stats.oldest_due_seconds),
+                    str(t.stats.running),
+                    str(t.stats.stuck),
+                    str(t.stats.awaiting_retry),
+                    str(t.stats.dead_recent),
+                    "NONE" if t.unserved else str(t.live_workers),
+                )
+                for t in st.job_types
+            ],
+        )
+    print()
+    print("schedules:" if st.schedules else "schedules: none")
+    if st.schedules:
+        print_table(
+            ("  NAME", "NEXT (UTC)", "NEXT (LOCAL)", "LAST SUCCESS", "STATE"),
+            [
+                (
+                    "  " + cut(s.state.name, 24),
+                    "-" if s.next_at is None else f"{s.next_at.astimezone(UTC):%m-%d %H:%M}",
+                    "-" if s.next_at is None else local_short(s.next_at, s.state.timezone),
+                    utc_cell(s.last_success_at, st.db_now),
+                    _schedule_state_text(s),
+                )
+                for s in st.schedules
+            ],
+        )

@@ -1,0 +1,378 @@
+"""The loader: a TOML file (or a parsed mapping) -> ``Config``, driven by ``schema``'s table.
+
+The loader knows every key of the config file up front, so a typo is an error (with a
+suggestion) instead of a silently ignored setting, and the rest of the daemon receives values
+that are already typed, in seconds, and checked. Every refusal is one ``ConfigError`` line
+that names the full key; the rules that span keys (dsn or dsn_file, heartbeat shorter than
+lease, a console off loopback needs a token, ...) live here. Nothing here touches the network
+or the database.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pgtick.config.model import (
+    Config,
+    DatabaseConfig,
+    JobTypeConfig,
+    LoggingConfig,
+    MetricsConfig,
+    RetentionConfig,
+    ScheduleConfig,
+    TickerConfig,
+    WebConfig,
+    WorkerConfig,
+)
+from pgtick.config.schema import (
+    DEFAULT_BACKOFF_BASE_SECONDS,
+    DEFAULT_BACKOFF_MAX_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    JOB_TYPE_KEYS,
+    MIN_LEASE_HEARTBEATS,
+    REQUIRED_SCHEDULE_KEYS,
+    SCHEDULE_KEYS,
+    SECTIONS,
+    TOP_LEVEL,
+    Spec,
+)
+from pgtick.config.values import format_duration, is_loopback, show
+from pgtick.config.values import name as check_name
+from pgtick.errors import ConfigError, ScheduleError
+from pgtick.scheduling.cron import load_zone, validate_cron
+
+# -- Where the config and the DSN come from -------------------------------------------------------
+
+DEFAULT_CONFIG_PATH = "/etc/pgtick/config.toml"
+CONFIG_PATH_ENV = "PGTICK_CONFIG"
+DSN_ENV = "PGTICK_DSN"
+NO_DATABASE_MESSAGE = (
+    "no database: set database.dsn, database.dsn_file or $PGTICK_DSN, or pass --dsn"
+)
+
+
+def _suggestion(key: str, known: list[str]) -> str | None:
+    """The closest known key; ``lease_seconds`` also finds ``lease`` (the field vs. the key)."""
+    if key.endswith("_seconds") and key.removesuffix("_seconds") in known:
+        return key.removesuffix("_seconds")
+    close = difflib.get_close_matches(key, known, n=1)
+    return close[0] if close else None
+
+
+def _unknown(prefix: str, key: str, spec: Spec) -> ConfigError:
+    full = f"{prefix}.{key}"
+    # The right key in the wrong place beats a near miss in this one.
+    for home, keys in (("job_types", JOB_TYPE_KEYS), ("schedules", SCHEDULE_KEYS)):
+        if key in keys and keys is not spec:
+            return ConfigError(f"{full}: unknown key ({key} belongs in [{home}.NAME])")
+    homes = [name for name, keys in SECTIONS.items() if key in keys and name != prefix]
+    if homes:
+        return ConfigError(f"{full}: unknown key (did you mean {homes[0]}.{key}?)")
+    guess = _suggestion(key, list(spec))
+    if guess is not None:
+        return ConfigError(f"{full}: unknown key (did you mean {prefix}.{guess}?)")
+    return ConfigError(f"{full}: unknown key (known: {', '.join(spec)})")
+
+
+def _unknown_top(key: str) -> ConfigError:
+    guess = _suggestion(key, TOP_LEVEL)
+    if guess is not None:
+        return ConfigError(f"{key}: unknown section (did you mean {guess}?)")
+    homes = [name for name, keys in SECTIONS.items() if key in keys]
+    if homes:
+        return ConfigError(f"{key}: unknown key (did you mean {homes[0]}.{key}?)")
+    return ConfigError(f"{key}: unknown section (known: {', '.join(TOP_LEVEL)})")
+
+
+def _table(key: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}: expected a table ([{key}]), got {show(value)}")
+    return value
+
+
+# Where mistakes go while checking: None stops at the first (the daemon's start), a list
+# collects every one (``pgtick check``) and the check goes on with the defaults in their place.
+_Errors = list[str] | None
+
+
+def _attempt(errors: _Errors, fn: Callable[..., Any], *args: Any, default: Any) -> Any:
+    """``fn(*args)``; when collecting, a ConfigError is recorded and ``default`` returned."""
+    if errors is None:
+        return fn(*args)
+    try:
+        return fn(*args)
+    except ConfigError as exc:
+        errors.append(str(exc))
+        return default
+
+
+def _fields(
+    prefix: str, table: Mapping[str, Any], spec: Spec, errors: _Errors = None
+) -> dict[str, Any]:
+    """Check every key of one table, in file order, so the first mistake is the one reported
+    (or, collecting, every mistake in order)."""
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in spec:
+            _attempt(errors, _raise, _unknown(prefix, key, spec), default=None)
+            continue
+        attr, parse = spec[key]
+        parsed = _attempt(errors, parse, f"{prefix}.{key}", value, default=_MISSING)
+        if parsed is not _MISSING:
+            values[attr] = parsed
+    return values
+
+
+_MISSING = object()
+
+
+def _raise(exc: ConfigError) -> None:
+    raise exc
+
+
+# -- Building the sections ------------------------------------------------------------------------
+
+
+def _section(name: str, data: Mapping[str, Any], errors: _Errors = None) -> dict[str, Any]:
+    table = _attempt(errors, _table, name, data.get(name, {}), default={})
+    return _fields(name, table, SECTIONS[name], errors)
+
+
+def _database(data: Mapping[str, Any], errors: _Errors = None) -> DatabaseConfig:
+    values = _section("database", data, errors)
+    if "dsn" in values and "dsn_file" in values:
+        raise ConfigError("database.dsn_file: set database.dsn or database.dsn_file, not both")
+    return DatabaseConfig(**values)
+
+
+def _worker(data: Mapping[str, Any], errors: _Errors = None) -> WorkerConfig:
+    values = _section("worker", data, errors)
+    lease = values.setdefault("lease_seconds", DEFAULT_LEASE_SECONDS)
+    heartbeat = values.setdefault("heartbeat_seconds", lease / 3)
+    if heartbeat >= lease:
+        raise ConfigError(
+            f"worker.heartbeat: must be shorter than worker.lease "
+            f"({format_duration(heartbeat)} is not shorter than {format_duration(lease)})"
+        )
+    return WorkerConfig(**values)
+
+
+def _web(data: Mapping[str, Any]) -> WebConfig:
+    """Payloads and errors may hold personal data: off loopback, only behind a token."""
+    web = WebConfig(**_section("web", data))
+    if web.enabled and not web.token_file and not is_loopback(web.host):
+        raise ConfigError(
+            f"web.listen: {web.listen!r} is not a loopback address; set web.token_file "
+            "to serve the console beyond this machine, or listen on 127.0.0.1"
+        )
+    return web
+
+
+def read_token(web: WebConfig) -> str | None:
+    """The console's action token from ``web.token_file`` (None: no file set, read-only)."""
+    if not web.token_file:
+        return None
+    try:
+        with open(web.token_file, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"web.token_file: cannot read {web.token_file}: {exc.strerror or exc}"
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"web.token_file: {web.token_file} is not valid UTF-8") from None
+    if not token:
+        raise ConfigError(f"web.token_file: {web.token_file} is empty")
+    return token
+
+
+def job_type_config(
+    name: str,
+    value: Any,
+    worker: WorkerConfig,
+    *,
+    prefix: str | None = None,
+    errors: _Errors = None,
+) -> JobTypeConfig:
+    """A job type's settings from a ``[job_types.NAME]`` table, or from ``@pgtick.job``'s
+    options (the same keys and checks; ``prefix`` then names the decorator in errors)."""
+    prefix = prefix or f"job_types.{name}"
+    check_name(prefix, name)
+    values = _fields(prefix, _table(prefix, value), JOB_TYPE_KEYS, errors)
+    if "handler" in values and "command" in values:
+        raise ConfigError(f"{prefix}: set handler or command, not both")
+    base = values.get("backoff_base_seconds", DEFAULT_BACKOFF_BASE_SECONDS)
+    if values.get("backoff_max_seconds", DEFAULT_BACKOFF_MAX_SECONDS) < base:
+        raise ConfigError(f"{prefix}.backoff_max: must not be shorter than {prefix}.backoff_base")
+    lease = values.get("lease_seconds")
+    least = MIN_LEASE_HEARTBEATS * worker.heartbeat_seconds
+    if lease is not None and lease < least:
+        raise ConfigError(
+            f"{prefix}.lease: must be at least twice worker.heartbeat ({format_duration(least)}),"
+            f" got {format_duration(lease)}, so that one late heartbeat does not lose the run"
+        )
+    return JobTypeConfig(name=name, **values)
+
+
+def _schedule(name: str, value: Any, errors: _Errors = None) -> ScheduleConfig:
+    prefix = f"schedules.{name}"
+    check_name(prefix, name)
+    table = _table(prefix, value)
+    values = _fields(prefix, table, SCHEDULE_KEYS, errors)
+    problems = [
+        ConfigError(f"{prefix}.{required}: missing (every schedule needs one)")
+        for required in REQUIRED_SCHEDULE_KEYS
+        if required not in table
+    ]
+    if "cron" in values:
+        try:
+            validate_cron(values["cron"], name)
+        except ScheduleError as exc:
+            problems.append(ConfigError(f"{prefix}.cron: {exc}"))
+    if "timezone" in values:
+        try:
+            load_zone(values["timezone"])
+        except ScheduleError as exc:
+            problems.append(ConfigError(f"{prefix}.timezone: {exc}"))
+    if problems and errors is None:
+        raise problems[0]
+    if problems or not set(REQUIRED_SCHEDULE_KEYS) <= values.keys():
+        assert errors is not None
+        errors.extend(str(problem) for problem in problems)
+        raise _Skipped(prefix)
+    return ScheduleConfig(name=name, **values)
+
+
+class _Skipped(Exception):
+    """A schedule left out of a collecting check."""
+
+
+def config_from_mapping(
+    data: Mapping[str, Any], *, path: str | None = None, errors: _Errors = None
+) -> Config:
+    """Check a parsed TOML document and turn it into a ``Config``, stopping at the first
+    mistake, or, given an ``errors`` list, recording every mistake in it."""
+    for key in data:
+        if key not in TOP_LEVEL:
+            _attempt(errors, _raise, _unknown_top(key), default=None)
+    database = _attempt(errors, _database, data, errors, default=DatabaseConfig())
+    worker = _attempt(errors, _worker, data, errors, default=WorkerConfig())
+    ticker = TickerConfig(**_section("ticker", data, errors))
+    metrics = MetricsConfig(**_section("metrics", data, errors))
+    web = _attempt(errors, _web, data, default=WebConfig())
+    logging = LoggingConfig(**_section("logging", data, errors))
+    retention = RetentionConfig(**_section("retention", data, errors))
+    job_types = _attempt(errors, _table, "job_types", data.get("job_types", {}), default={})
+    schedules = _attempt(errors, _table, "schedules", data.get("schedules", {}), default={})
+    checked_types: dict[str, JobTypeConfig] = {}
+    for name, value in job_types.items():
+        jt = _attempt(errors, _job_type, name, value, worker, errors, default=None)
+        if jt is not None:
+            checked_types[name] = jt
+    checked_schedules: dict[str, ScheduleConfig] = {}
+    for name, value in schedules.items():
+        try:
+            sc = _attempt(errors, _schedule, name, value, errors, default=None)
+        except _Skipped:
+            continue
+        if sc is not None:
+            checked_schedules[name] = sc
+    return Config(
+        database=database,
+        worker=worker,
+        ticker=ticker,
+        metrics=metrics,
+        web=web,
+        logging=logging,
+        retention=retention,
+        job_types=types.MappingProxyType(checked_types),
+        schedules=types.MappingProxyType(checked_schedules),
+        path=path,
+    )
+
+
+def _job_type(name: str, value: Any, worker: WorkerConfig, errors: _Errors) -> JobTypeConfig:
+    return job_type_config(name, value, worker, errors=errors)
+
+
+class ConfigErrors(ConfigError):
+    """Every mistake found in one config file (``load_config(..., every_error=True)``); its
+    text is the first, ``messages`` holds them all, each naming the file and the key."""
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__(messages[0])
+        self.messages = messages
+
+
+# -- Files and the environment --------------------------------------------------------------------
+
+
+def load_config(
+    path: str | os.PathLike[str] | None,
+    *,
+    env: Mapping[str, str] | None = None,
+    every_error: bool = False,
+) -> Config:
+    """Read and check the config file; with no path and no file at the default place, defaults.
+    ``every_error``: raise ``ConfigErrors`` with every mistake rather than the first.
+
+    ``path`` None falls back to ``$PGTICK_CONFIG`` and then ``DEFAULT_CONFIG_PATH``; only the
+    latter may be missing, so that ``pgtick migrate --dsn ...`` works without any file.
+    """
+    environ = os.environ if env is None else env
+    if path is None and environ.get(CONFIG_PATH_ENV):
+        path = environ[CONFIG_PATH_ENV]
+    if path is None:
+        if not os.path.exists(DEFAULT_CONFIG_PATH):
+            return Config()
+        path = DEFAULT_CONFIG_PATH
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot read config file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{name}: not valid UTF-8 (byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{name}: not valid TOML: {exc}") from None
+    errors: _Errors = [] if every_error else None
+    try:
+        config = config_from_mapping(data, path=name, errors=errors)
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+    if errors:
+        raise ConfigErrors([f"{name}: {message}" for message in errors])
+    return config
+
+
+def resolve_dsn(
+    db: DatabaseConfig, override: str | None = None, env: Mapping[str, str] | None = None
+) -> str:
+    """The DSN to connect with: ``--dsn`` > ``$PGTICK_DSN`` > ``database.dsn`` > ``dsn_file``."""
+    environ = os.environ if env is None else env
+    if override:
+        return override
+    if environ.get(DSN_ENV):
+        return environ[DSN_ENV]
+    if db.dsn:
+        return db.dsn
+    if db.dsn_file:
+        try:
+            with open(db.dsn_file, encoding="utf-8") as fh:
+                dsn = fh.read().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"database.dsn_file: cannot read {db.dsn_file}: {exc.strerror or exc}"
+            ) from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"database.dsn_file: {db.dsn_file} is not valid UTF-8") from None
+        if not dsn:
+            raise ConfigError(f"database.dsn_file: {db.dsn_file} is empty")
+        return dsn
+    raise ConfigError(NO_DATABASE_MESSAGE)

@@ -1,0 +1,221 @@
+"""The typed configuration the rest of the daemon receives: frozen dataclasses, one per section,
+values already checked and in their units (seconds); ``Config()`` is what an empty file means.
+Their defaults are the constants of ``schema``, the same ones its table documents.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgtick.config.schema import (
+    DEFAULT_BACKOFF,
+    DEFAULT_BACKOFF_BASE_SECONDS,
+    DEFAULT_BACKOFF_MAX_SECONDS,
+    DEFAULT_CATCHUP,
+    DEFAULT_CATCHUP_LIMIT,
+    DEFAULT_HEARTBEAT_SECONDS,
+    DEFAULT_JITTER_FRACTION,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_LOG_FORMAT,
+    DEFAULT_LOG_LEVEL,
+    DEFAULT_LOOKAHEAD_SECONDS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_METRICS_LISTEN,
+    DEFAULT_OVERLAP,
+    DEFAULT_POLL_INTERVAL_SECONDS,
+    DEFAULT_POOL_SIZE,
+    DEFAULT_PREFETCH,
+    DEFAULT_REAPER_INTERVAL_SECONDS,
+    DEFAULT_RETAIN_CANCELLED_SECONDS,
+    DEFAULT_RETAIN_DEAD_SECONDS,
+    DEFAULT_RETAIN_SKIPPED_SECONDS,
+    DEFAULT_RETAIN_SUCCEEDED_SECONDS,
+    DEFAULT_SCHEDULE_JITTER_SECONDS,
+    DEFAULT_SCHEMA,
+    DEFAULT_SHUTDOWN_GRACE_SECONDS,
+    DEFAULT_THREADS,
+    DEFAULT_TICK_INTERVAL_SECONDS,
+    DEFAULT_TIMEZONE,
+    DEFAULT_WEB_LISTEN,
+    DEFAULT_WEB_TOKEN_FILE,
+)
+from pgtick.config.values import redact_dsn, split_listen
+
+
+@dataclass(frozen=True, repr=False)
+class DatabaseConfig:
+    """Where the database is; ``repr`` hides the DSN's password so a logged config leaks nothing."""
+
+    dsn: str | None = None
+    dsn_file: str | None = None
+    schema: str = DEFAULT_SCHEMA
+    pool_size: int = DEFAULT_POOL_SIZE
+    # A direct (unpooled) DSN for the LISTEN connection when ``dsn`` goes through a
+    # transaction-mode pooler; "" means ``dsn``.
+    listen_dsn: str = ""
+    # Prepare the worker pool's hot statements on the server (faster); false behind a
+    # transaction-mode pooler without prepared-statement support (PgBouncer before 1.21).
+    prepared_statements: bool = True
+
+    def __repr__(self) -> str:
+        dsn = None if self.dsn is None else redact_dsn(self.dsn)
+        listen_dsn = redact_dsn(self.listen_dsn) if self.listen_dsn else ""
+        return (
+            f"DatabaseConfig(dsn={dsn!r}, dsn_file={self.dsn_file!r}, "
+            f"schema={self.schema!r}, pool_size={self.pool_size!r}, listen_dsn={listen_dsn!r}, "
+            f"prepared_statements={self.prepared_statements!r})"
+        )
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """The worker pool.
+
+    ``heartbeat_seconds`` defaults to a third of the lease when only ``worker.lease`` is set;
+    ``prefetch`` bounds how many runs may be claimed beyond free threads while there is a
+    backlog of short runs (the worker claims fewer the longer its handlers take).
+    """
+
+    threads: int = DEFAULT_THREADS
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
+    poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS
+    shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS
+    imports: tuple[str, ...] = ()
+    prefetch: int = DEFAULT_PREFETCH
+
+
+@dataclass(frozen=True)
+class TickerConfig:
+    """How often schedules are materialized, how far ahead, and how often stuck runs are reaped."""
+
+    interval_seconds: float = DEFAULT_TICK_INTERVAL_SECONDS
+    lookahead_seconds: float = DEFAULT_LOOKAHEAD_SECONDS
+    reaper_interval_seconds: float = DEFAULT_REAPER_INTERVAL_SECONDS
+
+
+class _Listener:
+    """What a ``listen = "host:port"`` key means; ``""`` disables the server."""
+
+    listen: str
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the HTTP server should start at all."""
+        return self.listen != ""
+
+    @property
+    def host(self) -> str:
+        """The address to bind, without IPv6 brackets (only when ``enabled``)."""
+        return split_listen(self.listen)[0]
+
+    @property
+    def port(self) -> int:
+        """The TCP port to bind, 0 = any free one (only when ``enabled``)."""
+        return split_listen(self.listen)[1]
+
+
+@dataclass(frozen=True)
+class MetricsConfig(_Listener):
+    """The metrics/health HTTP listener."""
+
+    listen: str = DEFAULT_METRICS_LISTEN
+
+
+@dataclass(frozen=True)
+class WebConfig(_Listener):
+    """The web console's listener; ``token_file`` enables actions."""
+
+    listen: str = DEFAULT_WEB_LISTEN
+    token_file: str = DEFAULT_WEB_TOKEN_FILE
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """Log shape and threshold; ``auto`` means console on a TTY, JSON lines otherwise."""
+
+    format: str = DEFAULT_LOG_FORMAT
+    level: str = DEFAULT_LOG_LEVEL
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    """How long terminal runs are kept, per final state, before the daemon prunes them."""
+
+    succeeded_seconds: float = DEFAULT_RETAIN_SUCCEEDED_SECONDS
+    dead_seconds: float = DEFAULT_RETAIN_DEAD_SECONDS
+    cancelled_seconds: float = DEFAULT_RETAIN_CANCELLED_SECONDS
+    skipped_seconds: float = DEFAULT_RETAIN_SKIPPED_SECONDS
+
+
+@dataclass(frozen=True)
+class JobTypeConfig:
+    """One job type: its handler and retry policy.
+
+    ``handler`` and ``command`` are both None for types registered with ``@pgtick.job`` in
+    ``worker.imports``; ``lease_seconds`` None means ``worker.lease``; ``timeout_seconds`` None
+    means no limit.
+    """
+
+    name: str
+    handler: str | None = None
+    command: tuple[str, ...] | None = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    backoff: str = DEFAULT_BACKOFF
+    backoff_base_seconds: float = DEFAULT_BACKOFF_BASE_SECONDS
+    backoff_max_seconds: float = DEFAULT_BACKOFF_MAX_SECONDS
+    jitter: float = DEFAULT_JITTER_FRACTION
+    timeout_seconds: float | None = None
+    lease_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """One ``[schedules.NAME]`` entry; ``max_attempts`` None means the job type's.
+
+    ``payload`` is a plain dict of JSON values (not a read-only proxy) so that ``json.dumps`` and
+    psycopg's ``Jsonb`` take it as it is.
+    """
+
+    name: str
+    job_type: str
+    cron: str
+    timezone: str = DEFAULT_TIMEZONE
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    catchup: str = DEFAULT_CATCHUP
+    catchup_limit: int = DEFAULT_CATCHUP_LIMIT
+    overlap: str = DEFAULT_OVERLAP
+    jitter_seconds: float = DEFAULT_SCHEDULE_JITTER_SECONDS
+    max_attempts: int | None = None
+
+
+def _empty_job_types() -> Mapping[str, JobTypeConfig]:
+    return types.MappingProxyType({})
+
+
+def _empty_schedules() -> Mapping[str, ScheduleConfig]:
+    return types.MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration; ``Config()`` is what an empty file means."""
+
+    database: DatabaseConfig = field(default_factory=DatabaseConfig)
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
+    ticker: TickerConfig = field(default_factory=TickerConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    web: WebConfig = field(default_factory=WebConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    job_types: Mapping[str, JobTypeConfig] = field(default_factory=_empty_job_types)
+    schedules: Mapping[str, ScheduleConfig] = field(default_factory=_empty_schedules)
+    path: str | None = None
+
+    def job_type(self, name: str) -> JobTypeConfig:
+        """The configured job type, or the defaults for one known only from a decorator."""
+        configured = self.job_types.get(name)
+        return configured if configured is not None else JobTypeConfig(name=name)

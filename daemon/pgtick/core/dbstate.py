@@ -1,0 +1,150 @@
+"""The database-derived metrics: one aggregate query turned into gauge values.
+
+Terminal-state counts are not counted per scrape (ten million finished rows take seconds):
+when the stored counts are older than ``TERMINAL_RECOUNT_SECONDS`` a background thread
+recounts them, and only one daemon of a fleet does so at a time.
+
+A schedule is overdue when it is enabled and its most recent occurrence that should have
+started by now has no run that started (or was deliberately skipped or cancelled); an
+occurrence from before the schedule was created does not count. "Should have
+started" allows the schedule's jitter plus a tolerance of one ticker interval (at least
+``OVERDUE_MIN_TOLERANCE_SECONDS``), since runs of ``overlap = allow`` schedules are created on
+ticks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+
+import structlog
+
+from pgtick.config import ScheduleConfig
+from pgtick.errors import PgtickError, ScheduleError
+from pgtick.observability.metrics import DatabaseSnapshot
+from pgtick.scheduling.cron import Cron
+from pgtick.storage.store import MetricsSnapshot, RunStore, ScheduleHealth
+
+TERMINAL_RECOUNT_SECONDS = 300.0
+TERMINAL_RECOUNT_TIMEOUT_SECONDS = 120.0
+STATEMENT_TIMEOUT_SECONDS = 0.5
+POOL_TIMEOUT_SECONDS = 0.5
+OVERDUE_MIN_TOLERANCE_SECONDS = 60.0
+METRICS_POOL_SIZE = 2  # the aggregate query, and the occasional recount beside it
+
+log = structlog.get_logger("pgtick.dbstate")
+
+
+def overdue_grace_seconds(tick_interval_seconds: float, jitter_seconds: float) -> float:
+    """How late a schedule's run may start before the schedule counts as overdue."""
+    return max(OVERDUE_MIN_TOLERANCE_SECONDS, tick_interval_seconds) + jitter_seconds
+
+
+def due_occurrences(
+    schedules: Mapping[str, tuple[Cron, float]], now: datetime
+) -> dict[str, datetime | None]:
+    """Per schedule name (cron, grace seconds): the latest occurrence that should have started
+    by ``now``; the ``due_at`` that ``RunStore.metrics_snapshot`` asks about."""
+    return {
+        name: cron.latest_at_or_before(now - timedelta(seconds=grace))
+        for name, (cron, grace) in schedules.items()
+    }
+
+
+def is_overdue(health: ScheduleHealth) -> bool:
+    """The overdue rule of this module's docstring, on one snapshot row."""
+    return not health.paused and health.due_started is False
+
+
+class DatabaseProbe:
+    """Reads the database-derived gauges (``DatabaseCollector``'s ``fetch``)."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        schedules: Sequence[ScheduleConfig],
+        tick_interval_seconds: float,
+        *,
+        recount_seconds: float = TERMINAL_RECOUNT_SECONDS,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._schedules = {
+            s.name: (
+                Cron.parse(s.cron, s.timezone, s.name),
+                overdue_grace_seconds(tick_interval_seconds, s.jitter_seconds),
+            )
+            for s in schedules
+        }
+        self._recount_seconds = recount_seconds
+        self._clock = wall_clock
+        self._db_offset = 0.0  # database clock minus ours, from the previous read
+        self._recounting = threading.Lock()
+
+    def __call__(self) -> DatabaseSnapshot:
+        now = datetime.fromtimestamp(self._clock() + self._db_offset, UTC)
+        due_at = due_occurrences(self._schedules, now)
+        snap = self._store.metrics_snapshot(
+            due_at,
+            statement_timeout_seconds=STATEMENT_TIMEOUT_SECONDS,
+            pool_timeout_seconds=POOL_TIMEOUT_SECONDS,
+        )
+        self._db_offset = snap.db_now - self._clock()
+        counted = snap.terminal_counted_at
+        if counted is None or snap.db_now - counted > self._recount_seconds:
+            self._start_recount()
+        return self._gauges(snap)
+
+    def _gauges(self, snap: MetricsSnapshot) -> DatabaseSnapshot:
+        db_now = datetime.fromtimestamp(snap.db_now, UTC)
+        runs: dict[tuple[str, str], int] = dict(snap.terminal)
+        for q in snap.queues:
+            runs[(q.job_type, "queued")] = q.queued
+            runs[(q.job_type, "running")] = q.running
+            runs[(q.job_type, "failed")] = q.failed
+        return DatabaseSnapshot(
+            runs=runs,
+            queue_depth={q.job_type: q.due for q in snap.queues},
+            oldest_due_seconds={
+                q.job_type: q.oldest_due_seconds
+                for q in snap.queues
+                if q.oldest_due_seconds is not None
+            },
+            stuck={q.job_type: q.stuck for q in snap.queues},
+            schedule_last_success={
+                s.name: s.last_success_at for s in snap.schedules if s.last_success_at is not None
+            },
+            schedule_next_run={
+                name: upcoming.timestamp()
+                for name, (cron, _) in self._schedules.items()
+                if (upcoming := _next_after(cron, db_now)) is not None
+            },
+            schedules_overdue=sum(1 for s in snap.schedules if is_overdue(s)),
+            terminal_counted_at=snap.terminal_counted_at,
+        )
+
+    def _start_recount(self) -> None:
+        if self._recounting.acquire(blocking=False):
+            threading.Thread(target=self._recount, name="pgtick-recount", daemon=True).start()
+
+    def _recount(self) -> None:
+        try:
+            started = time.perf_counter()
+            if self._store.refresh_terminal_counts(
+                self._recount_seconds, TERMINAL_RECOUNT_TIMEOUT_SECONDS
+            ):
+                log.debug("terminal_runs_recounted", seconds=time.perf_counter() - started)
+        except PgtickError as exc:
+            log.warning("terminal_runs_recount_failed", error=str(exc))
+        finally:
+            self._recounting.release()
+
+
+def _next_after(cron: Cron, at: datetime) -> datetime | None:
+    """The next occurrence, or None for a cron that never fires again."""
+    try:
+        return cron.next_after(at)
+    except ScheduleError:
+        return None

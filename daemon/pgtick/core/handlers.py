@@ -1,0 +1,447 @@
+"""Job types and their handlers: Python callables and commands, and JobContext.
+
+A job type maps to exactly one handler: ``handler = "module:function"`` or ``command = [...]``
+in ``[job_types.NAME]``, or an ``@pgtick.job("NAME")`` decorator in a module listed in
+``worker.imports``. ``execute`` runs one claimed run and turns whatever happened into an
+``Outcome``; it never raises, so a handler can never kill a worker thread: whatever a handler
+raises, ``SystemExit``, ``KeyboardInterrupt`` and ``GeneratorExit`` included, fails its run.
+None of them is the daemon's own business: its shutdown comes by signals to the main thread,
+never by an exception in a worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import threading
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import structlog
+
+from pgtick import config as config_mod
+from pgtick.config import Config, JobTypeConfig
+from pgtick.core import commands
+from pgtick.core.backoff import Backoff
+from pgtick.errors import ConfigError, Fail, Retry
+from pgtick.storage.store import ClaimedRun, RunStore
+
+LAST_ERROR_MAX_CHARS = 500
+DETAIL_MAX_BYTES = 8192  # the traceback or stderr tail kept in the attempt row
+COMMAND_KILL_GRACE_SECONDS = 3.0  # SIGTERM to the process group, then SIGKILL after this
+# How long a stopped command can take to be gone: the kill grace, the wait for SIGKILLed
+# processes to disappear, and a poll. The drain waits this long before releasing.
+COMMAND_STOP_TIMEOUT_SECONDS = (
+    COMMAND_KILL_GRACE_SECONDS + commands.REAP_TIMEOUT_SECONDS + 2 * commands.POLL_INTERVAL_SECONDS
+)
+
+Handler = Callable[["JobContext", Any], Any]
+
+log = structlog.get_logger("pgtick.handlers")
+
+# The decorator's registry. Filled at import time of the modules in ``worker.imports``;
+# read once by ``resolve`` at start-up.
+_DECORATED: dict[str, tuple[Handler, dict[str, Any]]] = {}
+
+
+def job(
+    name: str,
+    *,
+    max_attempts: int | None = None,
+    backoff: str | None = None,
+    backoff_base: float | str | None = None,
+    backoff_max: float | str | None = None,
+    jitter: float | None = None,
+    timeout: float | str | None = None,
+    lease: float | str | None = None,
+) -> Callable[[Handler], Handler]:
+    """Register ``fn(ctx, payload)`` as the handler of job type ``name``.
+
+    Options take the same values as the ``[job_types.NAME]`` keys of the same names (seconds
+    as numbers, or durations such as ``"5m"``) and go through the same checks when the daemon
+    starts. They apply when the config file has no ``[job_types.NAME]`` table (if it has one,
+    the file's settings win).
+    """
+    options = {
+        "max_attempts": max_attempts,
+        "backoff": backoff,
+        "backoff_base": backoff_base,
+        "backoff_max": backoff_max,
+        "jitter": jitter,
+        "timeout": timeout,
+        "lease": lease,
+    }
+
+    def register(fn: Handler) -> Handler:
+        existing = _DECORATED.get(name)
+        if existing is not None and existing[0] is not fn:
+            raise ConfigError(
+                f"job type {name!r} is registered twice: {_describe(existing[0])} "
+                f"and {_describe(fn)}"
+            )
+        _DECORATED[name] = (fn, {k: v for k, v in options.items() if v is not None})
+        return fn
+
+    return register
+
+
+def _describe(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+
+
+@dataclass(frozen=True)
+class JobType:
+    """A job type this daemon can run: its settings and its one handler."""
+
+    config: JobTypeConfig
+    lease_seconds: float
+    fn: Handler | None = None
+    command: tuple[str, ...] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def backoff(self) -> Backoff:
+        c = self.config
+        return Backoff(c.backoff, c.backoff_base_seconds, c.backoff_max_seconds, c.jitter)
+
+
+def import_handler(spec: str, key: str) -> Handler:
+    """Import ``module:function``; a failure is a ConfigError naming the key."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ConfigError(f"{key}: cannot import module {module_name!r}: {exc}") from exc
+    target: Any = module
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise ConfigError(f"{key}: module {module_name!r} has no attribute {attr!r}")
+    if not callable(target):
+        raise ConfigError(f"{key}: {spec!r} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+def import_modules(modules: tuple[str, ...]) -> None:
+    """Import ``worker.imports`` so their ``@pgtick.job`` decorators register."""
+    for i, module_name in enumerate(modules):
+        try:
+            importlib.import_module(module_name)
+        except Exception as exc:
+            raise ConfigError(
+                f"worker.imports[{i}]: cannot import module {module_name!r}: {exc}"
+            ) from exc
+
+
+def resolve(config: Config) -> dict[str, JobType]:
+    """Every job type this daemon can run, from the config file and the decorators; an error
+    (a handler that does not import, ...) names the config file that led to it."""
+    try:
+        return _resolve(config)
+    except ConfigError as exc:
+        if config.path is None:
+            raise
+        raise ConfigError(f"{config.path}: {exc}") from exc
+
+
+def _resolve(config: Config) -> dict[str, JobType]:
+    import_modules(config.worker.imports)
+    default_lease = config.worker.lease_seconds
+    resolved: dict[str, JobType] = {}
+    for name, jt in config.job_types.items():
+        key = f"job_types.{name}"
+        decorated = _DECORATED.get(name)
+        lease = jt.lease_seconds or default_lease
+        if jt.handler and decorated:
+            raise ConfigError(
+                f"{key}.handler: job type {name!r} also has an @pgtick.job handler "
+                f"({_describe(decorated[0])}); a job type has exactly one handler"
+            )
+        if jt.command and decorated:
+            raise ConfigError(
+                f"{key}.command: job type {name!r} also has an @pgtick.job handler "
+                f"({_describe(decorated[0])}); a job type has exactly one handler"
+            )
+        if jt.handler:
+            resolved[name] = JobType(jt, lease, fn=import_handler(jt.handler, f"{key}.handler"))
+        elif jt.command:
+            resolved[name] = JobType(jt, lease, command=jt.command)
+        elif decorated:
+            resolved[name] = JobType(jt, lease, fn=decorated[0])
+        else:
+            raise ConfigError(
+                f'{key}: no handler: set handler = "module:function" or command = [...], '
+                "or register one with @pgtick.job in a module listed in worker.imports"
+            )
+    for name, (fn, options) in _DECORATED.items():
+        if name not in resolved:
+            # The file's validator, so a decorator cannot set what the file may not.
+            where = f"@pgtick.job({name!r}) in {getattr(fn, '__module__', '?')}"
+            jt = config_mod.job_type_config(name, options, config.worker, prefix=where)
+            resolved[name] = JobType(jt, jt.lease_seconds or default_lease, fn=fn)
+    for name, schedule in config.schedules.items():
+        if schedule.job_type not in resolved:
+            raise ConfigError(
+                f"schedules.{name}.job_type: unknown job type {schedule.job_type!r} "
+                f"(no [job_types.{schedule.job_type}] handler and no @pgtick.job)"
+            )
+    return resolved
+
+
+# -- the context handed to handlers -----------------------------------------------------------
+
+
+class CommitGuard(Protocol):
+    """Who decides whether a handler's transaction may commit its run's success (the
+    lifecycle): the run may meanwhile have timed out, been lost or been cancelled."""
+
+    def begin_commit(self, run_id: int) -> bool: ...
+
+    def end_commit(self, run_id: int, committed: bool) -> None: ...
+
+
+class _Unguarded:
+    """For contexts made outside a daemon (tests, scripts): the database guard alone."""
+
+    def begin_commit(self, run_id: int) -> bool:
+        return True
+
+    def end_commit(self, run_id: int, committed: bool) -> None:
+        return None
+
+
+@dataclass
+class JobContext:
+    """What a handler knows about its run, and the tools to do its job safely."""
+
+    run_id: int
+    job_type: str
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime | None
+    idempotency_key: str | None
+    cancelled: threading.Event
+    _store: RunStore = field(repr=False)
+    _worker_id: str = field(repr=False)
+    _guard: CommitGuard = field(default_factory=_Unguarded, repr=False)
+    _tx: Any = field(default=None, repr=False)
+    _log: Any = field(default=None, repr=False)
+
+    @property
+    def log(self) -> Any:
+        """A structlog logger bound to this run."""
+        if self._log is None:
+            self._log = structlog.get_logger("pgtick.job").bind(
+                run_id=self.run_id, job_type=self.job_type, attempt=self.attempt
+            )
+        return self._log
+
+    def effect_once(self, key: str) -> bool:
+        """True only the first time ``key`` is seen: record before you act.
+
+        Inside ``transaction()`` the key is recorded in that transaction, so it is kept only
+        if the transaction commits.
+        """
+        if self._tx is not None:
+            return RunStore.effect_once_on(self._tx, key, self.run_id)
+        return self._store.effect_once(key, self.run_id)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A connection whose transaction also commits this run's success.
+
+        The handler's writes and ``succeeded`` become visible together or not at all. If the
+        run is no longer this worker's (lease lost, cancelled, timed out), the transaction is
+        rolled back and ``LeaseLostError`` raised.
+        """
+        committing = False
+        try:
+            with self._store.connection("transaction") as conn, conn.transaction():
+                self._tx = conn
+                try:
+                    yield conn
+                    if not self._guard.begin_commit(self.run_id):
+                        raise LeaseLostError(f"run {self.run_id}: no longer held, not committed")
+                    committing = True
+                    claim = (self.run_id, self.attempt)
+                    if not RunStore.succeed_on(conn, self._worker_id, [claim]):
+                        raise LeaseLostError(f"run {self.run_id}: lease lost before commit")
+                finally:
+                    self._tx = None
+        except BaseException:
+            if committing:
+                self._guard.end_commit(self.run_id, committed=False)
+            raise
+        self._guard.end_commit(self.run_id, committed=True)
+
+
+class LeaseLostError(Exception):
+    """The run is no longer this worker's: its result must not be written."""
+
+
+# -- running one run ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one attempt, for the completer to record."""
+
+    run_id: int
+    # succeeded | failed | dead: what the handler did (the lifecycle decides what is
+    # written); lost: transaction() found the lease gone; interrupted: a command killed
+    # because its run was cancelled (by the drain, a lost lease or an operator); cancelled:
+    # set by the lifecycle, not a handler: let go of a run an operator cancelled.
+    kind: str
+    error: str = ""
+    error_type: str = ""
+    detail: str = ""
+    retry_in_seconds: float | None = None
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= LAST_ERROR_MAX_CHARS else text[: LAST_ERROR_MAX_CHARS - 1] + "…"
+
+
+def _bounded(text: str, limit: int = DETAIL_MAX_BYTES) -> str:
+    """At most ``limit`` bytes: the start (where it began) and the end (what was raised)."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    head = limit // 8
+    tail = limit - head - len(" … ".encode())
+    return data[:head].decode("utf-8", "ignore") + " … " + data[-tail:].decode("utf-8", "ignore")
+
+
+def failed(
+    ctx: JobContext,
+    jt: JobType,
+    message: str,
+    error_type: str,
+    detail: str,
+    delay: float | None = None,
+) -> Outcome:
+    """A failed attempt: retried after ``delay`` (default: the job type's backoff), or dead
+    when the run's attempts are used up."""
+    if ctx.attempt >= ctx.max_attempts:
+        return Outcome(ctx.run_id, "dead", message, error_type, detail, None)
+    if delay is None:
+        delay = jt.backoff.delay(ctx.attempt)
+    return Outcome(ctx.run_id, "failed", message, error_type, detail, delay)
+
+
+def _failure(ctx: JobContext, jt: JobType, exc: BaseException) -> Outcome:
+    """Map a handler's exception to failed (with backoff), or dead."""
+    detail = _bounded("".join(traceback.format_exception(exc)))
+    error_type = type(exc).__name__
+    message = _short(f"{error_type}: {exc}" if str(exc) else error_type)
+    if isinstance(exc, Fail):
+        return Outcome(ctx.run_id, "dead", message, "Fail", detail, None)
+    after = exc.after if isinstance(exc, Retry) else None
+    return failed(ctx, jt, message, error_type, detail, None if after is None else max(0.0, after))
+
+
+def command_env(ctx: JobContext, payload_json: str) -> dict[str, str]:
+    """The environment variables a command handler receives (PGTICK_PAYLOAD, PGTICK_RUN_ID, ...)."""
+    return {
+        "PGTICK_PAYLOAD": payload_json,
+        "PGTICK_RUN_ID": str(ctx.run_id),
+        "PGTICK_JOB_TYPE": ctx.job_type,
+        "PGTICK_ATTEMPT": str(ctx.attempt),
+        "PGTICK_MAX_ATTEMPTS": str(ctx.max_attempts),
+        "PGTICK_IDEMPOTENCY_KEY": ctx.idempotency_key or "",
+        "PGTICK_SCHEDULED_FOR": ctx.scheduled_for.isoformat() if ctx.scheduled_for else "",
+    }
+
+
+def _run_command(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
+    assert jt.command is not None
+    payload_json = json.dumps(payload, separators=(",", ":"))
+    result = commands.run_command(
+        jt.command,
+        payload_json=payload_json,
+        env=command_env(ctx, payload_json),
+        cancelled=ctx.cancelled,
+        timeout_seconds=jt.config.timeout_seconds,
+        kill_grace_seconds=COMMAND_KILL_GRACE_SECONDS,
+    )
+    if result.killed == "cancelled":
+        return Outcome(ctx.run_id, "interrupted")
+    if result.returncode == 0 and result.killed is None:
+        return Outcome(ctx.run_id, "succeeded")
+    stderr = result.stderr_tail.strip()
+    last_line = stderr.splitlines()[-1] if stderr else ""
+    if result.killed == "timeout":
+        error_type = "timeout"
+        message = f"timed out after {jt.config.timeout_seconds:g}s"
+    else:
+        error_type = "exit_status"
+        message = f"exit status {result.returncode}"
+    if last_line:
+        message = f"{message}: {last_line}"
+    return failed(ctx, jt, _short(message), error_type, _bounded(stderr or message))
+
+
+def execute(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
+    """Run one attempt and say what became of it. Never raises."""
+    with structlog.contextvars.bound_contextvars(
+        run_id=ctx.run_id, job_type=ctx.job_type, attempt=ctx.attempt
+    ):
+        try:
+            if jt.command is not None:
+                return _run_command(ctx, jt, payload)
+            assert jt.fn is not None
+            jt.fn(ctx, payload)
+        except LeaseLostError:
+            return Outcome(ctx.run_id, "lost", "lease lost", "lease_lost")
+        except Exception as exc:
+            return _failure(ctx, jt, exc)
+        except BaseException as exc:
+            # sys.exit() or a library's KeyboardInterrupt/GeneratorExit: a failure of the
+            # run like any other, but worth a line of its own (it meant to stop something).
+            log.warning(
+                "handler_raised_base_exception",
+                run_id=ctx.run_id,
+                error_type=type(exc).__name__,
+                error=_short(str(exc)),
+            )
+            return _failure(ctx, jt, exc)
+        return Outcome(ctx.run_id, "succeeded")
+
+
+def claimed_context(
+    run: ClaimedRun, store: RunStore, worker_id: str, guard: CommitGuard
+) -> JobContext:
+    """A fresh JobContext for a run this worker just claimed."""
+    return JobContext(
+        run_id=run.id,
+        job_type=run.job_type,
+        attempt=run.attempt,
+        max_attempts=run.max_attempts,
+        scheduled_for=run.scheduled_for,
+        idempotency_key=run.idempotency_key,
+        cancelled=threading.Event(),
+        _store=store,
+        _worker_id=worker_id,
+        _guard=guard,
+    )
+
+
+def handler_summary(job_types: Mapping[str, JobType]) -> dict[str, str]:
+    """{job type: what handles it}, for ``pgtick check`` and the start-up log line."""
+    out = {}
+    for name, jt in sorted(job_types.items()):
+        out[name] = "command " + " ".join(jt.command) if jt.command else _describe(jt.fn)  # type: ignore[arg-type]
+    return out
+
+
+def hostname() -> str:
+    return os.uname().nodename

@@ -1,0 +1,613 @@
+"""The one owner of the runs this process holds: an explicit state per run, changed only by
+the named transitions below, under one lock, so that "who may write this run's result" has
+one answer. It does no I/O: the worker, the completer, the heartbeat and the drain ask it what
+to do, do the database work, and report back.
+
+The invariant: every run this process holds is here, in exactly one state, from the claim
+that took it to the write of its result or its release; no other place (a thread's local
+list, a result not yet handed to the writer) holds a run. The capacity count, the heartbeat
+and the drain read only this: what is held is renewed, counted against the threads, and
+written or given back by a clean stop.
+
+    accept ─> CLAIMED ─start─> RUNNING ─finish─> FINISHING ─written─> (gone)
+               │                │ ├─timeout─> FINISHING  (the late result is ignored)
+               │                │ ├─begin_commit─> COMMITTING ─end_commit─> COMMITTED
+               │                │ │                    │            COMMITTED ─finish─> (gone)
+               │                │ │                    └─not committed─> RUNNING (or LOST)
+               │                │ ├─lost─> LOST ─finish─> (gone)
+               │                │ ├─cancelled─> LOST ─finish─> FINISHING (let go) ─written─> (gone)
+               │                │ └─finish, stopped by the drain─> INTERRUPTED ─release─> (gone)
+               │                └─release (end of drain, Python handler still running)─> (gone)
+               ├─lost─> (gone)
+               ├─cancelled─> FINISHING (let go) ─written─> (gone)
+               └─release (drain, or waited too long for a thread)─> RELEASING ─released─> (gone)
+
+A run an operator cancelled stays held (its lease renewed) until its handler has stopped and
+the holder has let go of it in the database: until then no retry can start a second copy.
+A claimed run waits for a thread only as long as its lease is known to be alive (during an
+outage it may have expired and been taken elsewhere) and, once nothing starts it for a while,
+goes back to the queue rather than being renewed for as long as the threads are busy.
+
+A transition asked for in any other state is refused (it returns False or None and changes
+nothing): races between a handler, the heartbeat and a timeout are normal, and the state
+decides which of them wins.
+
+``Lifecycle`` is one class of some 370 lines on purpose: every transition reads and writes
+the same table of held runs under the same lock, and splitting it would put that lock (and
+the answer to "who may write this result") in two places.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from pgtick.core import handlers
+from pgtick.core.handlers import JobContext, JobType, Outcome
+from pgtick.observability.metrics import Metrics
+from pgtick.storage.store import ClaimedRun, FailResult, Lease
+
+log = structlog.get_logger("pgtick.lifecycle")
+# One line per run outcome; successes only at DEBUG (the attempts table and the metrics
+# already record every run, and an INFO line per success would be the largest per-run cost).
+runs_log = structlog.get_logger("pgtick.runs")
+
+
+class State(enum.Enum):
+    CLAIMED = "claimed"  # accepted from a claim, waiting for a thread
+    RUNNING = "running"  # a thread runs its handler
+    COMMITTING = "committing"  # ctx.transaction() is committing the run's success
+    COMMITTED = "committed"  # the success is committed; the handler may still be returning
+    FINISHING = "finishing"  # an outcome is on its way to the database
+    LOST = "lost"  # the lease is gone (lost or cancelled): the handler's result is dropped
+    INTERRUPTED = "interrupted"  # stopped by the drain: to be released
+    RELEASING = "releasing"  # being given back to the queue
+
+
+# How long a claimed run waits for a thread before it goes back to the queue (checked at each
+# heartbeat): runs are claimed ahead for the threads to start within milliseconds, so one
+# still waiting after this is held back by handlers that turned out slow.
+UNSTARTED_MAX_WAIT_SECONDS = 1.0
+# How often a thread about to start a run whose lease is unconfirmed looks again.
+LEASE_WAIT_SECONDS = 0.5
+
+# States in which the database still holds the run for us: the heartbeat renews these.
+LEASED = frozenset(
+    {
+        State.CLAIMED,
+        State.RUNNING,
+        State.COMMITTING,
+        State.FINISHING,
+        State.INTERRUPTED,
+        State.RELEASING,
+    }
+)
+
+
+@dataclass(eq=False)
+class Held:
+    """A run this process holds, from claim until its result is written or it is let go."""
+
+    run: ClaimedRun
+    ctx: JobContext
+    job_type: JobType
+    state: State = State.CLAIMED
+    started_at: float | None = None  # monotonic, when a thread picked it up
+    deadline: float | None = None  # monotonic, Python handlers with a timeout
+    handler_active: bool = False  # a thread is inside its handler right now
+    # "lost": the lease is gone; "cancelled": an operator cancelled the run, which stays ours
+    # until we let go of it. Set by the heartbeat (or a newer claim of the same run).
+    gone: str | None = None
+    claimed_at: float = 0.0  # monotonic, when accepted
+    lease_until: float = math.inf  # monotonic: the lease surely lasts until then
+
+    @property
+    def id(self) -> int:
+        return self.run.id
+
+    @property
+    def is_command(self) -> bool:
+        return self.job_type.command is not None
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """What the drain leaves behind, for its last log line."""
+
+    release: list[Held]  # to give back to the queue
+    left_running: list[Held]  # command handlers whose process group may still be alive
+
+
+class Lifecycle:
+    """Every run held by this process, and the only code that changes their state."""
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        log_each_run: bool = False,
+        min_lease_seconds: float = math.inf,
+    ) -> None:
+        self._metrics = metrics
+        self._clock = clock
+        self._min_lease = min_lease_seconds
+        self._confirmed_at = clock()  # when the last heartbeat that renewed every lease left
+        self._last_start = -math.inf  # monotonic, the latest start()
+        # `pgtick demo` shows every success at INFO; a production daemon only counts them.
+        self._log_success = runs_log.info if log_each_run else runs_log.debug
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._held: dict[int, Held] = {}
+        # Copies replaced by a new claim of the same run whose handler has not returned yet
+        # (the lease expired during an outage and the run was reaped): the new copy waits.
+        self._replaced: dict[int, Held] = {}
+        self._active = 0  # threads inside a handler
+        self._waiting = 0  # runs held in CLAIMED: waiting for a thread
+        self._active_commands = 0  # of which run a command handler
+        self._closed = False  # no more claims accepted
+        self._interrupting = False  # the drain told handlers to stop
+        self._tally: dict[str, collections.Counter[str]] = collections.defaultdict(
+            collections.Counter
+        )
+        self.finished_total = 0
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def state(self, run_id: int) -> State | None:
+        with self._lock:
+            held = self._held.get(run_id)
+            return None if held is None else held.state
+
+    def held_count(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    @property
+    def active(self) -> int:
+        """Threads inside a handler now."""
+        return self._active
+
+    def occupied(self) -> int:
+        """Runs that have a thread or wait for one: what the claims are bounded by."""
+        return self._active + self._waiting
+
+    def since_last_start(self) -> float:
+        """Seconds since a thread last started a handler."""
+        return self._clock() - self._last_start
+
+    def leases(self) -> dict[int, Lease]:
+        """{run id: lease} of every run the database holds for us: those in a leased state
+        not found gone, and those an operator cancelled that we have not let go of yet."""
+        with self._lock:
+            return {
+                rid: Lease(rid, h.run.attempt, h.job_type.lease_seconds)
+                for rid, h in self._held.items()
+                if (h.state in LEASED and h.gone != "lost")
+                or (h.state is State.LOST and h.gone == "cancelled")
+            }
+
+    def confirm(self, sent_at: float, renewed: Iterable[int]) -> None:
+        """A heartbeat sent at ``sent_at`` (monotonic) renewed these leases and re-checked
+        every other one."""
+        with self._changed:
+            self._confirmed_at = max(self._confirmed_at, sent_at)
+            for rid in renewed:
+                held = self._held.get(rid)
+                if held is not None:
+                    held.lease_until = max(held.lease_until, sent_at + held.job_type.lease_seconds)
+            self._changed.notify_all()
+
+    def may_claim(self) -> bool:
+        """False while a lease we hold may have expired unnoticed (the heartbeat could not
+        renew it): a claim now could take again a run this process still holds."""
+        with self._lock:
+            return not self._held or self._clock() < self._confirmed_at + self._min_lease
+
+    # -- claiming and starting ----------------------------------------------------------------
+
+    def accept(self, fresh: Sequence[Held], sent_at: float | None = None) -> list[Held]:
+        """Take freshly claimed runs (``sent_at``: when the claim statement was sent, the
+        earliest its leases can have started); returns those refused because the drain has
+        begun (the caller releases them at once)."""
+        replaced = []
+        superseded = []
+        now = self._clock()
+        with self._lock:
+            if self._closed:
+                return list(fresh)
+            for held in fresh:
+                old = self._held.get(held.id)
+                if old is not None and old.handler_active:
+                    # Our lease ran out (an outage) and the run came back to us while its
+                    # old handler still runs: that copy is lost; the new one waits for it.
+                    old.state = State.LOST
+                    old.gone = old.gone or "lost"
+                    old.ctx.cancelled.set()
+                    self._replaced[held.id] = old
+                    replaced.append(old)
+                elif old is not None:
+                    # An older claim no handler runs: its lease is gone. Never started, it
+                    # is counted now; a result on its way is refused by the claim guard.
+                    old.gone = "lost"
+                    if old.state is State.CLAIMED:
+                        old.state = State.LOST  # a thread that pops it will not start it
+                        self._waiting -= 1
+                        superseded.append(old)
+                held.state = State.CLAIMED
+                self._waiting += 1
+                held.claimed_at = now
+                held.lease_until = (now if sent_at is None else sent_at) + (
+                    held.job_type.lease_seconds
+                )
+                self._held[held.id] = held
+        for old in replaced:
+            runs_log.warning("run_reclaimed_while_running", **_fields(old))
+        for old in superseded:
+            self._record(old, "lost", None)
+        for held in fresh:
+            delay = (held.run.started_at - held.run.run_at).total_seconds()
+            self._metrics.run_started(held.run.job_type, delay)
+        return []
+
+    def start(self, held: Held) -> bool:
+        """CLAIMED -> RUNNING: a thread may run the handler now (once an older copy of the
+        same run, replaced after an outage, has returned: never two copies at once here)."""
+        with self._changed:
+            while held.id in self._replaced and self._held.get(held.id) is held:
+                self._changed.wait()
+            while (
+                not self._closed
+                and self._held.get(held.id) is held
+                and held.state is State.CLAIMED
+                and held.lease_until <= self._clock()
+            ):
+                # Its lease may have expired while the heartbeat could not renew it (an
+                # outage), and another daemon may run it now: wait until a heartbeat has
+                # renewed it, or found it gone.
+                self._changed.wait(LEASE_WAIT_SECONDS)
+            if self._closed or self._held.get(held.id) is not held:
+                return False  # the drain began: unstarted runs are released, not started
+            if held.state is not State.CLAIMED:
+                return False
+            held.state = State.RUNNING
+            self._waiting -= 1
+            held.handler_active = True
+            held.started_at = self._last_start = self._clock()
+            timeout = held.job_type.config.timeout_seconds
+            if timeout is not None and held.job_type.fn is not None:
+                held.deadline = held.started_at + timeout
+            self._active += 1
+            self._active_commands += held.is_command
+            self._metrics.busy_threads.set(self._active)
+        return True
+
+    # -- ctx.transaction() ----------------------------------------------------------------------
+
+    def begin_commit(self, run_id: int) -> bool:
+        """RUNNING -> COMMITTING: the handler's transaction may commit the success."""
+        with self._lock:
+            held = self._held.get(run_id)
+            if held is None or held.state is not State.RUNNING:
+                return False
+            held.state = State.COMMITTING
+            return True
+
+    def end_commit(self, run_id: int, committed: bool) -> None:
+        """COMMITTING -> COMMITTED, or back to RUNNING (LOST if a heartbeat saw the lease go
+        meanwhile) when the transaction did not commit."""
+        with self._lock:
+            held = self._held.get(run_id)
+            if held is None or held.state is not State.COMMITTING:
+                return
+            if committed:
+                held.state = State.COMMITTED
+            elif held.gone is not None:
+                held.state = State.LOST
+                held.ctx.cancelled.set()
+            else:
+                held.state = State.RUNNING
+
+    # -- the handler returned -------------------------------------------------------------------
+
+    def finish(self, held: Held, outcome: Outcome, duration: float) -> Outcome | None:
+        """The handler returned: the outcome to write (RUNNING -> FINISHING), or None when
+        there is nothing to write (committed by the handler, lost, timed out, interrupted)."""
+        with self._lock:
+            if held.handler_active:
+                held.handler_active = False
+                self._active -= 1
+                self._active_commands -= held.is_command
+                self._metrics.busy_threads.set(self._active)
+                self._changed.notify_all()
+            state = held.state
+            if self._replaced.get(held.id) is held:
+                del self._replaced[held.id]  # a newer copy holds the run now
+                gone: str | None = held.gone or "lost"
+            elif self._held.get(held.id) is not held:
+                return None  # timed out and written meanwhile: the late result is ignored
+            elif state is State.RUNNING:
+                if self._interrupting and outcome.kind != "succeeded":
+                    # Stopped by the shutdown, not by its own fault: released, not counted.
+                    held.state = State.INTERRUPTED
+                    return None
+                held.state = State.FINISHING
+                if outcome.kind in ("succeeded", "failed", "dead"):
+                    return outcome
+                # "lost": transaction() found the run no longer ours before the heartbeat
+                # did; "interrupted": a command stopped by a cancel that was not the drain's.
+                # Either way no result: let go of the run if an operator cancelled it (the
+                # writer finds out which), else its lease is gone.
+                return Outcome(held.id, "cancelled")
+            elif state is State.COMMITTED:
+                del self._held[held.id]
+                gone = None
+            elif state is State.LOST and held.gone == "cancelled":
+                held.state = State.FINISHING  # the handler has stopped: let go of the run
+                return Outcome(held.id, "cancelled")
+            elif state is State.LOST:
+                del self._held[held.id]
+                gone = held.gone or "lost"
+            else:
+                return None  # FINISHING after a timeout: its failure is being written
+        if gone is None:
+            if outcome.kind != "succeeded":
+                runs_log.warning(
+                    "handler_error_after_commit",
+                    run_id=held.id,
+                    job_type=held.run.job_type,
+                    error=outcome.error,
+                )
+            self._record(held, "succeeded", duration)
+            self._log_success("run_succeeded", **_fields(held), duration=round(duration, 6))
+        else:
+            self._record(held, gone, duration)
+        return None
+
+    # -- timeouts ---------------------------------------------------------------------------------
+
+    def expire(self) -> tuple[list[tuple[Held, Outcome, float]], float | None]:
+        """RUNNING -> FINISHING for Python handlers past their timeout: the failures to write,
+        and the next deadline (monotonic) to check."""
+        now = self._clock()
+        expired: list[Held] = []
+        next_deadline: float | None = None
+        with self._lock:
+            for held in self._held.values():
+                if held.deadline is None or held.state is not State.RUNNING:
+                    continue
+                if held.deadline <= now:
+                    held.state = State.FINISHING
+                    expired.append(held)
+                elif next_deadline is None or held.deadline < next_deadline:
+                    next_deadline = held.deadline
+        out = []
+        for held in expired:
+            held.ctx.cancelled.set()
+            seconds = held.job_type.config.timeout_seconds or 0.0
+            message = f"timed out after {seconds:g}s"
+            outcome = handlers.failed(held.ctx, held.job_type, message, "timeout", message)
+            out.append((held, outcome, now - (held.started_at or now)))
+        return out, next_deadline
+
+    # -- the heartbeat ----------------------------------------------------------------------------
+
+    def lost(self, gone: Iterable[int], cancelled: Iterable[int] = ()) -> list[Held]:
+        """The heartbeat found these leases gone (``cancelled``: by an operator). Handlers are
+        told to stop and their results dropped; a run already finishing or committed is left to
+        the write that is deciding it. Returns the runs given up; those now FINISHING (never
+        started, or stopped by the drain, and cancelled) are to be let go of by the writer."""
+        cancelled = set(cancelled)
+        given_up: list[Held] = []
+        with self._changed:
+            for rid in gone:
+                held = self._held.get(rid)
+                if held is None:
+                    continue
+                reason = "cancelled" if rid in cancelled else "lost"
+                if held.state is State.COMMITTING:
+                    held.gone = reason  # decided by end_commit
+                elif held.state is State.RUNNING:
+                    held.state = State.LOST
+                    held.gone = reason
+                    held.ctx.cancelled.set()
+                    given_up.append(held)
+                elif held.state in (State.CLAIMED, State.INTERRUPTED):
+                    held.gone = reason
+                    self._waiting -= held.state is State.CLAIMED
+                    if reason == "cancelled":
+                        held.state = State.FINISHING  # still ours in the database
+                    else:
+                        del self._held[rid]
+                    given_up.append(held)
+                elif held.state in (State.FINISHING, State.RELEASING):
+                    held.gone = held.gone or reason  # no longer renewed; the write decides
+            self._changed.notify_all()  # a thread waiting to start one of them gives up
+        for held in given_up:
+            if held.gone == "lost":
+                self._metrics.lease_lost(held.run.job_type)
+                runs_log.warning("lease_lost", **_fields(held))
+            else:
+                runs_log.info("run_cancelled", **_fields(held))
+            if held.state not in (State.LOST, State.FINISHING):  # never started: counted now
+                self._record(held, "lost", None)
+        return given_up
+
+    # -- the completer ----------------------------------------------------------------------------
+
+    def written(
+        self,
+        batch: Sequence[tuple[Held, Outcome, float | None]],
+        succeeded: set[int],
+        failed: Mapping[int, FailResult],
+        let_go: Iterable[int] = (),
+    ) -> None:
+        """FINISHING -> gone once the batch's transaction committed. A run the claim guard
+        did not let the write change was no longer ours: cancelled by an operator (``let_go``:
+        we let go of it since) or lost (its lease expired and another daemon has it)."""
+        let_go = set(let_go)
+        mine = []
+        with self._lock:
+            for item in batch:
+                held = item[0]
+                if held.state is not State.FINISHING:
+                    continue
+                if self._held.get(held.id) is held:
+                    del self._held[held.id]
+                    mine.append(item)
+                elif held.gone == "lost":  # a newer claim of the run replaced it
+                    held.state = State.LOST
+                    mine.append(item)
+        for held, outcome, duration in mine:
+            if outcome.kind == "succeeded" and held.id in succeeded:
+                self._record(held, "succeeded", duration)
+                self._log_success(
+                    "run_succeeded", **_fields(held), duration=round(duration or 0.0, 6)
+                )
+            elif held.id in failed:
+                self._failed(held, outcome, duration, failed[held.id])
+            elif held.gone == "cancelled" or held.id in let_go:
+                # Cancelled by an operator: seen by the heartbeat (logged then), or only now
+                # that the write found the run cancelled.
+                self._record(held, "cancelled", duration)
+                if held.gone != "cancelled":
+                    runs_log.info("run_cancelled", **_fields(held), at="finish")
+            else:
+                self._metrics.lease_lost(held.run.job_type)
+                self._record(held, "lost", duration)
+                runs_log.warning("lease_lost", **_fields(held), at="finish")
+
+    def _failed(
+        self, held: Held, outcome: Outcome, duration: float | None, result: FailResult
+    ) -> None:
+        self._record(held, "failed", duration, dead=result.status == "dead")
+        if result.status == "dead":
+            runs_log.error(
+                "run_dead", **_fields(held), error_type=outcome.error_type, error=outcome.error
+            )
+        else:
+            runs_log.warning(
+                "run_failed",
+                **_fields(held),
+                error_type=outcome.error_type,
+                error=outcome.error,
+                retry_at=result.run_at.isoformat(),
+            )
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The drain began: refuse new claims, and start no claimed run, from here on."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def unstarted(self, waited: float = 0.0) -> list[Held]:
+        """CLAIMED -> RELEASING: claimed runs no thread started (``waited``: those waiting
+        for at least that many seconds)."""
+        before = self._clock() - waited
+        with self._lock:
+            out = [
+                h
+                for h in self._held.values()
+                if h.state is State.CLAIMED and h.claimed_at <= before
+            ]
+            for held in out:
+                held.state = State.RELEASING
+            self._waiting -= len(out)
+        return out
+
+    def interrupt(self) -> int:
+        """Tell every running handler to stop (commands are killed); from now on a handler
+        that returns without success is released, not counted as a failure."""
+        with self._lock:
+            self._interrupting = True
+            running = [
+                h
+                for h in self._held.values()
+                if h.handler_active and h.state in (State.RUNNING, State.COMMITTING)
+            ]
+        for held in running:
+            held.ctx.cancelled.set()
+        return len(running)
+
+    def wait_idle(
+        self,
+        timeout: float,
+        interrupt: threading.Event | None = None,
+        *,
+        commands_only: bool = False,
+    ) -> bool:
+        """Wait until no thread is inside a handler (``commands_only``: a command handler),
+        up to ``timeout`` or until ``interrupt`` is set."""
+        deadline = self._clock() + timeout
+        with self._changed:
+            while self._active_commands if commands_only else self._active:
+                left = deadline - self._clock()
+                if left <= 0 or (interrupt is not None and interrupt.is_set()):
+                    return False
+                self._changed.wait(min(left, 0.1))
+        return True
+
+    def leftovers(self) -> DrainReport:
+        """End of the drain: what to release. A command whose handler has not returned may
+        still have processes alive, so its run is not released (its lease expires and the
+        reaper decides); a Python handler dies with this process, so its run is released."""
+        release: list[Held] = []
+        left: list[Held] = []
+        with self._lock:
+            for held in self._held.values():
+                if held.state in (State.CLAIMED, State.INTERRUPTED, State.RELEASING):
+                    release.append(held)
+                elif held.state is State.RUNNING or (
+                    held.state is State.LOST and held.gone == "cancelled"
+                ):
+                    (left if held.is_command else release).append(held)
+            for held in release:
+                self._waiting -= held.state is State.CLAIMED
+                held.state = State.RELEASING
+        return DrainReport(release, left)
+
+    def released(
+        self, runs: Sequence[Held], released_ids: set[int], let_go: Iterable[int] = ()
+    ) -> None:
+        """RELEASING -> gone once the release statement ran (or could not); ``let_go``: runs
+        an operator had cancelled meanwhile, let go of instead."""
+        let_go = set(let_go)
+        mine = []
+        with self._lock:
+            for held in runs:
+                if self._held.get(held.id) is held and held.state is State.RELEASING:
+                    del self._held[held.id]
+                    mine.append(held)
+        for held in mine:
+            if held.id in released_ids:
+                self._record(held, "released", None)
+            elif held.id in let_go:
+                self._record(held, "cancelled", None)
+
+    # -- counting -------------------------------------------------------------------------------
+
+    def _record(self, held: Held, outcome: str, duration: float | None, dead: bool = False) -> None:
+        self._metrics.attempt_finished(held.run.job_type, outcome, duration)
+        with self._lock:
+            self._tally[held.run.job_type]["dead" if dead else outcome] += 1
+            if outcome != "released":
+                self.finished_total += 1
+
+    def take_summary(self) -> dict[str, dict[str, int]]:
+        """{job type: {outcome: count}} since the last call, for the periodic summary line."""
+        with self._lock:
+            tally, self._tally = self._tally, collections.defaultdict(collections.Counter)
+        return {jt: dict(c) for jt, c in sorted(tally.items()) if c}
+
+
+def _fields(held: Held) -> dict[str, object]:
+    return {"run_id": held.id, "job_type": held.run.job_type, "attempt": held.run.attempt}

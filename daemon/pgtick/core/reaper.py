@@ -1,0 +1,116 @@
+"""Recovers runs whose daemon died or froze (and lets go of the cancelled ones such a daemon
+still held), forgets dead daemons, and applies retention.
+
+Any number of daemons reap at once: the reaper's SELECT uses SKIP LOCKED, and its UPDATE
+re-checks the lease, so a run is reaped once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+
+import structlog
+
+from pgtick.config import RetentionConfig
+from pgtick.core.backoff import Backoff
+from pgtick.core.handlers import JobType
+from pgtick.errors import DatabaseError
+from pgtick.observability.metrics import Metrics
+from pgtick.storage.db import retry_delay
+from pgtick.storage.store import RunStore
+
+PRUNE_EVERY_SECONDS = 300.0
+WORKER_GONE_AFTER_HEARTBEATS = 10  # a workers row is stale after this many missed beats
+WORKER_REAP_EVERY_SECONDS = 60.0
+
+log = structlog.get_logger("pgtick.reaper")
+
+
+class Reaper:
+    """Every ``interval`` seconds: reap expired leases; every few minutes: prune old runs."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        job_types: Mapping[str, JobType],
+        interval_seconds: float,
+        heartbeat_seconds: float,
+        retention: RetentionConfig,
+        metrics: Metrics,
+    ) -> None:
+        self._store = store
+        self._job_types = job_types
+        self._interval = interval_seconds
+        self._worker_gone_seconds = heartbeat_seconds * WORKER_GONE_AFTER_HEARTBEATS
+        self._retention = retention
+        self._metrics = metrics
+        self.stop_event = threading.Event()
+        self.alive_at = time.monotonic()
+        self._next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+        self._next_worker_reap = time.monotonic()
+
+    def _delay_for(self, job_type: str, attempt: int) -> float:
+        """Retry delay after lost attempt ``attempt``: none after an isolated crash, so the
+        run is running again within lease + reaper interval; then the job type's backoff
+        one step behind, so a run that keeps killing its daemon is throttled."""
+        if attempt <= 1:
+            return 0.0
+        jt = self._job_types.get(job_type)
+        policy = jt.backoff if jt is not None else Backoff()
+        return policy.delay(attempt - 1)
+
+    def reap_once(self, store: RunStore | None = None) -> int:
+        """One pass; returns how many runs were recovered. Daemons gone silent are forgotten
+        once a minute at most (a worker row is reaped only after many missed heartbeats)."""
+        store = store or self._store
+        reaped = store.reap(self._delay_for)
+        for run in reaped:
+            log.warning("run_reaped", run_id=run.id, job_type=run.job_type, status=run.status)
+        # Cancelled runs whose daemon died before it let go of them: free them for retry.
+        let_go = store.reap_cancelled()
+        if let_go:
+            log.info("cancelled_runs_let_go", count=let_go, reason="lease expired")
+        if time.monotonic() >= self._next_worker_reap:
+            store.reap_workers(self._worker_gone_seconds)
+            self._next_worker_reap = time.monotonic() + WORKER_REAP_EVERY_SECONDS
+        return len(reaped)
+
+    def prune_once(self) -> int:
+        """Delete terminal runs older than their status's retention."""
+        r = self._retention
+        total = 0
+        for status, seconds in (
+            ("succeeded", r.succeeded_seconds),
+            ("dead", r.dead_seconds),
+            ("cancelled", r.cancelled_seconds),
+            ("skipped", r.skipped_seconds),
+        ):
+            total += self._store.prune(status, seconds)
+        if total:
+            log.info("runs_pruned", count=total)
+        return total
+
+    def run(self) -> None:
+        """Reap on a pinned connection (re-pinned after errors): an idle daemon's reaper costs
+        one short transaction per interval, not a pool check as well."""
+        failures = 0
+        while not self.stop_event.is_set():
+            try:
+                with self._store.pinned("reap") as store:
+                    while not self.stop_event.is_set():
+                        self.alive_at = time.monotonic()
+                        self.reap_once(store)
+                        if time.monotonic() >= self._next_prune:
+                            self.prune_once()
+                            self._next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+                        failures = 0
+                        self.stop_event.wait(self._interval)
+            except DatabaseError as exc:
+                self.alive_at = time.monotonic()  # retrying is progress
+                failures += 1
+                self._metrics.db_error("reap")
+                wait = min(self._interval, retry_delay(failures))
+                log.warning("reap_failed", error=str(exc), retry_in=wait)
+                self.stop_event.wait(wait)

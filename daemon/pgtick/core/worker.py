@@ -1,0 +1,466 @@
+"""The worker pool: a dispatcher that claims in batches, N threads that run handlers, and a
+completer that records results in batches.
+
+Claims are bounded by the threads (plus ``worker.prefetch``) less what the lifecycle says is
+held for them, running or waiting, so a run is never held without a thread about to start
+it. Each thread takes one run at a time from the shared queue and hands its result to the
+completer as soon as the handler returns: no run waits behind another's handler, and no
+result waits for another run. The completer writes up to ``COMPLETE_BATCH_MAX`` results per
+transaction, each guarded by its claim (worker id and attempt). Which result may be written,
+and when a run stops being held, is the lifecycle's decision (lifecycle.py). No transaction
+is open while a handler runs, unless the handler opens one with ``ctx.transaction()``.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import time
+from collections.abc import Mapping
+
+import structlog
+
+from pgtick.config import WorkerConfig
+from pgtick.core import handlers
+from pgtick.core.handlers import JobType, Outcome
+from pgtick.core.lifecycle import UNSTARTED_MAX_WAIT_SECONDS, Held, Lifecycle, State
+from pgtick.errors import DatabaseError
+from pgtick.observability.metrics import Metrics
+from pgtick.storage.db import retry_delay
+from pgtick.storage.store import ClaimedRun, ClaimType, Failure, RunStore
+
+COMPLETE_BATCH_MAX = 500
+# Claim ahead only as many runs as the threads would start within this long, judged by how
+# long recent handlers took: a backlog of no-op runs is claimed up to worker.prefetch ahead,
+# runs that take seconds are not claimed ahead at all (other daemons may take them).
+PREFETCH_HORIZON_SECONDS = 0.05
+DURATION_SMOOTHING = 0.05  # weight of the newest handler duration in the running average
+COMPLETE_BATCH_WINDOW_SECONDS = 0.002
+MIN_IDLE_WAIT_SECONDS = 0.02
+BACKLOG_WAIT_SECONDS = 0.005
+
+log = structlog.get_logger("pgtick.worker")
+
+# What the completer writes: a run, what to record of it, and its handler's wall time (None:
+# no handler ran).
+Result = tuple[Held, Outcome, float | None]
+
+
+class Completer:
+    """Writes outcomes in batches: one transaction per batch, each guarded by its claim."""
+
+    def __init__(self, store: RunStore, worker_id: str, life: Lifecycle, metrics: Metrics) -> None:
+        self._store = store
+        self._worker_id = worker_id
+        self._life = life
+        self._metrics = metrics
+        self._items: collections.deque[Result] = collections.deque()
+        self._cond = threading.Condition()
+        self._in_flight = 0
+        self._writing: list[Result] = []  # the batch being written
+        self._closing = False
+        self._idle = False  # the writer waits for results (a submit must wake it)
+
+    def submit(self, held: Held, outcome: Outcome, duration: float | None) -> None:
+        self.submit_many([(held, outcome, duration)])
+
+    def submit_many(self, results: list[Result]) -> None:
+        """Queue results for the writer. Every handler thread calls this once per run, so it
+        takes the lock only to wake a writer that waits: the writer marks itself idle before
+        it looks at the queue, and the queue's own operations are atomic."""
+        self._items.extend(results)
+        if self._idle:
+            with self._cond:
+                self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+
+    def unwritten(self) -> list[int]:
+        """Run ids whose results are still to be written."""
+        with self._cond:
+            return [held.id for held, _, _ in (*self._writing, *self._items)]
+
+    def wait_empty(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._items or self._in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.05))
+        return True
+
+    def run(self) -> None:
+        """Write outcomes until closed, on a pinned connection (re-pinned after errors)."""
+        failures = 0
+        while True:
+            try:
+                with self._store.pinned("complete") as store:
+                    if self._loop(store):
+                        return
+            except DatabaseError as exc:
+                failures += 1
+                self._metrics.db_error("complete")
+                log.warning("complete_failed", error=str(exc), retry_in=retry_delay(failures))
+                with self._cond:
+                    closing = self._closing
+                if closing and failures > 3:
+                    return
+                time.sleep(retry_delay(failures))
+
+    def _loop(self, store: RunStore) -> bool:
+        """Write batches until closed (True) or until the database fails (raises)."""
+        while True:
+            with self._cond:
+                self._idle = True
+                while not self._items and not self._closing:
+                    self._cond.wait()
+                self._idle = False
+                if not self._items and self._closing:
+                    return True
+            # Let a batch gather for a moment when it is small.
+            if len(self._items) < COMPLETE_BATCH_MAX:
+                time.sleep(COMPLETE_BATCH_WINDOW_SECONDS)
+            with self._cond:
+                n = min(len(self._items), COMPLETE_BATCH_MAX)
+                batch = [self._items.popleft() for _ in range(n)]
+                self._in_flight = len(batch)
+                self._writing = batch
+            try:
+                self._write(store, batch)
+            except DatabaseError:
+                with self._cond:  # what was not written is retried as it is
+                    self._items.extendleft(reversed(batch))
+                    self._in_flight = 0
+                    self._writing = []
+                raise
+            with self._cond:
+                self._in_flight = 0
+                self._writing = []
+                self._cond.notify_all()
+
+    def _write(self, store: RunStore, batch: list[Result]) -> None:
+        """Write the results (one statement, or one transaction), then let go of the runs an
+        operator cancelled: those whose handlers stopped without a result, and those whose
+        result the claim guard refused (the others were lost). ``batch`` is left holding what
+        was not written yet, for a retry after a database error."""
+        succeed = [(h.id, h.run.attempt) for h, o, _ in batch if o.kind == "succeeded"]
+        failures = [
+            Failure(h.id, h.run.attempt, o.error, o.error_type, o.detail, o.retry_in_seconds)
+            for h, o, _ in batch
+            if o.kind in ("failed", "dead")
+        ]
+        if succeed or failures:
+            succeeded, failed = store.finish(self._worker_id, succeed, failures)
+            failed_by_id = {r.id: r for r in failed}
+            done = succeeded | failed_by_id.keys()
+            if done:
+                self._life.written(
+                    [item for item in batch if item[0].id in done], succeeded, failed_by_id
+                )
+            batch[:] = [item for item in batch if item[0].id not in done]
+        if batch:
+            claims = [(h.id, h.run.attempt) for h, _, _ in batch]
+            let_go = store.acknowledge_cancel(self._worker_id, claims)
+            self._life.written(batch, set(), {}, let_go)
+            batch.clear()
+
+
+class Worker:
+    """Claims due runs for the job types this daemon handles and runs them on a thread pool.
+
+    What happens to each run held is decided by ``self.life`` (the lifecycle); this class
+    moves runs between the database, the queue of runs to start and the handler threads.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        worker_id: str,
+        cfg: WorkerConfig,
+        job_types: Mapping[str, JobType],
+        metrics: Metrics,
+        *,
+        log_each_run: bool = False,
+    ) -> None:
+        self._store = store
+        self.worker_id = worker_id
+        self._cfg = cfg
+        self._job_types = dict(job_types)
+        self._metrics = metrics
+        self._claim_types = [
+            ClaimType(jt.name, jt.lease_seconds, jt.config.max_attempts)
+            for jt in self._job_types.values()
+        ]
+        self.handled = sorted(self._job_types)
+        leases = [jt.lease_seconds for jt in self._job_types.values()]
+        self.life = Lifecycle(
+            metrics, log_each_run=log_each_run, min_lease_seconds=min(leases, default=math.inf)
+        )
+        self._local: collections.deque[Held] = collections.deque()  # claimed, to start
+        self._cond = threading.Condition()
+        self._wake = threading.Event()
+        self._stop_claiming = threading.Event()
+        self._closing = False
+        self.completer = Completer(store, worker_id, self.life, metrics)
+        self._threads: list[threading.Thread] = []
+        self._dispatcher: threading.Thread | None = None
+        self._completer: threading.Thread | None = None
+        self.dispatcher_alive_at = time.monotonic()
+        self.claimed_total = 0
+        self.released_after_close = 0  # claims that landed after the drain began
+        self._avg_duration: float | None = None  # seconds, recent handlers (None: none yet)
+
+    # -- threads ------------------------------------------------------------------------------
+
+    def start(self) -> list[threading.Thread]:
+        """Start the dispatcher, completer and handler threads; returns them all, for the
+        supervisor to watch (a handler thread that dies is as fatal as a side loop)."""
+        for i in range(self._cfg.threads):
+            t = threading.Thread(target=self._work_loop, name=f"pgtick-worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        self._dispatcher = threading.Thread(
+            target=self._dispatch_loop, name="pgtick-dispatcher", daemon=True
+        )
+        self._completer = threading.Thread(
+            target=self.completer.run, name="pgtick-completer", daemon=True
+        )
+        for t in (self._dispatcher, self._completer):
+            t.start()
+        return [self._dispatcher, self._completer, *self._threads]
+
+    def wake(self) -> None:
+        """Something may be due (NOTIFY, reconnect, a slot freed): claim now."""
+        self._wake.set()
+
+    @property
+    def busy(self) -> int:
+        return self.life.active
+
+    # -- claiming -----------------------------------------------------------------------------
+
+    def prefetch_now(self) -> int:
+        """How many runs to hold ahead of free threads now that there is a backlog: up to
+        ``worker.prefetch``, fewer the longer recent handlers took, none before any finished."""
+        avg = self._avg_duration
+        if avg is None or self._cfg.prefetch == 0:
+            return 0
+        if self.life.active >= self._cfg.threads:
+            # Every thread is busy: none frees up sooner than the youngest handler has run
+            # already, so a handler that blocks stops the claiming ahead.
+            avg = max(avg, self.life.since_last_start())
+        startable = self._cfg.threads * PREFETCH_HORIZON_SECONDS / max(avg, 1e-6)
+        return min(self._cfg.prefetch, int(startable))
+
+    def _capacity(self, backlog: bool) -> int:
+        ahead = self.prefetch_now() if backlog else 0
+        return self._cfg.threads + ahead - self.life.occupied()
+
+    def _dispatch_loop(self) -> None:
+        """Claim until told to stop, on a pinned connection (re-pinned after errors)."""
+        failures = 0
+        while not self._stop_claiming.is_set():
+            try:
+                with self._store.pinned("claim") as store:
+                    self._claim_loop(store)
+            except DatabaseError as exc:
+                self.dispatcher_alive_at = time.monotonic()  # retrying is progress
+                failures += 1
+                self._metrics.db_error("claim")
+                log.warning("claim_failed", error=str(exc), retry_in=retry_delay(failures))
+                self._stop_claiming.wait(retry_delay(failures))
+            else:
+                failures = 0
+
+    def _claim_loop(self, store: RunStore) -> None:
+        backlog = False
+        idle = False  # the last claim found nothing: ask when the next run is due first
+        while not self._stop_claiming.is_set():
+            self.dispatcher_alive_at = time.monotonic()
+            capacity = self._capacity(backlog)
+            ahead = self.prefetch_now()
+            # With a backlog of short runs, wait for a real batch of free slots: one claim
+            # per freed thread would make every run pay a round trip of its own. Long runs
+            # are claimed as soon as a thread is free.
+            min_batch = max(1, (self._cfg.threads + ahead) // 2) if ahead else 1
+            if capacity <= 0 or (backlog and capacity < min_batch):
+                self._wake.wait(
+                    BACKLOG_WAIT_SECONDS if backlog else self._cfg.poll_interval_seconds
+                )
+                self._wake.clear()
+                continue
+            self._wake.clear()
+            if not self.life.may_claim():
+                # A lease held may have expired while the heartbeat could not renew it: no
+                # claim until a beat has re-checked them, or this daemon could claim again a
+                # run its own handler still runs or its writer still holds. The heartbeat
+                # wakes us.
+                self._wake.wait(self._cfg.poll_interval_seconds)
+                continue
+            if idle:
+                # Idle: one cheap probe per poll, and a claim only when something is due
+                # (a NOTIFY wakes us and claims at once).
+                due_in = store.next_due_in(self.handled)
+                if due_in is None or due_in > 0:
+                    wait = self._cfg.poll_interval_seconds
+                    if due_in is not None:
+                        wait = max(MIN_IDLE_WAIT_SECONDS, min(wait, due_in))
+                    idle = not self._wake.wait(wait)
+                    continue
+            sent_at = time.monotonic()
+            runs = store.claim(self.worker_id, self._claim_types, capacity)
+            if runs:
+                self._accept(store, runs, sent_at)
+            backlog = len(runs) == capacity
+            idle = not runs
+
+    def _accept(self, store: RunStore, runs: list[ClaimedRun], sent_at: float) -> None:
+        fresh = [
+            Held(
+                run,
+                handlers.claimed_context(run, self._store, self.worker_id, self.life),
+                self._job_types[run.job_type],
+            )
+            for run in runs
+        ]
+        refused = self.life.accept(fresh, sent_at)
+        if refused:  # the drain began while this claim was in flight: give them back now
+            released = store.release(self.worker_id, [(h.id, h.run.attempt) for h in refused])
+            self.released_after_close += len(released)
+            log.info("claim_released_on_shutdown", runs=len(refused), released=len(released))
+            return
+        with self._cond:
+            self._local.extend(fresh)
+            self._cond.notify(len(fresh))
+        self.claimed_total += len(fresh)
+
+    # -- running ------------------------------------------------------------------------------
+
+    def _work_loop(self) -> None:
+        """Run claimed runs one at a time: the next waits in the shared queue, where any idle
+        thread can take it, and each result goes to the writer as soon as it is known.
+        Nothing here catches: ``handlers.execute`` never raises, so an exception is a bug,
+        and the thread dies for the supervisor to see."""
+        while True:
+            held = self._next()
+            if held is None:
+                return
+            if not self.life.start(held):
+                continue  # released, lost or cancelled before a thread got to it
+            outcome = handlers.execute(held.ctx, held.job_type, held.run.payload)
+            duration = time.monotonic() - (held.started_at or time.monotonic())
+            avg = self._avg_duration  # threads race here; any recent value will do
+            self._avg_duration = (
+                duration if avg is None else avg + DURATION_SMOOTHING * (duration - avg)
+            )
+            to_write = self.life.finish(held, outcome, duration)
+            if to_write is not None:
+                self.completer.submit(held, to_write, duration)
+            if not self._local:
+                # Nothing left to take: claim more now. With runs still queued, this thread
+                # takes the next one, and a backlog's claims top the queue up on their own.
+                self._wake.set()
+
+    def _next(self) -> Held | None:
+        """The next claimed run to start, waiting for one; None once closing and none is
+        left. The queue's own operations are atomic: the lock is taken only to wait."""
+        while True:
+            try:
+                return self._local.popleft()
+            except IndexError:
+                pass
+            with self._cond:
+                while not self._local and not self._closing:
+                    self._cond.wait()
+                if not self._local:
+                    return None
+
+    # -- for the heartbeat --------------------------------------------------------------------
+
+    def let_go(self, given_up: list[Held]) -> None:
+        """Hand the writer the runs given up (by the heartbeat) that we must let go of in the
+        database: cancelled by an operator before a thread started them."""
+        results: list[Result] = [
+            (held, handlers.Outcome(held.id, "cancelled"), None)
+            for held in given_up
+            if held.state is State.FINISHING
+        ]
+        if results:
+            self.completer.submit_many(results)
+
+    def release_stale(self, store: RunStore) -> int:
+        """Give back claimed runs that have waited for a thread too long (every thread is
+        held up by slow handlers): queued again, another daemon, or this one later, starts
+        them, instead of this daemon renewing their leases for as long as its threads stay
+        busy. Called by the heartbeat, on its own connection."""
+        stale = self.life.unstarted(UNSTARTED_MAX_WAIT_SECONDS)
+        if not stale:
+            return 0
+        released = self.release(stale, store)
+        log.info("unstarted_runs_released", runs=len(stale), released=released)
+        return released
+
+    def expire_timeouts(self) -> float | None:
+        """Fail Python runs past their timeout; returns the next deadline (monotonic)."""
+        expired, next_deadline = self.life.expire()
+        for held, outcome, duration in expired:
+            log.warning("run_timed_out", run_id=held.id, job_type=held.run.job_type)
+            self.completer.submit(held, outcome, duration)
+        return next_deadline
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def stop_claiming(self, timeout: float) -> bool:
+        """Stop the dispatcher and wait for it, so no claim is in flight when the drain
+        releases what was claimed; later claims are refused by the lifecycle anyway."""
+        self._stop_claiming.set()
+        self._wake.set()
+        self.life.close()  # from now on nothing is accepted or started
+        if self._dispatcher is not None:
+            self._dispatcher.join(timeout)
+        return self._dispatcher is None or not self._dispatcher.is_alive()
+
+    def release_unstarted(self) -> int:
+        """Give back claimed runs no thread has started."""
+        unstarted = self.life.unstarted()
+        with self._cond:
+            self._local.clear()
+        return self.release(unstarted)
+
+    def release(self, runs: list[Held], store: RunStore | None = None) -> int:
+        """Give runs back to the queue (attempt not counted), and let go of those an operator
+        cancelled meanwhile; returns how many were released."""
+        if not runs:
+            return 0
+        store = store or self._store
+        claims = [(h.id, h.run.attempt) for h in runs]
+        released: set[int] = set()
+        let_go: set[int] = set()
+        try:
+            released = store.release(self.worker_id, claims)
+            rest = [c for c in claims if c[0] not in released]
+            let_go = store.acknowledge_cancel(self.worker_id, rest) if rest else set()
+        except DatabaseError as exc:
+            self._metrics.db_error("release")
+            log.error("release_failed", error=str(exc), runs=len(runs))
+        self.life.released(runs, released, let_go)
+        return len(released)
+
+    def close(self) -> None:
+        """Let idle handler threads exit, and the completer once it has written everything."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self.completer.close()
+
+    def wait_written(self, timeout: float) -> list[int]:
+        """After ``close``: wait up to ``timeout`` for the completer to write what it holds;
+        returns the run ids it could not write (the database is unreachable)."""
+        if self._completer is not None:
+            self._completer.join(timeout)
+        return self.completer.unwritten()

@@ -1,0 +1,82 @@
+"""What every part of the store shares: the pool, a connection pinned for a hot loop or for a
+read-only page, the helpers that run one named query, and the database clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any, Self
+
+import psycopg_pool
+
+from pgtick.storage import db, sqlfile
+
+Pool = psycopg_pool.ConnectionPool[db.Connection]
+
+
+def set_statement_timeout(conn: db.Connection, seconds: float) -> None:
+    """Bound the statements of the current transaction (``SET LOCAL``) to ``seconds``."""
+    conn.execute(
+        sqlfile.query("set_local_statement_timeout", conn.schema),
+        {"ms": max(1, round(seconds * 1000))},
+    )
+
+
+class StoreBase:
+    """A pool, or one connection of it pinned; the aggregates' query classes build on this."""
+
+    def __init__(self, pool: Pool, pinned: db.Connection | None = None) -> None:
+        self.pool = pool
+        self._pinned = pinned
+
+    @contextlib.contextmanager
+    def pinned(self, operation: str) -> Iterator[Self]:
+        """A store bound to one pooled connection, for a hot loop.
+
+        The pool checks a connection when it is handed out; a loop that keeps one saves that
+        round trip on every statement. After a DatabaseError the loop leaves this block, the
+        pool drops the broken connection, and the loop pins a fresh one.
+        """
+        with db.wrap_errors(operation), self.pool.connection() as conn:
+            yield type(self)(self.pool, conn)
+
+    @contextlib.contextmanager
+    def _conn(self, operation: str) -> Iterator[db.Connection]:
+        if self._pinned is not None:
+            with db.wrap_errors(operation):
+                yield self._pinned
+            return
+        with db.wrap_errors(operation), self.pool.connection() as conn:
+            yield conn
+
+    def _all(self, operation: str, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        with self._conn(operation) as conn:
+            return conn.execute(sqlfile.query(query, conn.schema), params).fetchall()
+
+    def now(self) -> datetime:
+        """The database clock."""
+        value: datetime = self._all("now", "db_now", {})[0][0]
+        return value
+
+    @contextlib.contextmanager
+    def connection(self, operation: str = "connection") -> Iterator[db.Connection]:
+        """A pooled connection for callers that need a transaction of their own."""
+        with self._conn(operation) as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def reading(
+        self, operation: str, *, statement_timeout_seconds: float, pool_timeout_seconds: float
+    ) -> Iterator[Self]:
+        """A store pinned to one connection in a read-only transaction whose statements are
+        bounded in time: a page shows one snapshot, cannot write, and cannot hang."""
+        with (
+            db.wrap_errors(operation),
+            self.pool.connection(timeout=pool_timeout_seconds) as conn,
+            conn.transaction(),
+        ):
+            conn.execute(sqlfile.query("console_read_only", conn.schema))
+            set_statement_timeout(conn, statement_timeout_seconds)
+            yield type(self)(self.pool, conn)

@@ -1,0 +1,204 @@
+"""Maintenance and observation: the reaper's expired leases, retention pruning, and the reads
+behind the database-derived metrics, ``pgtick status`` queues and the console's chart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from pgtick.storage import db, sqlfile
+from pgtick.storage.base import StoreBase, set_statement_timeout
+from pgtick.storage.runs import TERMINAL_STATUSES
+
+PRUNE_BATCH_ROWS = 1000
+REAP_BATCH_ROWS = 500
+
+
+@dataclass(frozen=True)
+class ReapedRun:
+    id: int
+    status: str
+    job_type: str
+
+
+@dataclass(frozen=True)
+class JobTypeStats:
+    """One job type's live queue, exact and on the database clock (shared read model)."""
+
+    job_type: str
+    due: int  # queued/failed with run_at <= now(), not claimed
+    oldest_due_seconds: float | None
+    scheduled: int  # queued with run_at > now()
+    running: int
+    stuck: int  # running with locked_until < now()
+    awaiting_retry: int  # failed with run_at > now()
+    dead_recent: int  # dead with finished_at > now() - 24 h
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    """One job type's non-terminal runs, counted exactly (metrics)."""
+
+    job_type: str
+    queued: int
+    running: int
+    failed: int
+    due: int
+    oldest_due_seconds: float | None
+    stuck: int
+
+
+@dataclass(frozen=True)
+class ScheduleHealth:
+    """A configured schedule as the metrics see it; times are Unix seconds."""
+
+    name: str
+    paused: bool
+    last_success_at: float | None
+    due_started: bool | None  # None: no occurrence asked about
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """The result of the one aggregate query behind the database-derived metrics."""
+
+    db_now: float
+    queues: list[QueueCounts]
+    terminal: dict[tuple[str, str], int]
+    terminal_counted_at: float | None
+    schedules: list[ScheduleHealth]
+
+
+class MaintenanceQueries(StoreBase):
+    """Reaping, pruning and the aggregate reads of metrics, status and the console."""
+
+    def reap_cancelled(self, limit: int = REAP_BATCH_ROWS) -> int:
+        """Let go of cancelled runs whose holder died before it could (lease expired)."""
+        return int(self._all("reap", "reap_cancelled", {"limit": limit})[0][0])
+
+    def reap(
+        self,
+        delay_for: Callable[[str, int], float],
+        limit: int = REAP_BATCH_ROWS,
+    ) -> list[ReapedRun]:
+        """Fail or kill runs whose lease expired, in one short transaction; wakes idle daemons
+        for the runs that are claimable again."""
+        with self._conn("reap") as conn, conn.transaction():
+            rows = conn.execute(
+                sqlfile.query("reap_select", conn.schema), {"limit": limit}
+            ).fetchall()
+            if not rows:
+                return []
+            ids = [row[0] for row in rows]
+            delays = [
+                None if attempts >= (max_attempts or 1) else delay_for(job_type, attempts)
+                for _, job_type, attempts, max_attempts, _ in rows
+            ]
+            done = [
+                ReapedRun(*row)
+                for row in conn.execute(
+                    sqlfile.query("reap_mark", conn.schema), {"ids": ids, "delays": delays}
+                ).fetchall()
+            ]
+            # A first lost attempt is claimable at once: wake idle daemons now rather than
+            # at their next poll, so recovery takes lease + reaper interval, not + a poll.
+            for job_type in sorted({r.job_type for r in done if r.status == "failed"}):
+                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
+        return done
+
+    def prune(self, status: str, older_than_seconds: float, batch: int = PRUNE_BATCH_ROWS) -> int:
+        """Delete terminal runs of ``status`` finished longer ago than given, in batches."""
+        if status not in TERMINAL_STATUSES:
+            raise ValueError(f"only terminal runs are pruned, not {status!r}")
+        total = 0
+        while True:
+            with self._conn("prune") as conn:
+                cur = conn.execute(
+                    sqlfile.query("prune", conn.schema),
+                    {"status": status, "older_than": older_than_seconds, "batch": batch},
+                )
+                deleted = cur.rowcount
+            total += deleted
+            if deleted < batch:
+                return total
+
+    def count_prunable(self, status: str, older_than_seconds: float) -> int:
+        """How many runs ``prune`` would delete now."""
+        params = {"status": status, "older_than": older_than_seconds}
+        return int(self._all("prune", "count_prunable", params)[0][0])
+
+    def job_type_stats(self) -> list[JobTypeStats]:
+        """Per job type with any active or recently dead run, ordered by job type."""
+        return [
+            JobTypeStats(
+                job_type=r[0],
+                due=int(r[1]),
+                oldest_due_seconds=None if r[2] is None else float(r[2]),
+                scheduled=int(r[3]),
+                running=int(r[4]),
+                stuck=int(r[5]),
+                awaiting_retry=int(r[6]),
+                dead_recent=int(r[7]),
+            )
+            for r in self._all("job_type_stats", "job_type_stats", {})
+        ]
+
+    def metrics_snapshot(
+        self,
+        due_at: Mapping[str, datetime | None],
+        *,
+        statement_timeout_seconds: float,
+        pool_timeout_seconds: float,
+    ) -> MetricsSnapshot:
+        """The database-derived metrics in one statement, bounded in time both while waiting
+        for a connection and while the statement runs (a scrape must not hang on the database).
+        ``due_at`` maps schedule names to the occurrence that should have started by now."""
+        params = {"names": list(due_at), "due_at": list(due_at.values())}
+        with (
+            db.wrap_errors("metrics"),
+            self.pool.connection(timeout=pool_timeout_seconds) as conn,
+            conn.transaction(),
+        ):
+            set_statement_timeout(conn, statement_timeout_seconds)
+            row = conn.execute(sqlfile.query("metrics_snapshot", conn.schema), params).fetchone()
+        assert row is not None
+        db_now, queues, terminal, counted_at, schedules = row
+        return MetricsSnapshot(
+            db_now=float(db_now),
+            queues=[
+                QueueCounts(t, int(q), int(r), int(f), int(d), o, int(s))
+                for t, q, r, f, d, o, s in queues
+            ],
+            terminal={(t, s): int(n) for t, s, n in terminal},
+            terminal_counted_at=None if counted_at is None else float(counted_at),
+            schedules=[ScheduleHealth(n, bool(p), ls, ds) for n, p, ls, ds in schedules],
+        )
+
+    def refresh_terminal_counts(self, max_age_seconds: float, timeout_seconds: float) -> bool:
+        """Recount runs in terminal states if the counts are older than ``max_age_seconds``
+        and no other daemon is recounting; True if this call recounted."""
+        with self._conn("recount") as conn, conn.transaction():
+            claimed = conn.execute(
+                sqlfile.query("claim_terminal_counts_refresh", conn.schema),
+                {"max_age": max_age_seconds},
+            ).fetchall()
+            if not claimed:
+                return False
+            set_statement_timeout(conn, timeout_seconds)
+            conn.execute(sqlfile.query("recount_terminal_runs", conn.schema))
+        return True
+
+    def succeeded_per_minute(self, minutes: int) -> list[int]:
+        """Succeeded runs per minute over the last ``minutes``, oldest minute first. In a
+        savepoint inside ``reading``, so a timeout here spares the rest of the page."""
+        with self._conn("console") as conn, conn.transaction():
+            rows = conn.execute(
+                sqlfile.query("console_succeeded_per_minute", conn.schema), {"minutes": minutes}
+            ).fetchall()
+        counts = [0] * minutes
+        for minutes_ago, n in rows:
+            if 0 <= minutes_ago < minutes:
+                counts[minutes - 1 - minutes_ago] = int(n)
+        return counts

@@ -1,0 +1,201 @@
+"""Applies ``sql/migrations/NNNN_*.sql`` in order, each in its own transaction, under an
+advisory lock, recording each file's sha256; an applied file that changed is an error.
+
+A file whose first line is ``-- pgtick: no-transaction`` runs statement by statement in
+autocommit instead (``CREATE INDEX CONCURRENTLY`` cannot run in a transaction, and it is what
+lets daemons of the previous version keep writing while an index builds). Its statements end
+with ``;`` at the end of a line (outside ``$$`` bodies) and must each be safe to run again:
+the file is recorded only when all succeeded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import re
+import threading
+from dataclasses import dataclass
+
+import structlog
+from psycopg import sql
+
+from pgtick.errors import MigrationError, SchemaOutdatedError, UsageError
+from pgtick.storage import db, sqlfile
+
+_FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+NO_TRANSACTION_MARKER = "-- pgtick: no-transaction"
+_STATEMENT_END = re.compile(r";[ \t]*$", re.MULTILINE)
+# How often a migrator waiting for another one's advisory lock tries again. It polls rather
+# than blocks: a session blocked in pg_advisory_lock holds a snapshot, and CREATE INDEX
+# CONCURRENTLY in the lock holder would wait for that snapshot (a deadlock).
+LOCK_POLL_SECONDS = 0.1
+log = structlog.get_logger("pgtick.migrate")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: str
+    name: str
+    sql: str
+    sha256: str
+
+    @property
+    def transactional(self) -> bool:
+        """False for files that must run outside a transaction (concurrent index builds)."""
+        return not self.sql.startswith(NO_TRANSACTION_MARKER)
+
+    def statements(self) -> list[str]:
+        """The file's statements (no-transaction files): each ends at a ``;`` that ends a line
+        outside a ``$$`` body; comment-only chunks are dropped."""
+        out: list[str] = []
+        current: list[str] = []
+        in_body = False
+        for line in self.sql.splitlines():
+            current.append(line)
+            in_body ^= line.count("$$") % 2 == 1
+            if not in_body and _STATEMENT_END.search(line):
+                code = [ln for ln in current if not ln.lstrip().startswith("--")]
+                if "".join(code).strip():
+                    out.append("\n".join(current).strip())
+                current = []
+        if "".join(ln for ln in current if not ln.lstrip().startswith("--")).strip():
+            out.append("\n".join(current).strip())
+        return out
+
+
+def available() -> list[Migration]:
+    """The migration files shipped with this code, in order."""
+    folder = importlib.resources.files("pgtick.storage").joinpath("sql/migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = _FILE_NAME.match(entry.name)
+        if match:
+            text = entry.read_text("utf-8")
+            digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+            found.append(Migration(match.group(1), match.group(2), text, digest))
+    return sorted(found, key=lambda m: m.version)
+
+
+def applied(conn: db.Connection, schema: str) -> dict[str, tuple[str, str]]:
+    """{version: (name, sha256)} of what the database has applied; empty if never migrated."""
+    exists = conn.execute(
+        sqlfile.query("migrations_table_exists", schema), {"table": f'"{schema}".schema_migrations'}
+    ).fetchone()
+    if not exists or not exists[0]:
+        return {}
+    rows = conn.execute(sqlfile.with_schema("applied_migrations", schema)).fetchall()
+    return {version: (name, sha) for version, name, sha in rows}
+
+
+def _verify(done: dict[str, tuple[str, str]], files: list[Migration]) -> list[Migration]:
+    """Check applied files are unchanged; return the pending ones."""
+    by_version = {m.version: m for m in files}
+    for version, (_name, sha) in done.items():
+        migration = by_version.get(version)
+        if migration is not None and migration.sha256 != sha:
+            raise MigrationError(
+                f"migration {version}_{migration.name}.sql was changed after it was applied "
+                f"(database has sha256 {sha[:12]}, file has {migration.sha256[:12]}); "
+                "applied migrations must never be edited: add a new one"
+            )
+    return [m for m in files if m.version not in done]
+
+
+def pending(conn: db.Connection, schema: str) -> list[Migration]:
+    """Migrations not yet applied (raises MigrationError if an applied one changed)."""
+    return _verify(applied(conn, schema), available())
+
+
+def check_current(conn: db.Connection, schema: str) -> None:
+    """Refuse to run against a schema older than this code (a newer one is fine: rolling
+    deploys run old daemons against it)."""
+    todo = pending(conn, schema)
+    if todo:
+        names = ", ".join(f"{m.version}_{m.name}" for m in todo)
+        raise SchemaOutdatedError(
+            f"database schema {schema!r} is older than this pgtick (pending: {names}); "
+            "run `pgtick migrate` (or start with `pgtick run --migrate`)"
+        )
+
+
+MAX_ROLE_NAME_CHARS = 63  # PostgreSQL's NAMEDATALEN - 1: longer names are cut silently
+
+
+def grants_sql(role: str, schema: str) -> str:
+    """The GRANT statements a daemon's (and the operator CLI's) role needs on ``schema``, one
+    per line, ready for psql: everything but CREATE, which stays with the schema owner."""
+    if not role or len(role) > MAX_ROLE_NAME_CHARS:
+        raise UsageError(
+            f"ROLE: a role name of 1 to {MAX_ROLE_NAME_CHARS} characters, got {len(role)}"
+        )
+    statements = sql.SQL(sqlfile.queries()["grants"]).format(
+        schema=sql.Identifier(schema), role=sql.Identifier(role)
+    )
+    return statements.as_string(None).strip() + ";"
+
+
+def _lock(conn: db.Connection, schema: str) -> None:
+    """Take the migrators' advisory lock, polling (see ``LOCK_POLL_SECONDS``)."""
+    waiting = threading.Event()
+    while True:
+        row = conn.execute(
+            sqlfile.query("migrations_try_lock", schema), {"schema": schema}
+        ).fetchone()
+        if row is not None and row[0]:
+            return
+        waiting.wait(LOCK_POLL_SECONDS)
+
+
+def _apply(conn: db.Connection, schema: str, migration: Migration) -> None:
+    record = {"version": migration.version, "name": migration.name, "sha256": migration.sha256}
+    if migration.transactional:
+        with conn.transaction():
+            conn.execute(sqlfile.with_schema("set_local_search_path", schema))
+            conn.execute(migration.sql.encode("utf-8"))
+            conn.execute(sqlfile.with_schema("record_migration", schema), record)
+        return
+    # Statements that cannot run in a transaction (CREATE INDEX CONCURRENTLY) need a session
+    # search_path: run `pgtick migrate` on a direct connection, not through a
+    # transaction-mode pooler.
+    conn.execute(sqlfile.with_schema("migration_search_path", schema))
+    for statement in migration.statements():
+        conn.execute(statement.encode("utf-8"))
+    conn.execute(sqlfile.with_schema("record_migration", schema), record)
+
+
+def check_privileges(conn: db.Connection, schema: str) -> None:
+    """Refuse, in one line, a role that cannot migrate: migrations create and alter tables,
+    which only the schema's owner may do (the daemon's role has no such rights, by design)."""
+    row = conn.execute(sqlfile.query("migrate_privileges", schema), {"schema": schema}).fetchone()
+    assert row is not None
+    exists, owner, acts_as_owner, create_db, user = row
+    if exists and not acts_as_owner:
+        raise MigrationError(
+            f"migrate: role {user!r} is not the owner of schema {schema!r} (owner: {owner!r}); "
+            "migrations run as the schema owner: run `pgtick migrate` with the owner's DSN "
+            "(README: Database roles)"
+        )
+    if not exists and not create_db:
+        raise MigrationError(
+            f"migrate: schema {schema!r} does not exist and role {user!r} has no CREATE on "
+            "this database; migrations run as the schema owner: run `pgtick migrate` as the "
+            "role that should own it (README: Database roles)"
+        )
+
+
+def migrate(dsn: str, schema: str) -> list[str]:
+    """Apply pending migrations; idempotent and safe to run from many processes at once."""
+    with db.connect_raw(dsn, application_name="pgtick-migrate") as conn, db.wrap_errors("migrate"):
+        check_privileges(conn, schema)
+        _lock(conn, schema)
+        try:
+            conn.execute(sqlfile.with_schema("create_schema", schema))
+            conn.execute(sqlfile.with_schema("create_migrations_table", schema))
+            done = []
+            for migration in pending(conn, schema):
+                _apply(conn, schema, migration)
+                log.info("migration_applied", version=migration.version, name=migration.name)
+                done.append(f"{migration.version}_{migration.name}")
+            return done
+        finally:
+            conn.execute(sqlfile.query("migrations_unlock", schema), {"schema": schema})

@@ -1,0 +1,36 @@
+"""The LISTEN side of the NOTIFY that enqueue, retry, the reaper and materialization send: a
+dedicated connection, outside the pool, that wakes idle dispatchers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from pgtick.storage import db, sqlfile
+
+
+class Notifications:
+    """A dedicated LISTEN connection (outside the pool): the job types named by NOTIFYs."""
+
+    def __init__(self, conn: db.Connection) -> None:
+        self._conn = conn
+
+    def next(self, timeout: float) -> list[str]:
+        """The payload of the next NOTIFY, waiting up to ``timeout`` seconds ([] if none)."""
+        with db.wrap_errors("listen"):
+            return [n.payload for n in self._conn.notifies(timeout=timeout, stop_after=1)]
+
+
+@contextlib.contextmanager
+def listening(dsn: str, schema: str) -> Iterator[Notifications]:
+    """Open a LISTEN connection on the schema's channel; errors are DatabaseError."""
+    with db.wrap_errors("listen"):
+        conn = db.connect_raw(dsn, application_name="pgtick-listener")
+    try:
+        with db.wrap_errors("listen"):
+            conn.execute(sqlfile.with_schema("listen", schema))
+        yield Notifications(conn)
+    finally:
+        with contextlib.suppress(Exception):  # the connection may be broken already
+            conn.close()

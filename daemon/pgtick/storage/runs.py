@@ -1,0 +1,437 @@
+"""Runs and their attempts: enqueue, claim, heartbeat, finish, release, the operator's retry
+and cancel, the reads of ``pgtick runs`` and ``pgtick show``, and the effects guard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pgtick.storage import db, sqlfile
+from pgtick.storage.base import StoreBase
+
+TERMINAL_STATUSES = ("succeeded", "dead", "cancelled", "skipped")
+ACTIVE_STATUSES = ("queued", "running", "failed")
+STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped")
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run to enqueue."""
+
+    job_type: str
+    payload: Mapping[str, Any] | None = None
+    run_at: datetime | None = None
+    idempotency_key: str | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True)
+class ClaimType:
+    """What a claimer tells the database about a job type it handles."""
+
+    job_type: str
+    lease_seconds: float
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    """A run this worker now holds."""
+
+    id: int
+    job_type: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime | None
+    idempotency_key: str | None
+    run_at: datetime
+    schedule_id: int | None
+    started_at: datetime
+    locked_until: datetime
+
+
+# A claim of a run: (run id, attempt number). Every write a holder makes is guarded by it, so
+# that a result of an earlier claim never lands on a later claim of the same run.
+Claim = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A held run as the heartbeat renews it: its claim and its lease length."""
+
+    run_id: int
+    attempt: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed attempt to record; ``retry_in_seconds`` None means give up (dead)."""
+
+    run_id: int
+    attempt: int
+    error: str
+    error_type: str
+    detail: str
+    retry_in_seconds: float | None
+
+
+@dataclass(frozen=True)
+class FailResult:
+    id: int
+    status: str
+    run_at: datetime
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What one heartbeat found."""
+
+    held: set[int]  # leases extended
+    registered: bool  # the workers row still exists
+    cancelled: set[int]  # given runs an operator cancelled
+
+
+@dataclass(frozen=True)
+class Run:
+    """A row of ``runs``."""
+
+    id: int
+    schedule_id: int | None
+    scheduled_for: datetime | None
+    job_type: str
+    payload: Any
+    idempotency_key: str | None
+    status: str
+    run_at: datetime
+    attempts: int
+    max_attempts: int | None
+    locked_by: str | None
+    locked_until: datetime | None
+    last_error: str | None
+    error_type: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A row of ``attempts``."""
+
+    run_id: int
+    attempt: int
+    worker_id: str
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: str | None
+    error: str | None
+    error_type: str | None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One line of the operator's run listing; ``db_now`` is the database clock at the read."""
+
+    id: int
+    job_type: str
+    status: str
+    attempts: int
+    max_attempts: int | None
+    run_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_error: str | None
+    schedule: str | None
+    db_now: datetime
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """Filters of the run listing; None means no filter. ``limit`` is the page size."""
+
+    statuses: Sequence[str] | None = None
+    job_type: str | None = None
+    schedule: str | None = None
+    since: datetime | None = None
+    before: int | None = None
+    limit: int = 50
+
+
+@dataclass(frozen=True)
+class EffectKey:
+    """A side effect a run recorded (``effects``)."""
+
+    key: str
+    created_at: datetime
+
+
+def enqueue_on(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    run: NewRun,
+) -> int:
+    """Enqueue through ``<schema>.enqueue()`` on the caller's connection and transaction."""
+    with db.wrap_errors("enqueue"):
+        row = conn.execute(
+            sqlfile.with_schema("enqueue_qualified", schema), _enqueue_params(run)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _enqueue_params(run: NewRun) -> dict[str, Any]:
+    return {
+        "job_type": run.job_type,
+        "payload": Jsonb(dict(run.payload) if run.payload is not None else {}),
+        "run_at": run.run_at,
+        "idempotency_key": run.idempotency_key,
+        "max_attempts": run.max_attempts,
+    }
+
+
+def _claims(worker_id: str, claims: Sequence[Claim]) -> dict[str, Any]:
+    return {
+        "worker_id": worker_id,
+        "ids": [run_id for run_id, _ in claims],
+        "attempts": [attempt for _, attempt in claims],
+    }
+
+
+class RunQueries(StoreBase):
+    """The runs aggregate (``runs``, ``attempts``, ``effects``)."""
+
+    def enqueue(self, run: NewRun) -> int:
+        """Add one run (or return the existing one for its idempotency key)."""
+        rows = self._all("enqueue", "enqueue", _enqueue_params(run))
+        return int(rows[0][0])
+
+    def enqueue_many(self, runs: Sequence[NewRun]) -> list[int]:
+        """Add many runs in one statement; ids in input order, existing ids for taken keys."""
+        if not runs:
+            return []
+        # The same key twice in one batch is one run: send it once.
+        first_by_key: dict[str, int] = {}
+        unique: list[NewRun] = []
+        slot: list[int] = []
+        for run in runs:
+            key = run.idempotency_key
+            if key is not None and key in first_by_key:
+                slot.append(first_by_key[key])
+                continue
+            if key is not None:
+                first_by_key[key] = len(unique)
+            slot.append(len(unique))
+            unique.append(run)
+        params = {
+            "job_types": [r.job_type for r in unique],
+            "payloads": [Jsonb(dict(r.payload) if r.payload is not None else {}) for r in unique],
+            "run_ats": [r.run_at for r in unique],
+            "keys": [r.idempotency_key for r in unique],
+            "max_attempts": [r.max_attempts for r in unique],
+        }
+        with self._conn("enqueue") as conn, conn.transaction():
+            rows = conn.execute(sqlfile.query("enqueue_many", conn.schema), params).fetchall()
+            ids: list[int | None] = [inserted or existing for _, inserted, existing in rows]
+            missing = [unique[i].idempotency_key for i, v in enumerate(ids) if v is None]
+            if missing:
+                found = dict(
+                    conn.execute(
+                        sqlfile.query("run_ids_by_keys", conn.schema), {"keys": missing}
+                    ).fetchall()
+                )
+                ids = [
+                    v if v is not None else found[unique[i].idempotency_key]
+                    for i, v in enumerate(ids)
+                ]
+            for job_type in sorted({r.job_type for r in unique}):
+                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
+        return [int(ids[i]) for i in slot]  # type: ignore[arg-type]
+
+    def claim(self, worker_id: str, types: Sequence[ClaimType], limit: int) -> list[ClaimedRun]:
+        """Claim up to ``limit`` due runs of the given types in one statement."""
+        if limit <= 0 or not types:
+            return []
+        params = {
+            "worker_id": worker_id,
+            "job_types": [t.job_type for t in types],
+            "leases": [t.lease_seconds for t in types],
+            "max_attempts": [t.max_attempts for t in types],
+            "limit": limit,
+        }
+        return [ClaimedRun(*row) for row in self._all("claim", "claim", params)]
+
+    def next_due_in(self, job_types: Sequence[str]) -> float | None:
+        """Seconds until the earliest runnable run of these types is due (None: none)."""
+        rows = self._all("next_due", "next_due", {"job_types": list(job_types)})
+        return float(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def heartbeat(self, worker_id: str, leases: Sequence[Lease]) -> Beat:
+        """Extend the given leases; says which are still held (the others are gone), which of
+        the gone ones an operator cancelled, and whether this worker's row still exists."""
+        params = {
+            "worker_id": worker_id,
+            "ids": [lease.run_id for lease in leases],
+            "attempts": [lease.attempt for lease in leases],
+            "leases": [lease.seconds for lease in leases],
+        }
+        [(held, registered, cancelled)] = self._all("heartbeat", "heartbeat", params)
+        return Beat(set(held), bool(registered), set(cancelled))
+
+    def succeed(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
+        """Mark runs succeeded if this worker still holds these claims; returns those it did."""
+        with self._conn("succeed") as conn:
+            return self.succeed_on(conn, worker_id, claims)
+
+    @staticmethod
+    def succeed_on(conn: db.Connection, worker_id: str, claims: Sequence[Claim]) -> set[int]:
+        """``succeed`` on a given connection (inside a handler's transaction)."""
+        with db.wrap_errors("succeed"):
+            rows = conn.execute(
+                sqlfile.query("succeed", conn.schema), _claims(worker_id, claims)
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def fail(self, worker_id: str, failures: Sequence[Failure]) -> list[FailResult]:
+        """Record failed attempts: ``failed`` with a retry time, or ``dead``."""
+        if not failures:
+            return []
+        with self._conn("fail") as conn:
+            return self._fail_on(conn, worker_id, failures)
+
+    def finish(
+        self, worker_id: str, succeeded: Sequence[Claim], failures: Sequence[Failure]
+    ) -> tuple[set[int], list[FailResult]]:
+        """Write a batch of results all or nothing, so a failure part-way leaves nothing
+        written and the batch can be retried as it is: one statement when the batch holds
+        one kind (atomic by itself, no BEGIN/COMMIT round trips), else one transaction.
+        Returns what the lease guard let through: the succeeded ids and the failures."""
+        with self._conn("complete") as conn:
+            if succeeded and failures:
+                with conn.transaction():
+                    done = self.succeed_on(conn, worker_id, succeeded)
+                    return done, self._fail_on(conn, worker_id, failures)
+            if failures:
+                return set(), self._fail_on(conn, worker_id, failures)
+            return self.succeed_on(conn, worker_id, succeeded), []
+
+    @staticmethod
+    def _fail_on(
+        conn: db.Connection, worker_id: str, failures: Sequence[Failure]
+    ) -> list[FailResult]:
+        params = {
+            "worker_id": worker_id,
+            "ids": [f.run_id for f in failures],
+            "attempts": [f.attempt for f in failures],
+            "errors": [f.error for f in failures],
+            "error_types": [f.error_type for f in failures],
+            "details": [f.detail for f in failures],
+            "delays": [f.retry_in_seconds for f in failures],
+        }
+        with db.wrap_errors("fail"):
+            return [
+                FailResult(*row) for row in conn.execute(sqlfile.query("fail", conn.schema), params)
+            ]
+
+    def release(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
+        """Give held runs back (queued, attempt not counted); returns those released."""
+        if not claims:
+            return set()
+        rows = self._all("release", "release", _claims(worker_id, claims))
+        return {row[0] for row in rows}
+
+    def acknowledge_cancel(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
+        """Let go of held runs an operator cancelled, now that their handlers have stopped;
+        returns those that were cancelled and held by these claims."""
+        if not claims:
+            return set()
+        rows = self._all("acknowledge_cancel", "acknowledge_cancel", _claims(worker_id, claims))
+        return {row[0] for row in rows}
+
+    def retry(self, run_ids: Sequence[int]) -> list[int]:
+        """failed/dead/cancelled -> queued now; returns the ids that changed."""
+        with self._conn("retry") as conn, conn.transaction():
+            rows = conn.execute(
+                sqlfile.query("retry", conn.schema), {"ids": list(run_ids)}
+            ).fetchall()
+            for job_type in sorted({row[1] for row in rows}):
+                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
+        return sorted(row[0] for row in rows)
+
+    def held_after_cancel(self, run_ids: Sequence[int]) -> list[tuple[int, str, int]]:
+        """Cancelled runs among these whose holder has not let go: (id, holder, seconds left
+        on its lease)."""
+        rows = self._all("retry", "held_after_cancel", {"ids": list(run_ids)})
+        return [(int(i), str(holder), int(left)) for i, holder, left in rows]
+
+    def cancel(self, run_ids: Sequence[int]) -> list[int]:
+        """Non-terminal -> cancelled; returns the ids that changed."""
+        return sorted(row[0] for row in self._all("cancel", "cancel", {"ids": list(run_ids)}))
+
+    def get_run(self, run_id: int) -> Run | None:
+        rows = self._all("get_run", "get_run", {"id": run_id})
+        return Run(*rows[0]) if rows else None
+
+    def get_attempts(self, run_id: int) -> list[Attempt]:
+        return [Attempt(*row) for row in self._all("get_attempts", "get_attempts", {"id": run_id})]
+
+    def effect_keys(self, run_id: int) -> list[EffectKey]:
+        return [EffectKey(*row) for row in self._all("show", "effect_keys", {"run_id": run_id})]
+
+    def run_statuses(self, run_ids: Sequence[int]) -> dict[int, str]:
+        """The status of each run that exists among ``run_ids``."""
+        rows = self._all("run_statuses", "run_statuses", {"ids": list(run_ids)})
+        return {int(i): str(status) for i, status in rows}
+
+    def count_bulk(self, status: str, job_type: str, since: datetime | None) -> int:
+        params = {"status": status, "job_type": job_type, "since": since}
+        return int(self._all("count_bulk", "count_bulk", params)[0][0])
+
+    def bulk_ids(
+        self, status: str, job_type: str, since: datetime | None, after: int, batch: int
+    ) -> list[int]:
+        """The next ``batch`` ids of count_bulk's runs above ``after``."""
+        params = {
+            "status": status,
+            "job_type": job_type,
+            "since": since,
+            "after": after,
+            "batch": batch,
+        }
+        return [int(r[0]) for r in self._all("bulk_ids", "bulk_ids", params)]
+
+    def list_runs(self, q: RunQuery) -> list[RunSummary]:
+        """Up to ``q.limit`` runs, newest first, below ``q.before`` (keyset pagination)."""
+        statuses = None if q.statuses is None else list(q.statuses)
+        terminal_only = statuses is not None and all(s in TERMINAL_STATUSES for s in statuses)
+        params = {
+            "statuses": statuses,
+            "job_type": q.job_type,
+            "schedule": q.schedule,
+            "since": q.since,
+            "before": q.before,
+            "limit": q.limit,
+        }
+        name = "list_finished_runs" if terminal_only else "list_runs"
+        return [RunSummary(*row) for row in self._all("list_runs", name, params)]
+
+    @staticmethod
+    def effect_once_on(conn: db.Connection, key: str, run_id: int | None) -> bool:
+        """True only the first time ``key`` is recorded (on the given connection)."""
+        with db.wrap_errors("effect_once"):
+            row = conn.execute(
+                sqlfile.query("effect_once", conn.schema), {"key": key, "run_id": run_id}
+            ).fetchone()
+        return row is not None
+
+    def effect_once(self, key: str, run_id: int | None) -> bool:
+        with self._conn("effect_once") as conn:
+            return self.effect_once_on(conn, key, run_id)

@@ -1,0 +1,248 @@
+"""Schedules: the config's definitions synced in, the ticker's materialization (a transaction
+that holds the due schedules), and the operator's listing, pause, resume, trigger, backfill.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from pgtick.storage import db, sqlfile
+from pgtick.storage.base import StoreBase
+
+
+@dataclass(frozen=True)
+class ScheduleDef:
+    """A schedule as declared in the config file."""
+
+    name: str
+    job_type: str
+    payload: Mapping[str, Any]
+    cron: str
+    timezone: str
+    max_attempts: int | None
+    catchup: str
+    catchup_limit: int
+    overlap: str
+    jitter_seconds: float
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """A row of ``schedules`` as the ticker sees it (with the database clock's now)."""
+
+    id: int
+    name: str
+    job_type: str
+    payload: Any
+    cron: str
+    timezone: str
+    max_attempts: int | None
+    catchup: str
+    catchup_limit: int
+    overlap: str
+    jitter_seconds: float
+    materialized_until: datetime | None
+    db_now: datetime
+
+
+@dataclass(frozen=True)
+class ScheduleListing:
+    """A schedule with its latest run, for ``pgtick schedules``."""
+
+    id: int
+    name: str
+    job_type: str
+    cron: str
+    timezone: str
+    paused: bool
+    paused_reason: str | None  # 'operator', 'removed' (gone from config) or 'invalid'
+    paused_detail: str | None  # why an invalid schedule was refused, one line
+    overlap: str
+    catchup: str
+    materialized_until: datetime | None
+    last_status: str | None
+    last_scheduled_for: datetime | None
+    last_finished_at: datetime | None
+    last_success_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One run to materialize: the cron instant and when it should run (jitter applied)."""
+
+    scheduled_for: datetime
+    run_at: datetime
+
+
+@dataclass(frozen=True)
+class ScheduleRef:
+    """The schedule a run came from, as ``pgtick show`` names it."""
+
+    id: int
+    name: str
+    job_type: str
+    cron: str
+    timezone: str
+    paused: bool
+    paused_reason: str | None
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    """A schedule's definition and pause state (``pgtick status``)."""
+
+    name: str
+    job_type: str
+    cron: str
+    timezone: str
+    jitter_seconds: float
+    paused: bool
+    paused_reason: str | None
+    paused_detail: str | None
+
+
+class ScheduleQueries(StoreBase):
+    """The schedules aggregate (``schedules``, and the runs it materializes)."""
+
+    def sync_schedules(
+        self, defs: Sequence[ScheduleDef], job_types: Sequence[str]
+    ) -> tuple[list[str], list[str]]:
+        """Upsert the config's schedules; pause vanished ones of these job types.
+
+        Returns (names created or changed, names paused).
+        """
+        with self._conn("sync_schedules") as conn, conn.transaction():
+            changed = []
+            for d in defs:
+                row = conn.execute(
+                    sqlfile.query("sync_schedule", conn.schema),
+                    {
+                        "name": d.name,
+                        "job_type": d.job_type,
+                        "payload": Jsonb(dict(d.payload)),
+                        "cron": d.cron,
+                        "timezone": d.timezone,
+                        "max_attempts": d.max_attempts,
+                        "catchup": d.catchup,
+                        "catchup_limit": d.catchup_limit,
+                        "overlap": d.overlap,
+                        "jitter_seconds": d.jitter_seconds,
+                    },
+                ).fetchone()
+                if row is not None:
+                    changed.append(row[0])
+            paused = conn.execute(
+                sqlfile.query("pause_vanished_schedules", conn.schema),
+                {"job_types": list(job_types), "names": [d.name for d in defs]},
+            ).fetchall()
+        return changed, sorted(r[0] for r in paused)
+
+    @contextlib.contextmanager
+    def materializing(self) -> Iterator[tuple[db.Connection, list[ScheduleRow]]]:
+        """A transaction holding the enabled schedules that are due (``next_due_at`` reached or
+        unknown) and that no other daemon holds now; the others are not even read."""
+        with self._conn("tick") as conn, conn.transaction():
+            rows = conn.execute(sqlfile.query("lock_due_schedules", conn.schema)).fetchall()
+            yield conn, [ScheduleRow(*row) for row in rows]
+
+    @staticmethod
+    def next_schedule_due_on(conn: db.Connection) -> tuple[datetime | None, datetime]:
+        """(earliest ``next_due_at`` of the schedules not due at the transaction's start, the
+        database's now), inside ``materializing``'s transaction: when the ticker wakes next."""
+        with db.wrap_errors("tick"):
+            row = conn.execute(sqlfile.query("next_schedule_due", conn.schema)).fetchone()
+        assert row is not None
+        return row[0], row[1]
+
+    @staticmethod
+    def pause_invalid_on(conn: db.Connection, schedule: ScheduleRow, detail: str) -> None:
+        """Pause a schedule the ticker cannot compute, with the reason (inside
+        ``materializing``'s transaction, which holds the row)."""
+        with db.wrap_errors("tick"):
+            conn.execute(
+                sqlfile.query("pause_invalid_schedule", conn.schema),
+                {"id": schedule.id, "detail": detail},
+            )
+
+    @staticmethod
+    def materialize_on(
+        conn: db.Connection,
+        schedule: ScheduleRow,
+        occurrences: Sequence[Occurrence],
+        until: datetime,
+        next_due_at: datetime | None,
+    ) -> dict[str, int]:
+        """Insert occurrences, move the cursor to ``until`` and remember when the schedule next
+        needs a tick (None: at every tick); returns {status: count}."""
+        with db.wrap_errors("materialize"):
+            rows = conn.execute(
+                sqlfile.query("materialize", conn.schema),
+                {
+                    "schedule_id": schedule.id,
+                    "job_type": schedule.job_type,
+                    "payload": Jsonb(schedule.payload),
+                    "max_attempts": schedule.max_attempts,
+                    "skip": schedule.overlap == "skip",
+                    "scheduled_for": [o.scheduled_for for o in occurrences],
+                    "run_at": [o.run_at for o in occurrences],
+                    "until": until,
+                    "next_due_at": next_due_at,
+                },
+            ).fetchall()
+            if any(status == "queued" for status, _ in rows):
+                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": schedule.job_type})
+        return {status: int(n) for status, n in rows}
+
+    def list_schedules(self) -> list[ScheduleListing]:
+        return [ScheduleListing(*r) for r in self._all("schedules", "list_schedules", {})]
+
+    def get_schedule(self, name: str) -> dict[str, Any] | None:
+        """One schedule's definition and state, or None."""
+        with self._conn("schedules") as conn:
+            cur = conn.execute(sqlfile.query("get_schedule", conn.schema), {"name": name})
+            row = cur.fetchone()
+            if row is None:
+                return None
+            columns = [c.name for c in cur.description or []]
+        return dict(zip(columns, row, strict=True))
+
+    def pause_schedule(self, name: str) -> bool:
+        return bool(self._all("pause_schedule", "pause_schedule", {"name": name}))
+
+    def resume_schedule(self, name: str) -> bool:
+        return bool(self._all("resume_schedule", "resume_schedule", {"name": name}))
+
+    def trigger_schedule(self, name: str) -> int | None:
+        """Enqueue a run of the schedule now; its id, or None if there is no such schedule."""
+        with self._conn("trigger") as conn, conn.transaction():
+            row = conn.execute(
+                sqlfile.query("trigger_schedule", conn.schema), {"name": name}
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute(sqlfile.query("notify", conn.schema), {"job_type": row[1]})
+        return int(row[0])
+
+    def backfill_schedule(self, name: str, occurrences: Sequence[datetime]) -> list[int]:
+        """Create runs for past occurrences that have none; returns the new ids."""
+        with self._conn("backfill") as conn, conn.transaction():
+            rows = conn.execute(
+                sqlfile.query("backfill_schedule", conn.schema),
+                {"name": name, "occurrences": list(occurrences)},
+            ).fetchall()
+            if rows:
+                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": rows[0][1]})
+        return [int(r[0]) for r in rows]
+
+    def schedule_of_run(self, schedule_id: int) -> ScheduleRef | None:
+        rows = self._all("show", "schedule_of_run", {"id": schedule_id})
+        return ScheduleRef(*rows[0]) if rows else None
+
+    def schedule_states(self) -> list[ScheduleState]:
+        return [ScheduleState(*row) for row in self._all("status", "status_schedules", {})]

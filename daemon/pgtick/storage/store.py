@@ -1,0 +1,100 @@
+"""RunStore: one typed method per named query in ``sql/queries.sql``; the only caller of it.
+
+Methods take and return plain values and frozen dataclasses; psycopg errors leave as
+``DatabaseError`` (via ``db.wrap_errors``). The queries live with their aggregate (``runs``:
+runs and attempts; ``schedules``; ``workers``; ``maintenance``: reaping, pruning and the
+metrics reads), each a class over ``base.StoreBase``; ``RunStore`` is all of them on one pool,
+because a daemon's loops, a command and a console page each hold one store and cross
+aggregates in one unit (a claim's lease and its attempt; a schedule and the runs it
+materializes). This module is the storage API the rest of pgtick imports: the store and the
+records it returns.
+"""
+
+from __future__ import annotations
+
+from pgtick.storage.base import Pool
+from pgtick.storage.maintenance import (
+    PRUNE_BATCH_ROWS,
+    REAP_BATCH_ROWS,
+    JobTypeStats,
+    MaintenanceQueries,
+    MetricsSnapshot,
+    QueueCounts,
+    ReapedRun,
+    ScheduleHealth,
+)
+from pgtick.storage.notify import Notifications, listening
+from pgtick.storage.runs import (
+    ACTIVE_STATUSES,
+    STATUSES,
+    TERMINAL_STATUSES,
+    Attempt,
+    Beat,
+    Claim,
+    ClaimedRun,
+    ClaimType,
+    EffectKey,
+    FailResult,
+    Failure,
+    Lease,
+    NewRun,
+    Run,
+    RunQueries,
+    RunQuery,
+    RunSummary,
+    enqueue_on,
+)
+from pgtick.storage.schedules import (
+    Occurrence,
+    ScheduleDef,
+    ScheduleListing,
+    ScheduleQueries,
+    ScheduleRef,
+    ScheduleRow,
+    ScheduleState,
+)
+from pgtick.storage.workers import WorkerInfo, WorkerQueries, WorkerRow
+
+
+class RunStore(RunQueries, ScheduleQueries, WorkerQueries, MaintenanceQueries):
+    """Typed access to the pgtick schema through a connection pool."""
+
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "PRUNE_BATCH_ROWS",
+    "REAP_BATCH_ROWS",
+    "STATUSES",
+    "TERMINAL_STATUSES",
+    "Attempt",
+    "Beat",
+    "Claim",
+    "ClaimType",
+    "ClaimedRun",
+    "EffectKey",
+    "FailResult",
+    "Failure",
+    "JobTypeStats",
+    "Lease",
+    "MetricsSnapshot",
+    "NewRun",
+    "Notifications",
+    "Occurrence",
+    "Pool",
+    "QueueCounts",
+    "ReapedRun",
+    "Run",
+    "RunQuery",
+    "RunStore",
+    "RunSummary",
+    "ScheduleDef",
+    "ScheduleHealth",
+    "ScheduleListing",
+    "ScheduleRef",
+    "ScheduleRow",
+    "ScheduleState",
+    "WorkerInfo",
+    "WorkerRow",
+    "enqueue_on",
+    "listening",
+]

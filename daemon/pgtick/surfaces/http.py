@@ -1,0 +1,273 @@
+"""One small HTTP server with a route table: the metrics listener and the web console.
+
+Each server binds the address given under a config key (``metrics.listen``, ``web.listen``)
+and serves a fixed ``{(method, path): handler}`` table on daemon threads; a handler takes a
+``Request`` and returns a ``Response``. A path ending in ``/*`` matches one more segment
+(``/runs/*`` serves ``/runs/42``); every response carries the server's fixed headers. The
+standard library's server is enough: a scrape or a health check is a few small requests a
+minute, a console page a few more. Access lines go to the debug log, never to
+stderr.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import threading
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import structlog
+
+from pgtick.errors import ConfigError
+from pgtick.observability.metrics import Metrics, Readiness
+
+MAX_BODY_BYTES = 1 << 20
+REQUEST_TIMEOUT_SECONDS = 10.0  # a client that stops sending does not hold a thread forever
+STOP_TIMEOUT_SECONDS = 2.0
+TEXT = "text/plain; charset=utf-8"
+HTML = "text/html; charset=utf-8"
+FORM = "application/x-www-form-urlencoded"
+MAX_FORM_FIELDS = 100
+
+log = structlog.get_logger("pgtick.http")
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: Mapping[str, list[str]]
+    headers: Mapping[str, str]  # names lower-cased
+    body: bytes = b""
+
+    def form(self) -> dict[str, list[str]]:
+        """The fields of a url-encoded form body (empty for any other content type)."""
+        content_type = self.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != FORM:
+            return {}
+        try:
+            return urllib.parse.parse_qs(
+                self.body.decode("utf-8"),
+                keep_blank_values=True,
+                strict_parsing=False,
+                max_num_fields=MAX_FORM_FIELDS,
+            )
+        except (UnicodeDecodeError, ValueError):
+            return {}
+
+    def first(self, name: str, *, form: bool = False) -> str | None:
+        """One query (or form) field's first value, None when absent."""
+        values = (self.form() if form else self.query).get(name)
+        return values[0] if values else None
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    content_type: str
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+Handler = Callable[[Request], Response]
+Routes = Mapping[tuple[str, str], Handler]
+
+
+def text(status: int, body: str) -> Response:
+    """A plain-text response, one line."""
+    return Response(status, TEXT, (body.rstrip("\n") + "\n").encode("utf-8"))
+
+
+def html(status: int, body: str) -> Response:
+    """An HTML page (the caller has escaped what it interpolated)."""
+    return Response(status, HTML, body.encode("utf-8"))
+
+
+def see_other(location: str) -> Response:
+    """303: after a POST, the browser GETs ``location`` (a reload does not repeat the POST)."""
+    return Response(HTTPStatus.SEE_OTHER, TEXT, b"", {"Location": location})
+
+
+def find_route(routes: Routes, method: str, path: str) -> Handler | None:
+    """The handler for ``path`` exactly, or for its parent with ``/*`` (one trailing segment)."""
+    handler = routes.get((method, path))
+    if handler is None and "/" in path.rstrip("/"):
+        parent, _, last = path.rpartition("/")
+        if last:
+            handler = routes.get((method, parent + "/*"))
+    return handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # Another process on the port is an error to report, not a port to share.
+    allow_reuse_address = False
+
+    def __init__(
+        self, address: tuple[str, int], routes: Routes, headers: Mapping[str, str]
+    ) -> None:
+        self.routes = dict(routes)
+        self.headers = dict(headers)
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _RequestHandler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up or sent garbage: a debug line, not a traceback on stderr."""
+        log.debug("http_connection_failed", client=str(client_address), exc_info=True)
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    server: _Server
+    timeout = REQUEST_TIMEOUT_SECONDS
+    server_version = "pgtick"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_HEAD(self) -> None:
+        self._dispatch("HEAD")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def _dispatch(self, method: str) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        routes = self.server.routes
+        lookup = "GET" if method == "HEAD" else method
+        handler = find_route(routes, lookup, url.path)
+        if handler is None:
+            allowed = sorted({m for m, _ in routes if find_route(routes, m, url.path)})
+            if allowed:
+                allow = ", ".join(allowed + (["HEAD"] if "GET" in allowed else []))
+                response = text(HTTPStatus.METHOD_NOT_ALLOWED, "method not allowed")
+                response = Response(response.status, TEXT, response.body, {"Allow": allow})
+            else:
+                response = text(HTTPStatus.NOT_FOUND, "not found")
+            self._send(method, response)
+            return
+        length_text = self.headers.get("Content-Length") or "0"
+        if not length_text.isdigit():
+            self.close_connection = True
+            self._send(method, text(HTTPStatus.BAD_REQUEST, "bad Content-Length"))
+            return
+        length = int(length_text)
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            self._send(method, text(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large"))
+            return
+        request = Request(
+            method=lookup,
+            path=url.path,
+            query=urllib.parse.parse_qs(url.query),
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=self.rfile.read(length) if length > 0 else b"",
+        )
+        try:
+            response = handler(request)
+        except Exception:
+            log.exception("http_handler_failed", method=method, path=url.path)
+            response = text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
+        self._send(method, response)
+
+    def _send(self, method: str, response: Response) -> None:
+        self.send_response(response.status)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Content-Length", str(len(response.body)))
+        for name, value in {**self.server.headers, **response.headers}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if method != "HEAD":
+            self.wfile.write(response.body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("http_request", client=self.client_address[0], line=format % args)
+
+
+class HttpServer:
+    """A route table served on ``host:port``; ``key`` names the config key in errors;
+    ``headers`` go on every response (the console's security headers)."""
+
+    def __init__(
+        self,
+        key: str,
+        host: str,
+        port: int,
+        routes: Routes,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.key = key
+        self._address = (host, port)
+        self._routes = routes
+        self._headers = dict(headers or {})
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        if self._server is None:
+            raise RuntimeError("server not started")
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        """Bind and serve on a daemon thread; a refused address is a ConfigError naming the key."""
+        host, port = self._address
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            self._server = _Server(self._address, self._routes, self._headers)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            if exc.errno == errno.EADDRINUSE:
+                reason = "address already in use"
+            raise ConfigError(f"{self.key}: cannot listen on {shown}: {reason}") from None
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name=f"pgtick-http-{self.key}",
+            daemon=True,
+        )
+        self._thread.start()
+        log.info("http_listening", key=self.key, address=shown, port=self.port)
+
+    def stop(self) -> None:
+        """Stop accepting, close the socket; requests in flight finish on their own threads."""
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(STOP_TIMEOUT_SECONDS)
+        self._server = None
+
+
+def observability_routes(metrics: Metrics, readiness: Readiness) -> dict[tuple[str, str], Handler]:
+    """``/metrics``, ``/healthz`` (the process answers) and ``/readyz``."""
+
+    def scrape(request: Request) -> Response:
+        body, content_type = metrics.exposition(request.headers.get("accept", ""))
+        return Response(HTTPStatus.OK, content_type, body)
+
+    def healthz(_request: Request) -> Response:
+        return text(HTTPStatus.OK, "ok")
+
+    def readyz(_request: Request) -> Response:
+        reason = readiness.reason_not_ready()
+        if reason is None:
+            return text(HTTPStatus.OK, "ready")
+        return text(HTTPStatus.SERVICE_UNAVAILABLE, reason.splitlines()[0])
+
+    return {("GET", "/metrics"): scrape, ("GET", "/healthz"): healthz, ("GET", "/readyz"): readyz}

@@ -1,0 +1,148 @@
+"""The operator's verbs as plain functions over a ``RunStore``, returning dataclasses: the
+command line prints them, the web console renders them. No printing, no argument parsing.
+
+- ``runs``: list, show, enqueue, retry and cancel (their state rules live there, nowhere
+  else), prune;
+- ``schedules``: list, pause, resume, trigger, next occurrences, backfill;
+- ``status``: workers, queues and schedules with the problems among them; the console overview;
+- ``setup``: the one-connection store of a command, migrations, grants, ``check``.
+
+Callers use this package's names (``operations.list_runs``); the modules are its rooms. May
+import ``pgtick.core``, ``pgtick.config``, ``pgtick.storage``, ``pgtick.scheduling`` and
+``pgtick.errors``.
+"""
+
+from __future__ import annotations
+
+from pgtick.storage.store import STATUSES, TERMINAL_STATUSES
+from pgtick.surfaces.operations.runs import (
+    BULK_BATCH_ROWS,
+    CANCEL,
+    CANCELLABLE,
+    CONFIRM_ABOVE_ROWS,
+    DEFAULT_PAGE_SIZE,
+    MAX_KEY_BYTES,
+    MAX_PAGE_SIZE,
+    MAX_PAYLOAD_BYTES,
+    MAX_RUN_ID,
+    RETRY,
+    RETRYABLE,
+    Action,
+    Bulk,
+    Changed,
+    Pruned,
+    RunDetail,
+    RunPage,
+    When,
+    change_runs,
+    check_new_run,
+    check_statuses,
+    declares_job_type,
+    enqueue,
+    list_runs,
+    plan_bulk,
+    prune,
+    retention_seconds,
+    run_bulk,
+    show_run,
+)
+from pgtick.surfaces.operations.schedules import (
+    MAX_OCCURRENCES,
+    PAUSED_REASON_INVALID,
+    PAUSED_REASON_REMOVED,
+    Backfilled,
+    ScheduleLine,
+    ScheduleView,
+    Upcoming,
+    backfill,
+    backfill_window,
+    list_schedules,
+    pause_schedule,
+    resume_schedule,
+    schedule_views,
+    trigger_schedule,
+    upcoming,
+)
+from pgtick.surfaces.operations.setup import (
+    check_database,
+    grants_sql,
+    handler_summary,
+    migrate,
+    open_store,
+)
+from pgtick.surfaces.operations.status import (
+    STALE_AFTER_HEARTBEATS,
+    STATUS_TIMEOUT_SECONDS,
+    THROUGHPUT_MINUTES,
+    JobTypeStatus,
+    Overview,
+    ScheduleStatus,
+    Status,
+    WorkerStatus,
+    overview,
+    status,
+)
+
+__all__ = [
+    "BULK_BATCH_ROWS",
+    "CANCEL",
+    "CANCELLABLE",
+    "CONFIRM_ABOVE_ROWS",
+    "DEFAULT_PAGE_SIZE",
+    "MAX_KEY_BYTES",
+    "MAX_OCCURRENCES",
+    "MAX_PAGE_SIZE",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_RUN_ID",
+    "PAUSED_REASON_INVALID",
+    "PAUSED_REASON_REMOVED",
+    "RETRY",
+    "RETRYABLE",
+    "STALE_AFTER_HEARTBEATS",
+    "STATUSES",
+    "STATUS_TIMEOUT_SECONDS",
+    "TERMINAL_STATUSES",
+    "THROUGHPUT_MINUTES",
+    "Action",
+    "Backfilled",
+    "Bulk",
+    "Changed",
+    "JobTypeStatus",
+    "Overview",
+    "Pruned",
+    "RunDetail",
+    "RunPage",
+    "ScheduleLine",
+    "ScheduleStatus",
+    "ScheduleView",
+    "Status",
+    "Upcoming",
+    "When",
+    "WorkerStatus",
+    "backfill",
+    "backfill_window",
+    "change_runs",
+    "check_database",
+    "check_new_run",
+    "check_statuses",
+    "declares_job_type",
+    "enqueue",
+    "grants_sql",
+    "handler_summary",
+    "list_runs",
+    "list_schedules",
+    "migrate",
+    "open_store",
+    "overview",
+    "pause_schedule",
+    "plan_bulk",
+    "prune",
+    "resume_schedule",
+    "retention_seconds",
+    "run_bulk",
+    "schedule_views",
+    "show_run",
+    "status",
+    "trigger_schedule",
+    "upcoming",
+]

@@ -1,0 +1,178 @@
+"""What the operator looks at: ``status`` (workers, queues per job type, schedules and the
+problems among them) and the console's overview, from the same reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pgtick.core import dbstate
+from pgtick.errors import PgtickError, ScheduleError
+from pgtick.scheduling.cron import Cron
+from pgtick.storage.store import (
+    JobTypeStats,
+    RunStore,
+    ScheduleHealth,
+    ScheduleState,
+    WorkerRow,
+)
+from pgtick.surfaces.operations.schedules import ScheduleView, schedule_views
+
+# A worker whose last heartbeat is older than this many heartbeat intervals is marked stale
+# and does not count as serving its job types.
+STALE_AFTER_HEARTBEATS = 3
+# status reads the metrics' aggregate query; an operator can wait longer than a scrape.
+STATUS_TIMEOUT_SECONDS = 30.0
+# The overview's chart: succeeded runs per minute over this many minutes.
+THROUGHPUT_MINUTES = 60
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    worker: WorkerRow
+    stale: bool
+
+
+@dataclass(frozen=True)
+class JobTypeStatus:
+    """A job type's queue and how many live daemons handle it."""
+
+    stats: JobTypeStats
+    live_workers: int
+
+    @property
+    def unserved(self) -> bool:
+        """Due runs that no live daemon will claim."""
+        return self.stats.due > 0 and self.live_workers == 0
+
+
+@dataclass(frozen=True)
+class ScheduleStatus:
+    state: ScheduleState
+    next_at: datetime | None  # None: paused, or a cron this version cannot compute
+    last_success_at: datetime | None
+    overdue: bool
+    error: str | None  # why next_at could not be computed
+
+
+@dataclass(frozen=True)
+class Status:
+    """One look at the whole system; ``problems`` is what needs an operator now."""
+
+    db_now: datetime
+    stale_after_seconds: float
+    workers: list[WorkerStatus]
+    job_types: list[JobTypeStatus]
+    schedules: list[ScheduleStatus]
+    problems: list[str]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+
+def _parsed(states: Sequence[ScheduleState]) -> dict[str, Cron | ScheduleError]:
+    out: dict[str, Cron | ScheduleError] = {}
+    for s in states:
+        try:
+            out[s.name] = Cron.parse(s.cron, s.timezone, s.name)
+        except ScheduleError as exc:
+            out[s.name] = exc
+    return out
+
+
+def _workers_and_queues(
+    store: RunStore, heartbeat_seconds: float
+) -> tuple[list[WorkerStatus], list[JobTypeStatus]]:
+    """Registered daemons (stale after a few missed heartbeats) and each job type's queue with
+    how many live daemons handle it: what `status` and the console's overview both show."""
+    stale_after = STALE_AFTER_HEARTBEATS * heartbeat_seconds
+    workers = [WorkerStatus(w, w.heartbeat_age_seconds > stale_after) for w in store.list_workers()]
+    served: dict[str, int] = {}
+    for w in workers:
+        if not w.stale:
+            for job_type in w.worker.job_types:
+                served[job_type] = served.get(job_type, 0) + 1
+    job_types = [JobTypeStatus(t, served.get(t.job_type, 0)) for t in store.job_type_stats()]
+    return workers, job_types
+
+
+def status(store: RunStore, *, heartbeat_seconds: float, tick_interval_seconds: float) -> Status:
+    """Workers, queues per job type and schedules, with the problems among them: stuck runs,
+    overdue schedules, and due runs of a job type no live daemon handles."""
+    workers, job_types = _workers_and_queues(store, heartbeat_seconds)
+
+    states = store.schedule_states()
+    crons = _parsed(states)
+    now = store.now()
+    graced = {
+        s.name: (cron, dbstate.overdue_grace_seconds(tick_interval_seconds, s.jitter_seconds))
+        for s in states
+        if isinstance(cron := crons[s.name], Cron)
+    }
+    snap = store.metrics_snapshot(
+        dbstate.due_occurrences(graced, now),
+        statement_timeout_seconds=STATUS_TIMEOUT_SECONDS,
+        pool_timeout_seconds=STATUS_TIMEOUT_SECONDS,
+    )
+    health: dict[str, ScheduleHealth] = {h.name: h for h in snap.schedules}
+    schedules = [_schedule_status(s, crons[s.name], health.get(s.name), now) for s in states]
+
+    problems = [
+        f"{t.stats.stuck} stuck run(s) of {t.stats.job_type} (running with an expired lease)"
+        for t in job_types
+        if t.stats.stuck
+    ]
+    problems += [f"schedule {s.state.name} is overdue" for s in schedules if s.overdue]
+    problems += [
+        f"{t.stats.due} due run(s) of {t.stats.job_type} and no live daemon handles it"
+        for t in job_types
+        if t.unserved
+    ]
+    stale_after = STALE_AFTER_HEARTBEATS * heartbeat_seconds
+    return Status(now, stale_after, workers, job_types, schedules, problems)
+
+
+def _schedule_status(
+    state: ScheduleState, cron: Cron | ScheduleError, health: ScheduleHealth | None, now: datetime
+) -> ScheduleStatus:
+    last_ok = None
+    if health is not None and health.last_success_at is not None:
+        last_ok = datetime.fromtimestamp(health.last_success_at, UTC)
+    if isinstance(cron, ScheduleError):
+        return ScheduleStatus(state, None, last_ok, False, str(cron))
+    next_at, error = None, None
+    if not state.paused:
+        try:
+            next_at = cron.next_after(now)
+        except ScheduleError as exc:
+            error = str(exc)
+    overdue = health is not None and dbstate.is_overdue(health)
+    return ScheduleStatus(state, next_at, last_ok, overdue, error)
+
+
+@dataclass(frozen=True)
+class Overview:
+    """The console's front page: queues per job type, throughput, workers, schedules.
+    ``succeeded_per_minute`` is oldest minute first; None when it could not be read in time."""
+
+    db_now: datetime
+    job_types: list[JobTypeStatus]
+    workers: list[WorkerStatus]
+    schedules: list[ScheduleView]
+    succeeded_per_minute: list[int] | None
+
+
+def overview(store: RunStore, *, heartbeat_seconds: float, next_count: int = 1) -> Overview:
+    """What the console's overview shows, read from one store (one snapshot under
+    ``RunStore.reading``); a throughput query that runs out of time leaves the chart empty."""
+    now = store.now()
+    workers, job_types = _workers_and_queues(store, heartbeat_seconds)
+    schedules = schedule_views(store, now, next_count)
+    try:
+        per_minute: list[int] | None = store.succeeded_per_minute(THROUGHPUT_MINUTES)
+    except PgtickError:
+        per_minute = None
+    return Overview(now, job_types, workers, schedules, per_minute)
