@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pgtick import cli
+from pgtick.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
