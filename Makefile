@@ -8,9 +8,9 @@ BENCH_STAMP = $(VENV)/.bench-installed
 DEMO_VENV ?= .venv-demo
 DEMO_STAMP = $(DEMO_VENV)/.installed
 # Lint what exists: git keeps no empty directories, so bench/ may be missing from a clone.
-LINT    = $(wildcard daemon tests bench)
+LINT    = $(wildcard daemon tests bench tools)
 
-.PHONY: demo test lint typecheck check clean bench docs dist
+.PHONY: demo test lint typecheck check clean bench docs dist reference
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,9 @@ bench: $(BENCH_STAMP)   ## the benchmarks at full size on a throwaway PostgreSQL
 # (2027-05-05; Zensical succeeds it) on every build: NO_MKDOCS_2_WARNING keeps CI logs quiet.
 docs: $(STAMP)   ## build the documentation site (mkdocs.yml, docs/) into site/; warnings are errors
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+reference: $(STAMP)   ## rewrite docs/reference/ (config keys, CLI verbs, metrics) from the code
+	$(BIN)/python -m tools.reference
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT)

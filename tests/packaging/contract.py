@@ -6,7 +6,9 @@ from __future__ import annotations
 import fnmatch
 import re
 
-from .tools import README
+from .tools import ROOT
+
+METRICS_PAGE = ROOT / "docs" / "metrics.md"
 
 # Read from the database by one aggregate query: every daemon reports the same value, so
 # dashboards and rules reduce them across daemons with max, never sum.
@@ -38,18 +40,17 @@ NOT_EXPORTED_YET = frozenset(
 # them. Same rule: out as soon as a migration adds it (test_runbook_sql fails until it does).
 NOT_MIGRATED_YET = frozenset({"runs.concurrency_key"})
 
-# Series that come from prometheus_client's own collectors (the README names them under its
-# metrics table) and from Prometheus itself.
+# Series that come from prometheus_client's own collectors (the Metrics and health page names
+# them under its table) and from Prometheus itself.
 CLIENT_SERIES = ("process_*", "python_info")
 PROMETHEUS_SERIES = ("up",)
 SAMPLE_SUFFIXES = ("", "_total", "_bucket", "_sum", "_count")
 
 
 def readme_metrics() -> set[str]:
-    """The series names (or name patterns, such as pgtick_db_pool_*) of the README's table."""
-    text = README.read_text()
-    section = text[text.index("\n## Metrics and health") :]
-    section = section[: section.index("\n## ", 1)]
+    """The series names (or name patterns, such as pgtick_db_pool_*) of the table in the docs'
+    Metrics and health page (the README's section before the docs site took it over)."""
+    section = METRICS_PAGE.read_text()
     names: set[str] = set()
     for line in section.splitlines():
         if line.startswith("| `"):

@@ -14,7 +14,7 @@ RUNBOOKS = DOCS / "runbooks"
 MKDOCS_YML = ROOT / "mkdocs.yml"
 SITE_URL = "https://pgtick.readthedocs.io/en/latest/"
 RUNBOOKS_URL = f"{SITE_URL}runbooks/"
-# Until the README is split into the site, the site links to the README's sections.
+# The README is the front page; the site links to its sections (quick start) by this address.
 README_URL = "https://github.com/pgtick/pgtick#"
 
 _FENCE = re.compile(r"^ *```.*?^ *```", flags=re.MULTILINE | re.DOTALL)

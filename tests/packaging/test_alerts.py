@@ -9,7 +9,9 @@ from typing import Any
 
 from .contract import DATABASE_GAUGES
 from .docsite import RUNBOOKS_URL, headings, page_of_url, runbook_page_name, runbook_pages
-from .tools import GRAFANA, README, alert_rules, load_yaml, run, tool
+from .tools import GRAFANA, ROOT, alert_rules, load_yaml, run, tool
+
+OPERATIONS = ROOT / "docs" / "operations" / "index.md"
 
 # What the issues ask alerts for, by the name the rules give them.
 REQUIRED_ALERTS = {
@@ -77,16 +79,17 @@ def test_database_derived_gauges_in_rules_are_reduced_with_max() -> None:
                 assert UNDER_MAX.search(rule["expr"][: match.start()]), (rule["alert"], gauge)
 
 
-def test_readme_links_every_alert_to_its_runbook_page() -> None:
-    """The README keeps a short table, alert -> one line -> the page in docs/runbooks/."""
-    text = README.read_text()
-    section = text[text.index("\n### Alerts and runbooks") :]
-    section = section[: section.index("\n## ", 1)]
+def test_operations_page_links_every_alert_to_its_runbook_page() -> None:
+    """The operations page keeps a short table, alert -> one line -> its runbook page."""
+    text = OPERATIONS.read_text()
+    section = text[text.index("\n## Alerts and runbooks") :]
+    end = section.find("\n## ", 1)
+    section = section if end < 0 else section[:end]
     rows = dict(
-        re.findall(r"^\| `(Pgtick\w+)` \|.*\]\((docs/runbooks/[a-z-]+\.md)\)", section, re.M)
+        re.findall(r"^\| `(Pgtick\w+)` \|.*\]\((\.\./runbooks/[a-z-]+\.md)\)", section, re.M)
     )
     assert rows == {
-        rule["alert"]: f"docs/runbooks/{runbook_page_name(rule['alert'])}.md"
+        rule["alert"]: f"../runbooks/{runbook_page_name(rule['alert'])}.md"
         for rule in alert_rules()
     }
 

@@ -3,6 +3,7 @@ dashboard and the alert rules query (so no panel or alert reads a name that does
 
 from __future__ import annotations
 
+import re
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,9 @@ from .promql import (
     grafana_query_names,
     metric_names,
 )
-from .tools import GRAFANA, alert_rules, run, tool
+from .tools import GRAFANA, ROOT, alert_rules, run, tool
+
+REFERENCE_METRICS = ROOT / "docs" / "reference" / "metrics.md"
 
 # A job type of each kind and a schedule, so that every labelled series has a sample.
 CONFIG = """
@@ -98,3 +101,19 @@ def test_every_series_the_dashboard_and_alerts_query_is_exported(exposition: str
     assert set(missing) <= PROMETHEUS_SERIES | NOT_EXPORTED_YET, missing
     arrived = NOT_EXPORTED_YET & names
     assert not arrived, f"{arrived} are exported now: remove them from NOT_EXPORTED_YET"
+
+
+@pytest.mark.timeout(60)
+def test_the_metrics_reference_lists_every_pgtick_family_a_live_daemon_exports(
+    exposition: str,
+) -> None:
+    """The generated reference is rendered from the collectors without a daemon; this checks
+    it against a real one, so a family registered elsewhere cannot go unlisted."""
+    listed = set(re.findall(r"^\| `(pgtick_\w+)`", REFERENCE_METRICS.read_text(), re.MULTILINE))
+    live = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in text_string_to_metric_families(exposition)
+        if family.name.startswith("pgtick_")
+    }
+    assert len(live) >= 20, sorted(live)
+    assert live <= listed, sorted(live - listed)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from pgtick.config import DEFAULT_SHUTDOWN_GRACE_SECONDS
 
-from .tools import RUNBOOK_URL_PREFIX, SYSTEMD, readme_anchors, run, tool
+from .docsite import page_of_url
+from .tools import SYSTEMD, run, tool
 
 UNIT = SYSTEMD / "pgtick.service"
 VENV = "/opt/pgtick/venv"
@@ -72,7 +73,8 @@ def test_unit_carries_the_settings_the_daemon_relies_on() -> None:
         assert key in unit["Unit"] and key not in service, key
     assert unit["Unit"]["After"] == unit["Unit"]["Wants"] == ["network-online.target"]
     for url in unit["Unit"]["Documentation"]:
-        assert url.removeprefix(RUNBOOK_URL_PREFIX) in readme_anchors(), url
+        page = page_of_url(url)
+        assert page is not None and page.is_file(), url
 
 
 def test_systemd_analyze_verify_reports_nothing(tmp_path: Path) -> None:

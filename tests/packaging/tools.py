@@ -15,7 +15,6 @@ ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "grafana"
 SYSTEMD = ROOT / "systemd"
 README = ROOT / "README.md"
-RUNBOOK_URL_PREFIX = "https://github.com/pgtick/pgtick#"
 
 
 def tool(name: str, debian_package: str) -> str:

@@ -1,0 +1,1 @@
+"""Developer tools run by the Makefile: not part of the installed package."""
