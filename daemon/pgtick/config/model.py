@@ -24,6 +24,7 @@ from pgtick.config.schema import (
     DEFAULT_LOOKAHEAD_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_METRICS_LISTEN,
+    DEFAULT_OTHER_JOB_TYPES,
     DEFAULT_OVERLAP,
     DEFAULT_POLL_INTERVAL_SECONDS,
     DEFAULT_POOL_SIZE,
@@ -123,6 +124,7 @@ class MetricsConfig(_Listener):
     """The metrics/health HTTP listener."""
 
     listen: str = DEFAULT_METRICS_LISTEN
+    other_job_types: int = DEFAULT_OTHER_JOB_TYPES
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,11 @@ SELECT idempotency_key, id FROM {schema}.runs WHERE idempotency_key = ANY(%(keys
 -- with the job type as payload).
 LISTEN {schema};
 
+-- backend_pid --
+-- The server process serving this connection: behind a pooler it differs from the pid the
+-- connection was given at startup (the LISTEN connection's pooler detection).
+SELECT pg_backend_pid();
+
 -- notify --
 -- Wake idle daemons that handle this job type.
 SELECT pg_notify({channel}, %(job_type)s);
@@ -627,6 +632,14 @@ ORDER BY job_type;
 -- per configured schedule, the occurrence that should have started by now (NULL: none);
 -- due_started says whether a run for it started (or was deliberately skipped or cancelled),
 -- and is NULL for an occurrence from before the schedule existed.
+-- Vacuum health: the oldest holders of this database's MVCC horizon, oldest first by
+-- transaction age (what really orders them): sessions of this database with a snapshot or
+-- a transaction id (backend_xmin/backend_xid; a walsender's hot_standby_feedback), replication
+-- slots (xmin, catalog_xmin) and prepared transactions. Each as [kind, ident, user,
+-- application, client address, state, age in seconds (NULL: not known, a slot or a
+-- walsender), age in transactions, backend type]. Without pg_read_all_stats (pg_monitor),
+-- other roles' sessions show NULL for backend_xmin and are not seen (the next column says
+-- whether they can be). Then the dead row versions of each of pgtick's tables.
 SELECT /* pgtick_metrics_snapshot */
     extract(epoch FROM now())::float8,
     (SELECT coalesce(json_agg(json_build_array(
@@ -657,7 +670,41 @@ SELECT /* pgtick_metrics_snapshot */
                       AND (r.started_at IS NOT NULL OR r.status IN ('skipped', 'cancelled')))
                 END)), '[]')
      FROM unnest(%(names)s::text[], %(due_at)s::timestamptz[]) AS want(name, due_at)
-     JOIN {schema}.schedules s ON s.name = want.name);
+     JOIN {schema}.schedules s ON s.name = want.name),
+    (SELECT coalesce(json_agg(json_build_array(
+                kind, ident, usename, application, client, state, age_seconds, xid_age,
+                backend_type) ORDER BY xid_age DESC), '[]')
+     FROM (SELECT * FROM (
+               SELECT 'session' AS kind, a.pid::text AS ident, a.usename::text,
+                      a.application_name::text AS application, a.client_addr::text AS client,
+                      a.state::text,
+                      CASE WHEN a.backend_type = 'walsender' THEN NULL
+                      ELSE extract(epoch FROM now() - coalesce(a.xact_start, a.query_start))
+                      END::float8 AS age_seconds,
+                      greatest(age(a.backend_xmin), age(a.backend_xid)) AS xid_age,
+                      a.backend_type::text
+               FROM pg_stat_activity a
+               WHERE (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
+                 AND a.pid <> pg_backend_pid()
+                 AND (a.datname = current_database() OR a.backend_type = 'walsender')
+               UNION ALL
+               SELECT 'slot', r.slot_name::text, NULL, r.slot_type::text,
+                      NULL, CASE WHEN r.active THEN 'active' ELSE 'inactive' END,
+                      NULL, greatest(age(r.xmin), age(r.catalog_xmin)), NULL
+               FROM pg_replication_slots r
+               WHERE (r.xmin IS NOT NULL OR r.catalog_xmin IS NOT NULL)
+                 AND (r.database IS NULL OR r.database = current_database())
+               UNION ALL
+               SELECT 'prepared', p.gid, p.owner::text, NULL, NULL, 'prepared',
+                      extract(epoch FROM now() - p.prepared)::float8, age(p.transaction), NULL
+               FROM pg_prepared_xacts p
+               WHERE p.database = current_database()) AS holders
+           ORDER BY xid_age DESC
+           LIMIT 5) AS oldest),
+    pg_has_role('pg_read_all_stats', 'USAGE'),
+    (SELECT coalesce(json_agg(json_build_array(c.relname, pg_stat_get_dead_tuples(c.oid))), '[]')
+     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p'));
 
 -- claim_terminal_counts_refresh --
 -- Take the right to recount terminal runs if the counts are older than %(max_age)s seconds;
