@@ -140,6 +140,7 @@ reaper_interval = "5s"
 
 [metrics]
 listen = "[::1]:0"
+other_job_types = 5
 
 [logging]
 format = "json"
@@ -198,7 +199,7 @@ def test_every_key_loads_into_its_field() -> None:
     assert cfg.ticker == TickerConfig(
         interval_seconds=30.0, lookahead_seconds=0.0, reaper_interval_seconds=5.0
     )
-    assert cfg.metrics == MetricsConfig(listen="[::1]:0")
+    assert cfg.metrics == MetricsConfig(listen="[::1]:0", other_job_types=5)
     assert cfg.logging == LoggingConfig(format="json", level="debug")
     assert cfg.retention == RetentionConfig(
         succeeded_seconds=DAY,

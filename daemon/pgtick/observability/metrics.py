@@ -345,8 +345,8 @@ def _vacuum_families(snap: DatabaseSnapshot) -> Iterator[Metric]:
     )
     yield _gauge(
         "pgtick_db_horizon_sessions_visible",
-        "0 when the role cannot see other roles' sessions (no pg_monitor): the horizon age "
-        "then leaves them out",
+        "0 when the role cannot see other roles' session times (no pg_monitor): their age "
+        "then counts from when this daemon first saw them",
         1.0 if snap.horizon_sessions_visible else 0.0,
     )
     dead = GaugeMetricFamily(

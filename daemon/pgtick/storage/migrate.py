@@ -121,17 +121,23 @@ def check_current(conn: db.Connection, schema: str) -> None:
 MAX_ROLE_NAME_CHARS = 63  # PostgreSQL's NAMEDATALEN - 1: longer names are cut silently
 
 
-def grants_sql(role: str, schema: str) -> str:
+def grants_sql(role: str, schema: str, *, monitor: bool = False) -> str:
     """The GRANT statements a daemon's (and the operator CLI's) role needs on ``schema``, one
-    per line, ready for psql: everything but CREATE, which stays with the schema owner."""
+    per line, ready for psql: everything but CREATE, which stays with the schema owner. With
+    ``monitor``, also pg_monitor (who holds the MVCC horizon, whatever their role)."""
     if not role or len(role) > MAX_ROLE_NAME_CHARS:
         raise UsageError(
             f"ROLE: a role name of 1 to {MAX_ROLE_NAME_CHARS} characters, got {len(role)}"
         )
-    statements = sql.SQL(sqlfile.queries()["grants"]).format(
-        schema=sql.Identifier(schema), role=sql.Identifier(role)
+    names = ["grants", "grant_monitor"] if monitor else ["grants"]
+    return "\n".join(
+        sql.SQL(sqlfile.queries()[name])
+        .format(schema=sql.Identifier(schema), role=sql.Identifier(role))
+        .as_string(None)
+        .strip()
+        + ";"
+        for name in names
     )
-    return statements.as_string(None).strip() + ";"
 
 
 def _lock(conn: db.Connection, schema: str) -> None:

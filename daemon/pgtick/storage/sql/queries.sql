@@ -10,6 +10,10 @@
 -- drift).
 SELECT now();
 
+-- current_user --
+-- The role this connection acts as (`pgtick status` names it when it lacks pg_monitor).
+SELECT current_user::text;
+
 -- enqueue --
 -- One run through the schema's own SQL function, so the rules live in one place.
 SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s);
@@ -637,9 +641,11 @@ ORDER BY job_type;
 -- a transaction id (backend_xmin/backend_xid; a walsender's hot_standby_feedback), replication
 -- slots (xmin, catalog_xmin) and prepared transactions. Each as [kind, ident, user,
 -- application, client address, state, age in seconds (NULL: not known, a slot or a
--- walsender), age in transactions, backend type]. Without pg_read_all_stats (pg_monitor),
--- other roles' sessions show NULL for backend_xmin and are not seen (the next column says
--- whether they can be). Then the dead row versions of each of pgtick's tables.
+-- walsender, or a session of another role whose times this role may not see), age in
+-- transactions, backend type]. Without pg_read_all_stats (pg_monitor), other roles' sessions
+-- still show their pid, user, application and backend_xmin, but not their state, client or
+-- transaction start (the next column says whether they are visible). Then the dead row
+-- versions of each of pgtick's tables.
 SELECT /* pgtick_metrics_snapshot */
     extract(epoch FROM now())::float8,
     (SELECT coalesce(json_agg(json_build_array(
@@ -878,3 +884,10 @@ GRANT SELECT, UPDATE ON {schema}.terminal_run_counts_refresh TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 GRANT USAGE ON SEQUENCE {schema}.runs_id_seq TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, timestamptz, text, integer) TO {role};
+
+-- grant_monitor --
+-- `pgtick grants ROLE --monitor`: pg_monitor (through pg_read_all_stats) lets the role see
+-- backend_xmin, state and client of other roles' sessions in pg_stat_activity, so that the
+-- metrics and `pgtick status` can name a session of any role holding the MVCC horizon. Read
+-- access to statistics only; a superuser (or a role with ADMIN on pg_monitor) runs it.
+GRANT pg_monitor TO {role};
