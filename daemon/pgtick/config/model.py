@@ -87,6 +87,7 @@ class WorkerConfig:
     shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS
     imports: tuple[str, ...] = ()
     prefetch: int = DEFAULT_PREFETCH
+    refuse_undeclared_job_types: bool = False
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,9 @@ KEYS: tuple[Key, ...] = (
         integer(0, MAX_PREFETCH),
         "at most this many runs claimed beyond free threads while a backlog of short runs "
         "waits (none when idle or when handlers take long); 0: never"),
+    Key(WORKER, "refuse_undeclared_job_types", "boolean", False, flag,
+        "`pgtick enqueue` refuses (exit 2) a job type this config does not declare; the SQL "
+        "and Python enqueue do not read the config"),
 
     Key(TICKER, "interval", DURATION, DEFAULT_TICK_INTERVAL_SECONDS, _SECONDS,
         "how often schedules are materialized (plus an early wake before a due run)"),
