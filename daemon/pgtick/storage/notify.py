@@ -24,13 +24,6 @@ class Notifications:
             return [n.payload for n in self._conn.notifies(timeout=timeout, stop_after=1)]
 
 
-def behind_pooler(conn: db.Connection, schema: str) -> bool:
-    """Whether a pooler stands between us and the server: the backend pid the server reports
-    is not the one the connection was given at startup (PgBouncer hands out its own keys)."""
-    row = conn.execute(sqlfile.query("backend_pid", schema)).fetchone()
-    return row is not None and int(row[0]) != conn.info.backend_pid
-
-
 @contextlib.contextmanager
 def listening(dsn: str, schema: str, *, detect_pooler: bool = False) -> Iterator[Notifications]:
     """Open a LISTEN connection on the schema's channel; errors are DatabaseError. With
@@ -40,7 +33,7 @@ def listening(dsn: str, schema: str, *, detect_pooler: bool = False) -> Iterator
         conn = db.connect_raw(dsn, application_name="pgtick-listener")
     try:
         with db.wrap_errors("listen"):
-            if detect_pooler and behind_pooler(conn, schema):
+            if detect_pooler and db.behind_pooler(conn, schema):
                 yield Notifications(conn, pooled=True)
                 return
             conn.execute(sqlfile.with_schema("listen", schema))

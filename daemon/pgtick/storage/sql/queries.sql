@@ -852,9 +852,18 @@ WHERE status = 'succeeded' AND finished_at IS NOT NULL
 GROUP BY 1;
 
 -- migrations_try_lock --
--- The migrators' lock without blocking: migrate.py polls it, because a session blocked in
--- pg_advisory_lock holds a snapshot that a concurrent index build in the holder waits for.
+-- The migrators' session lock, for a migration that cannot run in a transaction (concurrent
+-- index builds), on a direct connection only, without blocking: migrate.py polls it, because
+-- a session blocked in pg_advisory_lock holds a snapshot that a concurrent index build in the
+-- holder waits for.
 SELECT pg_try_advisory_lock(hashtext('pgtick.migrate.' || %(schema)s));
+
+-- migrations_try_xact_lock --
+-- The migrators' lock for one transaction (the same key): every transactional migration
+-- takes it in the transaction that applies it, so it is released by COMMIT or ROLLBACK on
+-- whichever server connection a pooler (PgBouncer, transaction mode) ran it, never left
+-- behind on one. Polled like the session lock, each try in a transaction of its own.
+SELECT pg_try_advisory_xact_lock(hashtext('pgtick.migrate.' || %(schema)s));
 
 -- migrate_privileges --
 -- Who may migrate: the schema's owner (or a member of its role, or a superuser), or, before
