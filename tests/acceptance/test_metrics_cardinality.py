@@ -91,6 +91,8 @@ def test_thousands_of_job_types_make_a_bounded_fast_scrape(
     assert sample(samples, "pgtick_runs", job_type="busy_a", status="queued") == 30
     assert sample(samples, "pgtick_queue_depth", job_type="busy_c") == 10
     assert sample(samples, "pgtick_queue_depth", job_type="other") == 0  # all in an hour
+    # A direct connection is not mistaken for a pooler (LISTEN in use, nothing said).
+    assert "notifications_unavailable" not in daemon.log()
     # Unbounded, the 5 000 types alone would be 50 000 series (several MB per scrape).
     assert sum(len(f.samples) for f in families.values()) < 5000
     assert len(body) < 1_000_000
