@@ -23,17 +23,12 @@ def bouncer(pg_admin_dsn: str) -> Iterator[PgBouncer]:
 
 
 @pytest.fixture
-def pooled_dsn(bouncer: PgBouncer, dsn: str) -> Iterator[str]:
-    """This test's fresh database, reached through the pooler (which lets go of it before the
-    database is dropped)."""
-    dbname = str(conninfo_to_dict(dsn)["dbname"])
-    yield bouncer.dsn(dbname)
-    bouncer.forget(dbname)
+def pooled_dsn(bouncer: PgBouncer, dsn: str) -> str:
+    """This test's fresh database, reached through the pooler."""
+    return bouncer.dsn(str(conninfo_to_dict(dsn)["dbname"]))
 
 
 @pytest.fixture
-def pooled_empty_dsn(bouncer: PgBouncer, empty_dsn: str) -> Iterator[str]:
+def pooled_empty_dsn(bouncer: PgBouncer, empty_dsn: str) -> str:
     """A fresh database with no schema yet, reached through the pooler."""
-    dbname = str(conninfo_to_dict(empty_dsn)["dbname"])
-    yield bouncer.dsn(dbname)
-    bouncer.forget(dbname)
+    return bouncer.dsn(str(conninfo_to_dict(empty_dsn)["dbname"]))
