@@ -86,9 +86,12 @@ class PgBouncer:
                 os.chown(path, entry.pw_uid, entry.pw_gid)
             command += ["-u", UNPRIVILEGED_USER]
         command.append(str(workdir / "pgbouncer.ini"))
-        self.proc = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-        )
+        # Not a pipe: pgbouncer in the foreground writes every log line to stderr as well, and
+        # once an unread pipe's 64 KiB filled it blocked there, and every client with it.
+        with (workdir / "stderr.log").open("wb") as stderr:
+            self.proc = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+            )
         self._wait_ready()
 
     def _write_users(self) -> None:
@@ -106,7 +109,7 @@ class PgBouncer:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while True:
             if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                err = (self.workdir / "stderr.log").read_text(errors="replace")[-500:]
                 raise RuntimeError(f"pgbouncer exited at start: {err.strip()} {self.log()[-500:]}")
             try:
                 with psycopg.connect(self.dsn("postgres"), connect_timeout=2) as conn:
@@ -135,5 +138,3 @@ class PgBouncer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
-        if self.proc.stderr:
-            self.proc.stderr.close()

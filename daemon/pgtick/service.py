@@ -299,7 +299,11 @@ class Service:
             self._metrics_store, list(cfg.schedules.values()), cfg.ticker.interval_seconds
         )
         collector = DatabaseCollector(
-            probe, metrics.job_types, cfg.schedules, on_error=lambda: metrics.db_error("metrics")
+            probe,
+            metrics.job_types,
+            cfg.schedules,
+            other_job_types=cfg.metrics.other_job_types,
+            on_error=lambda: metrics.db_error("metrics"),
         )
         metrics.registry.register(collector)
         readiness = Readiness(

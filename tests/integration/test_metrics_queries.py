@@ -118,7 +118,11 @@ def test_observability_queries_read_runs_only_through_partial_indexes(
     )
     conn.execute("INSERT INTO runs (job_type) SELECT 't' || i % 5 FROM generate_series(1, 500) i")
     conn.execute("ANALYZE runs")
-    params = {"names": ["s"], "due_at": [datetime.now(UTC) - timedelta(minutes=1)]}
+    params = {
+        "names": ["s"],
+        "due_at": [datetime.now(UTC) - timedelta(minutes=1)],
+        "schema": conn.schema,
+    }
     statement = sqlfile.query(query, conn.schema).as_string(conn)
     plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement, params))
     assert "Seq Scan on runs" not in plan, plan

@@ -26,3 +26,9 @@ def bouncer(pg_admin_dsn: str) -> Iterator[PgBouncer]:
 def pooled_dsn(bouncer: PgBouncer, dsn: str) -> str:
     """This test's fresh database, reached through the pooler."""
     return bouncer.dsn(str(conninfo_to_dict(dsn)["dbname"]))
+
+
+@pytest.fixture
+def pooled_empty_dsn(bouncer: PgBouncer, empty_dsn: str) -> str:
+    """A fresh database with no schema yet, reached through the pooler."""
+    return bouncer.dsn(str(conninfo_to_dict(empty_dsn)["dbname"]))

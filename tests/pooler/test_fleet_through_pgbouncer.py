@@ -55,5 +55,10 @@ def test_three_daemons_through_pgbouncer_run_every_run_once(
         assert len(executions) == RUNS and set(executions.values()) == {1}
         for daemon in daemons:
             assert "does not exist" not in daemon.log()
+            # Without listen_dsn the daemon notices the pooler and says so once; with it, never.
+            said = [e for e in daemon.events() if e.get("event") == "notifications_unavailable"]
+            assert len(said) == (0 if direct_listen else 1), said
+            if said:
+                assert said[0]["message"].startswith("notifications unavailable: database.dsn")
     finally:
         cluster.stop_all()

@@ -132,6 +132,7 @@ poll_interval = "1s"
 shutdown_grace = "0s"
 imports = ["myapp.jobs", "other"]
 prefetch = 16
+refuse_undeclared_job_types = true
 
 [ticker]
 interval = "30s"
@@ -140,6 +141,7 @@ reaper_interval = "5s"
 
 [metrics]
 listen = "[::1]:0"
+other_job_types = 5
 
 [logging]
 format = "json"
@@ -194,11 +196,12 @@ def test_every_key_loads_into_its_field() -> None:
         shutdown_grace_seconds=0.0,
         imports=("myapp.jobs", "other"),
         prefetch=16,
+        refuse_undeclared_job_types=True,
     )
     assert cfg.ticker == TickerConfig(
         interval_seconds=30.0, lookahead_seconds=0.0, reaper_interval_seconds=5.0
     )
-    assert cfg.metrics == MetricsConfig(listen="[::1]:0")
+    assert cfg.metrics == MetricsConfig(listen="[::1]:0", other_job_types=5)
     assert cfg.logging == LoggingConfig(format="json", level="debug")
     assert cfg.retention == RetentionConfig(
         succeeded_seconds=DAY,

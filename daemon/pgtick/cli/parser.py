@@ -190,6 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--schema", metavar="S", help="the pgtick schema (default: the config's database.schema)"
     )
+    p.add_argument(
+        "--monitor",
+        action="store_true",
+        help="also grant pg_monitor, so that `status` and the metrics see every role's sessions "
+        "holding the MVCC horizon (a superuser runs that line)",
+    )
     p = add("deploy-files", deploy.cmd_deploy_files, "write the unit, config, dashboard, alerts")
     p.add_argument("dir", metavar="DIR", help="where to write them (created if missing)")
     p.add_argument("--force", action="store_true", help="overwrite files that exist")
@@ -213,6 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
         "workers, queues and schedules on one screen; exit 5 when something needs attention",
     )
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    p.add_argument(
+        "--horizon-threshold",
+        metavar="DURATION",
+        default="15m",
+        help="a snapshot holding the MVCC horizon longer than this needs attention "
+        "(default 15m, as the PgtickVacuumBlocked alert)",
+    )
     _add_runs(sub, common)
     _add_change(sub, common, operations.RETRY)
     _add_change(sub, common, operations.CANCEL)

@@ -24,7 +24,15 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         when = parse_when(args.run_at, "--run-at")
     elif args.in_ is not None:
         when = timedelta(seconds=config_mod.parse_duration(args.in_, "--in"))
-    if not operations.declares_job_type(cfg, args.job_type):
+    declared = operations.declares_job_type(cfg, args.job_type)
+    if not declared and cfg.worker.refuse_undeclared_job_types:
+        why = "is not declared" if declared is False else "cannot be checked (imports failed)"
+        raise UsageError(
+            f"job type {args.job_type!r} {why} in {context.config_source(cfg)}, and "
+            "worker.refuse_undeclared_job_types is set: declare [job_types.NAME] or a "
+            "@pgtick.job in worker.imports"
+        )
+    if not declared:
         # Still enqueued: a daemon with another config (another fleet) may handle it.
         print(
             f"pgtick: warning: job type {args.job_type!r} is not declared in "

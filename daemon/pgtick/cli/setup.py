@@ -53,12 +53,17 @@ def cmd_grants(args: argparse.Namespace) -> int:
         schema = context.load(args).database.schema
     else:
         schema = config_mod.schema_name("--schema", args.schema)
-    statements = operations.grants_sql(args.role, schema)
+    statements = operations.grants_sql(args.role, schema, monitor=args.monitor)
     print(
         f"-- pgtick: what role {args.role!r} needs to run `pgtick run` and the operator verbs on"
         f" schema {schema!r}.\n-- Run as the schema owner (e.g. psql -f), after every"
         " `pgtick migrate`; create the role first (CREATE ROLE ... LOGIN PASSWORD ...)."
     )
+    if args.monitor:
+        print(
+            "-- The last line (pg_monitor: see every role's sessions holding the MVCC horizon)"
+            " needs a superuser."
+        )
     print(statements)
     return EXIT_OK
 

@@ -245,10 +245,39 @@ def print_detail(d: operations.RunDetail) -> None:
 # -- status ----------------------------------------------------------------------------------------
 
 
+# A holder younger than this is a transaction at work, not one holding vacuum back.
+HORIZON_MOVING_SECONDS = 1.0
+
+
+def _horizon_fields(h: operations.Horizon) -> dict[str, Any]:
+    holder = h.holder
+    return {
+        "holder": None
+        if holder is None
+        else {
+            "kind": holder.kind,
+            "pid": int(holder.ident) if holder.kind == "session" else None,
+            "slot": holder.ident if holder.kind == "slot" else None,
+            "gid": holder.ident if holder.kind == "prepared" else None,
+            "user": holder.user,
+            "application_name": holder.application if holder.kind == "session" else None,
+            "client_addr": holder.client,
+            "state": holder.state,
+            "backend_type": holder.backend_type,
+            "age_seconds": holder.age_seconds,
+            "age_transactions": holder.xid_age,
+        },
+        "threshold_seconds": h.threshold_seconds,
+        "sees_all_sessions": h.sees_all_sessions,
+    }
+
+
 def status_fields(st: operations.Status) -> dict[str, Any]:
     return {
         "healthy": st.healthy,
         "problems": st.problems,
+        "notes": st.notes,
+        "horizon": _horizon_fields(st.horizon),
         "db_now": iso(st.db_now),
         "stale_after_seconds": st.stale_after_seconds,
         "workers": [
@@ -358,6 +387,28 @@ def print_status(st: operations.Status) -> None:
         )
     print()
     print("schedules:" if st.schedules else "schedules: none")
+    _print_schedules(st)
+    print()
+    _print_horizon(st)
+
+
+def _print_horizon(st: operations.Status) -> None:
+    h = st.horizon.holder
+    if h is None:
+        print("MVCC horizon: nothing visible holds it")
+    elif h.age_seconds is not None and h.age_seconds < HORIZON_MOVING_SECONDS:
+        print(f"MVCC horizon: moving (oldest snapshot under {HORIZON_MOVING_SECONDS:g}s)")
+    else:
+        age = "age unknown" if h.age_seconds is None else age_text(h.age_seconds)
+        print(
+            f"MVCC horizon: held by {operations.describe_holder(h)}, {age} "
+            f"({h.xid_age} transactions); problem past {age_text(st.horizon.threshold_seconds)}"
+        )
+    for note in st.notes:
+        print(f"  note: {note}")
+
+
+def _print_schedules(st: operations.Status) -> None:
     if st.schedules:
         print_table(
             ("  NAME", "NEXT (UTC)", "NEXT (LOCAL)", "LAST SUCCESS", "STATE"),

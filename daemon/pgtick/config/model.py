@@ -24,6 +24,7 @@ from pgtick.config.schema import (
     DEFAULT_LOOKAHEAD_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_METRICS_LISTEN,
+    DEFAULT_OTHER_JOB_TYPES,
     DEFAULT_OVERLAP,
     DEFAULT_POLL_INTERVAL_SECONDS,
     DEFAULT_POOL_SIZE,
@@ -86,6 +87,7 @@ class WorkerConfig:
     shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS
     imports: tuple[str, ...] = ()
     prefetch: int = DEFAULT_PREFETCH
+    refuse_undeclared_job_types: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,7 @@ class MetricsConfig(_Listener):
     """The metrics/health HTTP listener."""
 
     listen: str = DEFAULT_METRICS_LISTEN
+    other_job_types: int = DEFAULT_OTHER_JOB_TYPES
 
 
 @dataclass(frozen=True)

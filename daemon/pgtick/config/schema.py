@@ -63,6 +63,11 @@ MAX_LOOKAHEAD_SECONDS = HOUR_SECONDS
 DEFAULT_REAPER_INTERVAL_SECONDS = 10.0
 
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
+# Job types the config does not name, labelled by name in the database-derived series (the
+# busiest first); the rest are summed under job_type="other", so whoever enqueues cannot
+# multiply the series (about 10 per job type on every daemon).
+DEFAULT_OTHER_JOB_TYPES = 20
+MAX_OTHER_JOB_TYPES = 1000
 DEFAULT_WEB_LISTEN = ""  # the console is off unless asked for
 DEFAULT_WEB_TOKEN_FILE = ""
 
@@ -172,6 +177,9 @@ KEYS: tuple[Key, ...] = (
         integer(0, MAX_PREFETCH),
         "at most this many runs claimed beyond free threads while a backlog of short runs "
         "waits (none when idle or when handlers take long); 0: never"),
+    Key(WORKER, "refuse_undeclared_job_types", "boolean", False, flag,
+        "`pgtick enqueue` refuses (exit 2) a job type this config does not declare; the SQL "
+        "and Python enqueue do not read the config"),
 
     Key(TICKER, "interval", DURATION, DEFAULT_TICK_INTERVAL_SECONDS, _SECONDS,
         "how often schedules are materialized (plus an early wake before a due run)"),
@@ -184,6 +192,10 @@ KEYS: tuple[Key, ...] = (
 
     Key(METRICS, "listen", LISTEN, DEFAULT_METRICS_LISTEN, listen,
         '/metrics, /healthz, /readyz; "[::1]:9464" for IPv6; "" disables the HTTP server'),
+    Key(METRICS, "other_job_types", f"integer 0-{MAX_OTHER_JOB_TYPES}",
+        DEFAULT_OTHER_JOB_TYPES, integer(0, MAX_OTHER_JOB_TYPES),
+        "job types not in the config that get their own job_type label in the database-derived "
+        'series, busiest first; the rest are summed under job_type="other"'),
 
     Key(WEB, "listen", LISTEN, DEFAULT_WEB_LISTEN, listen,
         "the web console; a non-loopback address is refused unless token_file is set"),

@@ -25,7 +25,7 @@ from pgtick.config import ScheduleConfig
 from pgtick.errors import PgtickError, ScheduleError
 from pgtick.observability.metrics import DatabaseSnapshot
 from pgtick.scheduling.cron import Cron
-from pgtick.storage.store import MetricsSnapshot, RunStore, ScheduleHealth
+from pgtick.storage.store import HorizonHolder, MetricsSnapshot, RunStore, ScheduleHealth
 
 TERMINAL_RECOUNT_SECONDS = 300.0
 TERMINAL_RECOUNT_TIMEOUT_SECONDS = 120.0
@@ -82,6 +82,7 @@ class DatabaseProbe:
         self._clock = wall_clock
         self._db_offset = 0.0  # database clock minus ours, from the previous read
         self._recounting = threading.Lock()
+        self._holders = HolderAges()
 
     def __call__(self) -> DatabaseSnapshot:
         now = datetime.fromtimestamp(self._clock() + self._db_offset, UTC)
@@ -123,6 +124,10 @@ class DatabaseProbe:
             },
             schedules_overdue=sum(1 for s in snap.schedules if is_overdue(s)),
             terminal_counted_at=snap.terminal_counted_at,
+            horizon_age_seconds=self._holders.oldest(snap.horizon, snap.db_now),
+            horizon_age_transactions=max((h.xid_age for h in snap.horizon), default=0),
+            horizon_sessions_visible=snap.sees_all_sessions,
+            dead_tuples=snap.dead_tuples,
         )
 
     def _start_recount(self) -> None:
@@ -140,6 +145,32 @@ class DatabaseProbe:
             log.warning("terminal_runs_recount_failed", error=str(exc))
         finally:
             self._recounting.release()
+
+
+class HolderAges:
+    """The age in seconds of horizon holders whose age the database does not tell (a
+    replication slot, a walsender's hot_standby_feedback): counted from when this process
+    first saw them holding, and again from zero when their transaction age drops (their
+    xmin moved on). After a restart it starts over: an underestimate, never an overestimate."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}  # -> (first seen, xid age)
+
+    def oldest(self, holders: Sequence[HorizonHolder], db_now: float) -> float:
+        """The largest age among ``holders`` (0: none); forgets holders no longer listed."""
+        listed = {(h.kind, h.ident) for h in holders}
+        self._seen = {k: v for k, v in self._seen.items() if k in listed}
+        return max((self.seconds(h, db_now) for h in holders), default=0.0)
+
+    def seconds(self, holder: HorizonHolder, db_now: float) -> float:
+        if holder.age_seconds is not None:
+            return max(0.0, holder.age_seconds)
+        key = (holder.kind, holder.ident)
+        first, xid_age = self._seen.get(key, (db_now, holder.xid_age))
+        if holder.xid_age < xid_age:
+            first = db_now
+        self._seen[key] = (first, holder.xid_age)
+        return max(0.0, db_now - first)
 
 
 def _next_after(cron: Cron, at: datetime) -> datetime | None:

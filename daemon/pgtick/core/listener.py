@@ -5,6 +5,10 @@ connection when ``database.dsn`` goes through a transaction-mode pooler such as 
 where a LISTEN never hears anything), else to the DSN. NOTIFYs sent while it was disconnected
 are lost, so every (re)connect is followed by a wake-up: the dispatcher's claim is the
 catch-up poll; without notifications idle workers still poll every ``worker.poll_interval``.
+
+Without ``listen_dsn`` the connection is checked first: one through a pooler (the server's
+backend pid is not the one the connection was given) LISTENs to nothing, and the daemon says
+once, in a ``notifications_unavailable`` warning, that it falls back to polling.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class Listener:
         listen_dsn: str = "",
     ) -> None:
         self._dsn = listen_dsn or dsn
+        self._detect_pooler = not listen_dsn  # an explicit listen_dsn is trusted
         self._schema = schema
         self._job_types = job_types
         self._on_wake = on_wake
@@ -51,13 +56,21 @@ class Listener:
         failures = 0
         while not self.stop_event.is_set():
             try:
-                with store.listening(self._dsn, self._schema) as notifications:
-                    self.connected = True
+                with store.listening(
+                    self._dsn, self._schema, detect_pooler=self._detect_pooler
+                ) as notifications:
+                    pooled = notifications.pooled
+                    if not pooled:
+                        self.connected = True
                     if failures:
                         log.info("listener_reconnected", after_failures=failures)
                     failures = 0
-                    self._on_wake()  # catch up on what was enqueued while we were away
-                    self._listen(notifications)
+                    if not pooled:
+                        self._on_wake()  # catch up on what was enqueued while we were away
+                        self._listen(notifications)
+                if pooled:
+                    self._poll_only()
+                    return
             except DatabaseError as exc:
                 self.connected = False
                 failures += 1
@@ -65,6 +78,18 @@ class Listener:
                 log.warning("listener_failed", error=str(exc), retry_in=retry_delay(failures))
                 self.stop_event.wait(retry_delay(failures))
         self.connected = False
+
+    def _poll_only(self) -> None:
+        """Said once; the loop then only waits to be stopped (idle workers poll)."""
+        log.warning(
+            "notifications_unavailable",
+            message="notifications unavailable: database.dsn goes through a connection pooler "
+            "and database.listen_dsn is not set, so idle workers find new runs by polling "
+            "every worker.poll_interval; set database.listen_dsn to a direct DSN for "
+            "millisecond pickup",
+        )
+        while not self.stop_event.wait(NOTIFY_POLL_SECONDS):
+            self.alive_at = time.monotonic()
 
     def _listen(self, notifications: store.Notifications) -> None:
         while not self.stop_event.is_set():

@@ -16,7 +16,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import structlog
 from prometheus_client import (
@@ -39,6 +39,7 @@ RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled",
 DB_CACHE_SECONDS = 5.0  # one aggregate query per this period, whatever the number of scrapers
 DB_WAIT_SECONDS = 0.8  # a scrape waits this long for a fresh read, then answers without it
 READY_TICK_INTERVALS = 2.0  # /readyz fails once the ticker missed this many intervals
+OTHER_JOB_TYPE = "other"  # the label the job types beyond the labelled ones are summed under
 
 log = structlog.get_logger("pgtick.metrics")
 DURATION_BUCKETS_SECONDS = (
@@ -171,6 +172,10 @@ class DatabaseSnapshot:
     schedule_next_run: Mapping[str, float] = field(default_factory=dict)  # Unix seconds
     schedules_overdue: int = 0
     terminal_counted_at: float | None = None  # Unix seconds of the terminal-state recount
+    horizon_age_seconds: float = 0.0  # oldest snapshot holding the MVCC horizon (0: none)
+    horizon_age_transactions: int = 0
+    horizon_sessions_visible: bool = True  # False: other roles' sessions cannot be seen
+    dead_tuples: Mapping[str, int] = field(default_factory=dict)  # pgtick table -> dead rows
 
 
 @dataclass
@@ -196,6 +201,7 @@ class DatabaseCollector(Collector):
         job_types: Iterable[str],
         schedules: Iterable[str],
         *,
+        other_job_types: int = 20,
         on_error: Callable[[], None] | None = None,
         cache_seconds: float = DB_CACHE_SECONDS,
         wait_seconds: float = DB_WAIT_SECONDS,
@@ -204,6 +210,7 @@ class DatabaseCollector(Collector):
         self._fetch = fetch
         self._job_types = tuple(job_types)
         self._schedules = tuple(schedules)
+        self._other_job_types = other_job_types
         self._on_error = on_error
         self._cache_seconds = cache_seconds
         self._wait_seconds = wait_seconds
@@ -270,6 +277,7 @@ class DatabaseCollector(Collector):
             yield from self._families(read.snapshot)
 
     def _families(self, snap: DatabaseSnapshot) -> Iterator[Metric]:
+        snap = bounded(snap, self._job_types, self._other_job_types)
         job_types = sorted(
             {*self._job_types, *(t for t, _ in snap.runs), *snap.queue_depth, *snap.stuck}
         )
@@ -320,6 +328,71 @@ class DatabaseCollector(Collector):
                 "When the terminal-state counts of pgtick_runs were last recounted",
                 snap.terminal_counted_at,
             )
+        yield from _vacuum_families(snap)
+
+
+def _vacuum_families(snap: DatabaseSnapshot) -> Iterator[Metric]:
+    yield _gauge(
+        "pgtick_db_horizon_age_seconds",
+        "Age of the oldest snapshot holding the MVCC horizon (sessions, replication slots, "
+        "prepared transactions; 0: none)",
+        snap.horizon_age_seconds,
+    )
+    yield _gauge(
+        "pgtick_db_horizon_age_transactions",
+        "Transactions since the oldest snapshot holding the MVCC horizon",
+        snap.horizon_age_transactions,
+    )
+    yield _gauge(
+        "pgtick_db_horizon_sessions_visible",
+        "0 when the role cannot see other roles' session times (no pg_monitor): their age "
+        "then counts from when this daemon first saw them",
+        1.0 if snap.horizon_sessions_visible else 0.0,
+    )
+    dead = GaugeMetricFamily(
+        "pgtick_table_dead_tuples", "Dead row versions in pgtick's tables", labels=["table"]
+    )
+    for table in sorted(snap.dead_tuples):
+        dead.add_metric([table], snap.dead_tuples[table])
+    yield dead
+
+
+def bounded(snap: DatabaseSnapshot, configured: Iterable[str], others: int) -> DatabaseSnapshot:
+    """The snapshot with its job types bounded: the configured ones and the ``others``
+    busiest of the rest (most non-terminal runs, then most runs, then by name) keep their
+    name; every other job type is summed into ``OTHER_JOB_TYPE`` (its oldest due run is the
+    oldest of them). The series count then stays bounded whatever types get enqueued."""
+    keep = set(configured)
+    seen = {*(t for t, _ in snap.runs), *snap.queue_depth, *snap.stuck}
+    extra = seen - keep
+    if len(extra) <= others:
+        return snap
+    active: dict[str, int] = {}
+    total: dict[str, int] = {}
+    for (job_type, status), n in snap.runs.items():
+        total[job_type] = total.get(job_type, 0) + n
+        if status in ("queued", "running", "failed"):
+            active[job_type] = active.get(job_type, 0) + n
+    ranked = sorted(extra, key=lambda t: (-active.get(t, 0), -total.get(t, 0), t))
+    keep.update(ranked[:others])
+
+    def label(job_type: str) -> str:
+        return job_type if job_type in keep else OTHER_JOB_TYPE
+
+    runs: dict[tuple[str, str], int] = {}
+    for (job_type, status), n in snap.runs.items():
+        key = (label(job_type), status)
+        runs[key] = runs.get(key, 0) + n
+    depth: dict[str, int] = {}
+    for job_type, n in snap.queue_depth.items():
+        depth[label(job_type)] = depth.get(label(job_type), 0) + n
+    stuck: dict[str, int] = {}
+    for job_type, n in snap.stuck.items():
+        stuck[label(job_type)] = stuck.get(label(job_type), 0) + n
+    oldest: dict[str, float] = {}
+    for job_type, seconds in snap.oldest_due_seconds.items():
+        oldest[label(job_type)] = max(seconds, oldest.get(label(job_type), 0.0))
+    return replace(snap, runs=runs, queue_depth=depth, stuck=stuck, oldest_due_seconds=oldest)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

@@ -60,6 +60,10 @@ class StoreBase:
         value: datetime = self._all("now", "db_now", {})[0][0]
         return value
 
+    def current_user(self) -> str:
+        """The role the store's connections act as."""
+        return str(self._all("current_user", "current_user", {})[0][0])
+
     @contextlib.contextmanager
     def connection(self, operation: str = "connection") -> Iterator[db.Connection]:
         """A pooled connection for callers that need a transaction of their own."""

@@ -21,6 +21,7 @@ import psycopg
 import psycopg_pool
 
 from pgtick.errors import DatabaseError
+from pgtick.storage import sqlfile
 
 CONNECT_TIMEOUT_SECONDS = 10
 POOL_OPEN_TIMEOUT_SECONDS = 15.0
@@ -86,6 +87,13 @@ def connect_raw(dsn: str, *, application_name: str = APPLICATION_NAME) -> Connec
     (migrations, LISTEN)."""
     with wrap_errors("connect"):
         return Connection.connect(dsn, **_connect_kwargs(application_name))
+
+
+def behind_pooler(conn: Connection, schema: str) -> bool:
+    """Whether a pooler stands between us and the server: the backend pid the server reports
+    is not the one the connection was given at startup (PgBouncer hands out its own keys)."""
+    row = conn.execute(sqlfile.query("backend_pid", schema)).fetchone()
+    return row is not None and int(row[0]) != conn.info.backend_pid
 
 
 def make_pool(

@@ -5,7 +5,7 @@ behind the database-derived metrics, ``pgtick status`` queues and the console's 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from pgtick.storage import db, sqlfile
@@ -61,6 +61,22 @@ class ScheduleHealth:
 
 
 @dataclass(frozen=True)
+class HorizonHolder:
+    """Something holding the database's MVCC horizon back: a session, a replication slot or
+    a prepared transaction (``kind``); ``ident`` is its pid, slot name or gid."""
+
+    kind: str  # session | slot | prepared
+    ident: str
+    user: str | None
+    application: str | None  # application_name; a slot's type
+    client: str | None  # client_addr (None: local socket, or not a session)
+    state: str | None  # a session's state; a slot's active/inactive
+    age_seconds: float | None  # None: not known from the database (a slot, a walsender)
+    xid_age: int  # transactions since its snapshot or transaction id
+    backend_type: str | None
+
+
+@dataclass(frozen=True)
 class MetricsSnapshot:
     """The result of the one aggregate query behind the database-derived metrics."""
 
@@ -69,6 +85,9 @@ class MetricsSnapshot:
     terminal: dict[tuple[str, str], int]
     terminal_counted_at: float | None
     schedules: list[ScheduleHealth]
+    horizon: list[HorizonHolder] = field(default_factory=list)  # oldest first
+    sees_all_sessions: bool = True  # False: no pg_read_all_stats, other roles' are hidden
+    dead_tuples: dict[str, int] = field(default_factory=dict)  # pgtick table -> dead rows
 
 
 class MaintenanceQueries(StoreBase):
@@ -155,16 +174,20 @@ class MaintenanceQueries(StoreBase):
         """The database-derived metrics in one statement, bounded in time both while waiting
         for a connection and while the statement runs (a scrape must not hang on the database).
         ``due_at`` maps schedule names to the occurrence that should have started by now."""
-        params = {"names": list(due_at), "due_at": list(due_at.values())}
         with (
             db.wrap_errors("metrics"),
             self.pool.connection(timeout=pool_timeout_seconds) as conn,
             conn.transaction(),
         ):
             set_statement_timeout(conn, statement_timeout_seconds)
+            params = {
+                "names": list(due_at),
+                "due_at": list(due_at.values()),
+                "schema": conn.schema,
+            }
             row = conn.execute(sqlfile.query("metrics_snapshot", conn.schema), params).fetchone()
         assert row is not None
-        db_now, queues, terminal, counted_at, schedules = row
+        db_now, queues, terminal, counted_at, schedules, horizon, sees_all, dead = row
         return MetricsSnapshot(
             db_now=float(db_now),
             queues=[
@@ -174,6 +197,12 @@ class MaintenanceQueries(StoreBase):
             terminal={(t, s): int(n) for t, s, n in terminal},
             terminal_counted_at=None if counted_at is None else float(counted_at),
             schedules=[ScheduleHealth(n, bool(p), ls, ds) for n, p, ls, ds in schedules],
+            horizon=[
+                HorizonHolder(k, i, u, a, c, st, None if sec is None else float(sec), int(x), b)
+                for k, i, u, a, c, st, sec, x, b in horizon
+            ],
+            sees_all_sessions=bool(sees_all),
+            dead_tuples={str(t): int(n) for t, n in dead},
         )
 
     def refresh_terminal_counts(self, max_age_seconds: float, timeout_seconds: float) -> bool:

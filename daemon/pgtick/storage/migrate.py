@@ -1,19 +1,25 @@
-"""Applies ``sql/migrations/NNNN_*.sql`` in order, each in its own transaction, under an
-advisory lock, recording each file's sha256; an applied file that changed is an error.
+"""Applies ``sql/migrations/NNNN_*.sql`` in order, each in its own transaction under a
+transaction-level advisory lock, recording each file's sha256; an applied file that changed
+is an error. The lock lives and dies with the transaction, so ``migrate`` works through a
+transaction-mode pooler (PgBouncer): nothing is left on the server connection it ran on.
 
 A file whose first line is ``-- pgtick: no-transaction`` runs statement by statement in
 autocommit instead (``CREATE INDEX CONCURRENTLY`` cannot run in a transaction, and it is what
 lets daemons of the previous version keep writing while an index builds). Its statements end
 with ``;`` at the end of a line (outside ``$$`` bodies) and must each be safe to run again:
-the file is recorded only when all succeeded.
+the file is recorded only when all succeeded. Such a file needs the connection's session (its
+``search_path`` and a session advisory lock), so it runs only on a direct connection: through
+a pooler ``migrate`` applies what comes before it and then stops with one line saying so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.resources
 import re
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import structlog
@@ -121,46 +127,77 @@ def check_current(conn: db.Connection, schema: str) -> None:
 MAX_ROLE_NAME_CHARS = 63  # PostgreSQL's NAMEDATALEN - 1: longer names are cut silently
 
 
-def grants_sql(role: str, schema: str) -> str:
+def grants_sql(role: str, schema: str, *, monitor: bool = False) -> str:
     """The GRANT statements a daemon's (and the operator CLI's) role needs on ``schema``, one
-    per line, ready for psql: everything but CREATE, which stays with the schema owner."""
+    per line, ready for psql: everything but CREATE, which stays with the schema owner. With
+    ``monitor``, also pg_monitor (who holds the MVCC horizon, whatever their role)."""
     if not role or len(role) > MAX_ROLE_NAME_CHARS:
         raise UsageError(
             f"ROLE: a role name of 1 to {MAX_ROLE_NAME_CHARS} characters, got {len(role)}"
         )
-    statements = sql.SQL(sqlfile.queries()["grants"]).format(
-        schema=sql.Identifier(schema), role=sql.Identifier(role)
+    names = ["grants", "grant_monitor"] if monitor else ["grants"]
+    return "\n".join(
+        sql.SQL(sqlfile.queries()[name])
+        .format(schema=sql.Identifier(schema), role=sql.Identifier(role))
+        .as_string(None)
+        .strip()
+        + ";"
+        for name in names
     )
-    return statements.as_string(None).strip() + ";"
 
 
-def _lock(conn: db.Connection, schema: str) -> None:
-    """Take the migrators' advisory lock, polling (see ``LOCK_POLL_SECONDS``)."""
+def _poll(take: Callable[[], bool]) -> None:
+    """Call ``take`` until it gets the lock, every ``LOCK_POLL_SECONDS``."""
     waiting = threading.Event()
-    while True:
-        row = conn.execute(
-            sqlfile.query("migrations_try_lock", schema), {"schema": schema}
-        ).fetchone()
-        if row is not None and row[0]:
-            return
+    while not take():
         waiting.wait(LOCK_POLL_SECONDS)
 
 
-def _apply(conn: db.Connection, schema: str, migration: Migration) -> None:
-    record = {"version": migration.version, "name": migration.name, "sha256": migration.sha256}
-    if migration.transactional:
+def _try(conn: db.Connection, schema: str, query: str) -> bool:
+    row = conn.execute(sqlfile.query(query, schema), {"schema": schema}).fetchone()
+    return row is not None and bool(row[0])
+
+
+@contextlib.contextmanager
+def _locked_transaction(conn: db.Connection, schema: str) -> Iterator[None]:
+    """A transaction holding the migrators' transaction-level lock (polled, each try in a
+    transaction of its own so that no waiting transaction holds a snapshot for long)."""
+    waiting = threading.Event()
+    while True:
         with conn.transaction():
-            conn.execute(sqlfile.with_schema("set_local_search_path", schema))
-            conn.execute(migration.sql.encode("utf-8"))
-            conn.execute(sqlfile.with_schema("record_migration", schema), record)
-        return
-    # Statements that cannot run in a transaction (CREATE INDEX CONCURRENTLY) need a session
-    # search_path: run `pgtick migrate` on a direct connection, not through a
-    # transaction-mode pooler.
-    conn.execute(sqlfile.with_schema("migration_search_path", schema))
-    for statement in migration.statements():
-        conn.execute(statement.encode("utf-8"))
-    conn.execute(sqlfile.with_schema("record_migration", schema), record)
+            if _try(conn, schema, "migrations_try_xact_lock"):
+                yield
+                return
+        waiting.wait(LOCK_POLL_SECONDS)
+
+
+def _apply_transactional(conn: db.Connection, schema: str, migration: Migration) -> None:
+    """Inside the caller's locked transaction."""
+    conn.execute(sqlfile.with_schema("set_local_search_path", schema))
+    conn.execute(migration.sql.encode("utf-8"))
+    conn.execute(sqlfile.with_schema("record_migration", schema), _record(migration))
+
+
+def _record(migration: Migration) -> dict[str, str]:
+    return {"version": migration.version, "name": migration.name, "sha256": migration.sha256}
+
+
+def _apply_outside_transaction(conn: db.Connection, schema: str, migration: Migration) -> bool:
+    """A no-transaction file on a direct connection, under the session lock; False if another
+    migrator applied it meanwhile."""
+    _poll(lambda: _try(conn, schema, "migrations_try_lock"))
+    try:
+        if migration.version in applied(conn, schema):
+            return False
+        # Statements that cannot run in a transaction (CREATE INDEX CONCURRENTLY) need a
+        # session search_path: this is why the file needs a direct connection.
+        conn.execute(sqlfile.with_schema("migration_search_path", schema))
+        for statement in migration.statements():
+            conn.execute(statement.encode("utf-8"))
+        conn.execute(sqlfile.with_schema("record_migration", schema), _record(migration))
+        return True
+    finally:
+        conn.execute(sqlfile.query("migrations_unlock", schema), {"schema": schema})
 
 
 def check_privileges(conn: db.Connection, schema: str) -> None:
@@ -184,18 +221,33 @@ def check_privileges(conn: db.Connection, schema: str) -> None:
 
 
 def migrate(dsn: str, schema: str) -> list[str]:
-    """Apply pending migrations; idempotent and safe to run from many processes at once."""
+    """Apply pending migrations; idempotent and safe to run from many processes at once, on a
+    direct connection or through a transaction-mode pooler (see the module docstring)."""
     with db.connect_raw(dsn, application_name="pgtick-migrate") as conn, db.wrap_errors("migrate"):
         check_privileges(conn, schema)
-        _lock(conn, schema)
-        try:
+        pooled = db.behind_pooler(conn, schema)
+        with _locked_transaction(conn, schema):
             conn.execute(sqlfile.with_schema("create_schema", schema))
             conn.execute(sqlfile.with_schema("create_migrations_table", schema))
-            done = []
-            for migration in pending(conn, schema):
-                _apply(conn, schema, migration)
-                log.info("migration_applied", version=migration.version, name=migration.name)
-                done.append(f"{migration.version}_{migration.name}")
-            return done
-        finally:
-            conn.execute(sqlfile.query("migrations_unlock", schema), {"schema": schema})
+        done: list[str] = []
+        while True:
+            with _locked_transaction(conn, schema):
+                todo = pending(conn, schema)
+                if not todo:
+                    return done
+                migration = todo[0]
+                if migration.transactional:
+                    _apply_transactional(conn, schema, migration)
+            name = f"{migration.version}_{migration.name}"
+            if not migration.transactional:
+                if pooled:
+                    raise MigrationError(
+                        f"migrate: migration {name} builds indexes concurrently, outside a "
+                        "transaction, which needs a direct connection, and this DSN goes "
+                        "through a connection pooler: run `pgtick migrate --dsn` with a direct "
+                        "DSN once (the migrations before it are applied)"
+                    )
+                if not _apply_outside_transaction(conn, schema, migration):
+                    continue
+            log.info("migration_applied", version=migration.version, name=migration.name)
+            done.append(name)

@@ -11,10 +11,12 @@ from pgtick.storage import db, sqlfile
 
 
 class Notifications:
-    """A dedicated LISTEN connection (outside the pool): the job types named by NOTIFYs."""
+    """A dedicated LISTEN connection (outside the pool): the job types named by NOTIFYs.
+    ``pooled``: the connection goes through a pooler, and nothing was LISTENed on it."""
 
-    def __init__(self, conn: db.Connection) -> None:
+    def __init__(self, conn: db.Connection, *, pooled: bool = False) -> None:
         self._conn = conn
+        self.pooled = pooled
 
     def next(self, timeout: float) -> list[str]:
         """The payload of the next NOTIFY, waiting up to ``timeout`` seconds ([] if none)."""
@@ -23,12 +25,17 @@ class Notifications:
 
 
 @contextlib.contextmanager
-def listening(dsn: str, schema: str) -> Iterator[Notifications]:
-    """Open a LISTEN connection on the schema's channel; errors are DatabaseError."""
+def listening(dsn: str, schema: str, *, detect_pooler: bool = False) -> Iterator[Notifications]:
+    """Open a LISTEN connection on the schema's channel; errors are DatabaseError. With
+    ``detect_pooler``, a connection through a pooler LISTENs to nothing (a LISTEN would stay
+    behind on one of its server connections and hear nothing): ``pooled`` says so."""
     with db.wrap_errors("listen"):
         conn = db.connect_raw(dsn, application_name="pgtick-listener")
     try:
         with db.wrap_errors("listen"):
+            if detect_pooler and db.behind_pooler(conn, schema):
+                yield Notifications(conn, pooled=True)
+                return
             conn.execute(sqlfile.with_schema("listen", schema))
         yield Notifications(conn)
     finally:

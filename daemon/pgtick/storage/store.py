@@ -16,6 +16,7 @@ from pgtick.storage.base import Pool
 from pgtick.storage.maintenance import (
     PRUNE_BATCH_ROWS,
     REAP_BATCH_ROWS,
+    HorizonHolder,
     JobTypeStats,
     MaintenanceQueries,
     MetricsSnapshot,
@@ -74,6 +75,7 @@ __all__ = [
     "EffectKey",
     "FailResult",
     "Failure",
+    "HorizonHolder",
     "JobTypeStats",
     "Lease",
     "MetricsSnapshot",

@@ -10,6 +10,10 @@
 -- drift).
 SELECT now();
 
+-- current_user --
+-- The role this connection acts as (`pgtick status` names it when it lacks pg_monitor).
+SELECT current_user::text;
+
 -- enqueue --
 -- One run through the schema's own SQL function, so the rules live in one place.
 SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s);
@@ -50,6 +54,11 @@ SELECT idempotency_key, id FROM {schema}.runs WHERE idempotency_key = ANY(%(keys
 -- The LISTEN connection subscribes to the channel named after the schema (enqueue NOTIFYs it
 -- with the job type as payload).
 LISTEN {schema};
+
+-- backend_pid --
+-- The server process serving this connection: behind a pooler it differs from the pid the
+-- connection was given at startup (the LISTEN connection's pooler detection).
+SELECT pg_backend_pid();
 
 -- notify --
 -- Wake idle daemons that handle this job type.
@@ -627,6 +636,16 @@ ORDER BY job_type;
 -- per configured schedule, the occurrence that should have started by now (NULL: none);
 -- due_started says whether a run for it started (or was deliberately skipped or cancelled),
 -- and is NULL for an occurrence from before the schedule existed.
+-- Vacuum health: the oldest holders of this database's MVCC horizon, oldest first by
+-- transaction age (what really orders them): sessions of this database with a snapshot or
+-- a transaction id (backend_xmin/backend_xid; a walsender's hot_standby_feedback), replication
+-- slots (xmin, catalog_xmin) and prepared transactions. Each as [kind, ident, user,
+-- application, client address, state, age in seconds (NULL: not known, a slot or a
+-- walsender, or a session of another role whose times this role may not see), age in
+-- transactions, backend type]. Without pg_read_all_stats (pg_monitor), other roles' sessions
+-- still show their pid, user, application and backend_xmin, but not their state, client or
+-- transaction start (the next column says whether they are visible). Then the dead row
+-- versions of each of pgtick's tables.
 SELECT /* pgtick_metrics_snapshot */
     extract(epoch FROM now())::float8,
     (SELECT coalesce(json_agg(json_build_array(
@@ -657,7 +676,41 @@ SELECT /* pgtick_metrics_snapshot */
                       AND (r.started_at IS NOT NULL OR r.status IN ('skipped', 'cancelled')))
                 END)), '[]')
      FROM unnest(%(names)s::text[], %(due_at)s::timestamptz[]) AS want(name, due_at)
-     JOIN {schema}.schedules s ON s.name = want.name);
+     JOIN {schema}.schedules s ON s.name = want.name),
+    (SELECT coalesce(json_agg(json_build_array(
+                kind, ident, usename, application, client, state, age_seconds, xid_age,
+                backend_type) ORDER BY xid_age DESC), '[]')
+     FROM (SELECT * FROM (
+               SELECT 'session' AS kind, a.pid::text AS ident, a.usename::text,
+                      a.application_name::text AS application, a.client_addr::text AS client,
+                      a.state::text,
+                      CASE WHEN a.backend_type = 'walsender' THEN NULL
+                      ELSE extract(epoch FROM now() - coalesce(a.xact_start, a.query_start))
+                      END::float8 AS age_seconds,
+                      greatest(age(a.backend_xmin), age(a.backend_xid)) AS xid_age,
+                      a.backend_type::text
+               FROM pg_stat_activity a
+               WHERE (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
+                 AND a.pid <> pg_backend_pid()
+                 AND (a.datname = current_database() OR a.backend_type = 'walsender')
+               UNION ALL
+               SELECT 'slot', r.slot_name::text, NULL, r.slot_type::text,
+                      NULL, CASE WHEN r.active THEN 'active' ELSE 'inactive' END,
+                      NULL, greatest(age(r.xmin), age(r.catalog_xmin)), NULL
+               FROM pg_replication_slots r
+               WHERE (r.xmin IS NOT NULL OR r.catalog_xmin IS NOT NULL)
+                 AND (r.database IS NULL OR r.database = current_database())
+               UNION ALL
+               SELECT 'prepared', p.gid, p.owner::text, NULL, NULL, 'prepared',
+                      extract(epoch FROM now() - p.prepared)::float8, age(p.transaction), NULL
+               FROM pg_prepared_xacts p
+               WHERE p.database = current_database()) AS holders
+           ORDER BY xid_age DESC
+           LIMIT 5) AS oldest),
+    pg_has_role('pg_read_all_stats', 'USAGE'),
+    (SELECT coalesce(json_agg(json_build_array(c.relname, pg_stat_get_dead_tuples(c.oid))), '[]')
+     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p'));
 
 -- claim_terminal_counts_refresh --
 -- Take the right to recount terminal runs if the counts are older than %(max_age)s seconds;
@@ -799,9 +852,18 @@ WHERE status = 'succeeded' AND finished_at IS NOT NULL
 GROUP BY 1;
 
 -- migrations_try_lock --
--- The migrators' lock without blocking: migrate.py polls it, because a session blocked in
--- pg_advisory_lock holds a snapshot that a concurrent index build in the holder waits for.
+-- The migrators' session lock, for a migration that cannot run in a transaction (concurrent
+-- index builds), on a direct connection only, without blocking: migrate.py polls it, because
+-- a session blocked in pg_advisory_lock holds a snapshot that a concurrent index build in the
+-- holder waits for.
 SELECT pg_try_advisory_lock(hashtext('pgtick.migrate.' || %(schema)s));
+
+-- migrations_try_xact_lock --
+-- The migrators' lock for one transaction (the same key): every transactional migration
+-- takes it in the transaction that applies it, so it is released by COMMIT or ROLLBACK on
+-- whichever server connection a pooler (PgBouncer, transaction mode) ran it, never left
+-- behind on one. Polled like the session lock, each try in a transaction of its own.
+SELECT pg_try_advisory_xact_lock(hashtext('pgtick.migrate.' || %(schema)s));
 
 -- migrate_privileges --
 -- Who may migrate: the schema's owner (or a member of its role, or a superuser), or, before
@@ -831,3 +893,10 @@ GRANT SELECT, UPDATE ON {schema}.terminal_run_counts_refresh TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 GRANT USAGE ON SEQUENCE {schema}.runs_id_seq TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, timestamptz, text, integer) TO {role};
+
+-- grant_monitor --
+-- `pgtick grants ROLE --monitor`: pg_monitor (through pg_read_all_stats) lets the role see
+-- backend_xmin, state and client of other roles' sessions in pg_stat_activity, so that the
+-- metrics and `pgtick status` can name a session of any role holding the MVCC horizon. Read
+-- access to statistics only; a superuser (or a role with ADMIN on pg_monitor) runs it.
+GRANT pg_monitor TO {role};

@@ -31,9 +31,10 @@ def migrate(dsn: str, schema: str) -> list[str]:
     return migrations.migrate(dsn, schema)
 
 
-def grants_sql(role: str, schema: str) -> str:
-    """The GRANT statements ``role`` needs to run the daemon and the operator verbs."""
-    return migrations.grants_sql(role, schema)
+def grants_sql(role: str, schema: str, *, monitor: bool = False) -> str:
+    """The GRANT statements ``role`` needs to run the daemon and the operator verbs (and,
+    with ``monitor``, to see every role's sessions holding the MVCC horizon)."""
+    return migrations.grants_sql(role, schema, monitor=monitor)
 
 
 def check_database(dsn: str, schema: str) -> None:

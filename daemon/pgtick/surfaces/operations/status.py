@@ -12,6 +12,7 @@ from pgtick.core import dbstate
 from pgtick.errors import PgtickError, ScheduleError
 from pgtick.scheduling.cron import Cron
 from pgtick.storage.store import (
+    HorizonHolder,
     JobTypeStats,
     RunStore,
     ScheduleHealth,
@@ -27,6 +28,56 @@ STALE_AFTER_HEARTBEATS = 3
 STATUS_TIMEOUT_SECONDS = 30.0
 # The overview's chart: succeeded runs per minute over this many minutes.
 THROUGHPUT_MINUTES = 60
+# A snapshot holding the MVCC horizon longer than this is a problem (status exits 5): the
+# PgtickVacuumBlocked alert's threshold; `status --horizon-threshold` changes it.
+DEFAULT_HORIZON_THRESHOLD_SECONDS = 900.0
+NO_MONITOR_NOTE = (
+    "role {user!r} cannot see the age, state and client of other roles' sessions (no "
+    "pg_monitor): one holding the MVCC horizon is named without its age, and not judged "
+    "against the threshold; `pgtick grants ROLE --monitor` adds the grant"
+)
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """Who holds the database's MVCC horizon, as far as this role can see."""
+
+    holder: HorizonHolder | None  # the oldest, None: nothing visible holds it
+    sees_all_sessions: bool
+    threshold_seconds: float
+
+    @property
+    def problem(self) -> str | None:
+        """One line when the holder is older than the threshold (or is a slot nobody uses)."""
+        h = self.holder
+        if h is None:
+            return None
+        if h.kind == "slot" and h.state == "inactive":
+            return (
+                f"inactive replication slot {h.ident} holds the MVCC horizon "
+                f"({h.xid_age} transactions old)"
+            )
+        if h.age_seconds is None or h.age_seconds <= self.threshold_seconds:
+            return None
+        return f"{describe_holder(h)} holds the MVCC horizon for {h.age_seconds:.0f}s"
+
+
+def describe_holder(h: HorizonHolder) -> str:
+    """``session pid 123 (user app, application 'report', from 10.0.0.5, idle in
+    transaction)``, ``replication slot standby1 (physical, active)``, ``prepared transaction
+    'gid' (user app)``."""
+    if h.kind == "slot":
+        return f"replication slot {h.ident} ({h.application}, {h.state})"
+    if h.kind == "prepared":
+        return f"prepared transaction {h.ident!r} (user {h.user})"
+    if h.state is None:  # another role's session, seen without pg_monitor
+        return f"session pid {h.ident} (user {h.user}, application {h.application!r})"
+    where = h.client or "local socket"
+    kind = "" if h.backend_type in (None, "client backend") else f"{h.backend_type} "
+    return (
+        f"{kind}session pid {h.ident} (user {h.user}, application {h.application!r}, "
+        f"from {where}, {h.state})"
+    )
 
 
 @dataclass(frozen=True)
@@ -67,6 +118,8 @@ class Status:
     job_types: list[JobTypeStatus]
     schedules: list[ScheduleStatus]
     problems: list[str]
+    horizon: Horizon
+    notes: list[str]  # what status could not see, and why
 
     @property
     def healthy(self) -> bool:
@@ -99,9 +152,16 @@ def _workers_and_queues(
     return workers, job_types
 
 
-def status(store: RunStore, *, heartbeat_seconds: float, tick_interval_seconds: float) -> Status:
+def status(
+    store: RunStore,
+    *,
+    heartbeat_seconds: float,
+    tick_interval_seconds: float,
+    horizon_threshold_seconds: float = DEFAULT_HORIZON_THRESHOLD_SECONDS,
+) -> Status:
     """Workers, queues per job type and schedules, with the problems among them: stuck runs,
-    overdue schedules, and due runs of a job type no live daemon handles."""
+    overdue schedules, due runs of a job type no live daemon handles, and a snapshot holding
+    the MVCC horizon past ``horizon_threshold_seconds``."""
     workers, job_types = _workers_and_queues(store, heartbeat_seconds)
 
     states = store.schedule_states()
@@ -131,8 +191,16 @@ def status(store: RunStore, *, heartbeat_seconds: float, tick_interval_seconds: 
         for t in job_types
         if t.unserved
     ]
+    horizon = Horizon(
+        snap.horizon[0] if snap.horizon else None,
+        snap.sees_all_sessions,
+        horizon_threshold_seconds,
+    )
+    if horizon.problem is not None:
+        problems.append(horizon.problem)
+    notes = [] if snap.sees_all_sessions else [NO_MONITOR_NOTE.format(user=store.current_user())]
     stale_after = STALE_AFTER_HEARTBEATS * heartbeat_seconds
-    return Status(now, stale_after, workers, job_types, schedules, problems)
+    return Status(now, stale_after, workers, job_types, schedules, problems, horizon, notes)
 
 
 def _schedule_status(
