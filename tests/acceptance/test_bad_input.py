@@ -138,6 +138,15 @@ CASES: dict[str, Case] = {
         ("enqueue", "x", "--payload", "-"), 2, "--payload: invalid JSON", stdin="{"
     ),
     "enqueue --in not a duration": Case(("enqueue", "x", "--in", "5 parsecs"), 2, "--in"),
+    "status --horizon-threshold not a duration": Case(
+        ("status", "--horizon-threshold", "soon"), 2, "--horizon-threshold"
+    ),
+    "enqueue of an undeclared type with refuse_undeclared_job_types": Case(
+        ("enqueue", "typo_type", "--config", "{config}"),
+        2,
+        "worker.refuse_undeclared_job_types",
+        config=b"[worker]\nrefuse_undeclared_job_types = true\n" + GOOD_JOB.encode(),
+    ),
     "enqueue --max-attempts 0": Case(("enqueue", "x", "--max-attempts", "0"), 2, "--max-attempts"),
     "enqueue --key too long": Case(("enqueue", "x", "--key", "k" * 10_000), 2, "--key"),
     "schedules next --count 0": Case(
