@@ -321,7 +321,13 @@ class Service:
         )
         self._web_store = RunStore(pool)
         console = Console(
-            self._web_store, token, heartbeat_seconds=self.config.worker.heartbeat_seconds
+            self._web_store,
+            token,
+            heartbeat_seconds=self.config.worker.heartbeat_seconds,
+            listen_host=web.host,
+            hosts=web.hosts,
+            session_ttl_seconds=web.session_ttl_seconds,
+            public_reads=web.public_reads,
         )
         self._web = HttpServer("web.listen", web.host, web.port, console.routes(), SECURITY_HEADERS)
         self._web.start()

@@ -149,17 +149,22 @@ def test_run_page_lists_every_attempt_and_its_error() -> None:
 
 def test_actions_only_with_a_token() -> None:
     d = detail(run(status="dead"), [])
-    with_token = Tags(pages.run_page(d, Page(True, NOW)))
+    logged_in = Page(True, NOW, csrf="c5rf", login=fragments.LOGIN_IN)
+    with_token = Tags(pages.run_page(d, logged_in))
     forms = [attrs for name, attrs in with_token.tags if name == "form"]
-    assert [f["action"] for f in forms] == ["/actions/retry"]
+    assert [f["action"] for f in forms] == ["/logout", "/actions/retry"]
     assert all(f["method"] == "post" for f in forms)
-    # the token is typed by the operator, never written into the page
-    tokens = [a for n, a in with_token.tags if n == "input" and a.get("name") == "token"]
-    assert tokens and all(a.get("type") == "password" and "value" not in a for a in tokens)
+    # every form carries the session's CSRF token; the token itself is never in the page
+    csrf = [a for n, a in with_token.tags if n == "input" and a.get("name") == "csrf"]
+    assert len(csrf) == 2 and all(a["value"] == "c5rf" for a in csrf)
+    assert not [a for n, a in with_token.tags if n == "input" and a.get("name") == "token"]
     read_only = Tags(pages.run_page(d, Page(False, NOW)))
     assert "form" not in read_only.names() and "button" not in read_only.names()
-    queued = Tags(pages.run_page(detail(run(status="queued"), []), Page(True, NOW)))
-    assert [a["action"] for n, a in queued.tags if n == "form"] == ["/actions/cancel"]
+    logged_out = Tags(pages.run_page(d, Page(False, NOW, login=fragments.LOGIN_OUT)))
+    assert "form" not in logged_out.names()
+    assert ("a", {"href": "/login", "id": "login-link"}) in logged_out.tags
+    queued = Tags(pages.run_page(detail(run(status="queued"), []), logged_in))
+    assert [a["action"] for n, a in queued.tags if n == "form"] == ["/logout", "/actions/cancel"]
 
 
 def test_schedules_page_next_times_in_utc_and_local_and_actions() -> None:
@@ -252,23 +257,37 @@ def test_refusals() -> None:
         "read-only console: actions need web.token_file"
     )
     guarded = Console(store, "s3cret", heartbeat_seconds=20)
-    assert guarded._refusal(post("run_id=1")) == "wrong or missing token"
-    assert guarded._refusal(post("token=s3cre&run_id=1")) == "wrong or missing token"
-    assert guarded._refusal(post("token=s3cret", {"sec-fetch-site": "cross-site"})) == (
+    assert guarded.sessions is not None
+    cookie = guarded.sessions.issue()
+    csrf = guarded.sessions.csrf(cookie)
+    session = {"cookie": f"pgtick_session={cookie}"}
+    not_logged_in = "not logged in (or the session expired): log in at /login"
+    # the token as a form field is no credential any more: the session is
+    assert guarded._refusal(post("token=s3cret&run_id=1")) == not_logged_in
+    assert guarded._refusal(post(f"csrf={csrf}&run_id=1", session)) is None
+    wrong_csrf = "missing or wrong CSRF token: reload the page and try again"
+    assert guarded._refusal(post("run_id=1", session)) == wrong_csrf
+    flipped = csrf[:-1] + ("1" if csrf[-1] == "0" else "0")
+    assert guarded._refusal(post(f"csrf={flipped}&run_id=1", session)) == wrong_csrf
+    other = guarded.sessions.issue()  # another session's CSRF token does not fit this one
+    assert guarded._refusal(post(f"csrf={guarded.sessions.csrf(other)}", session)) == wrong_csrf
+    with_csrf = f"csrf={csrf}"
+    assert guarded._refusal(post(with_csrf, {**session, "sec-fetch-site": "cross-site"})) == (
         "cross-site request refused"
     )
-    assert guarded._refusal(post("token=s3cret", {"origin": "https://evil.example"})) == (
+    assert guarded._refusal(post(with_csrf, {**session, "origin": "https://evil.example"})) == (
         "request from another origin refused"
     )
-    assert guarded._refusal(post("token=s3cret", {"sec-fetch-site": "same-site"})) == (
+    assert guarded._refusal(post(with_csrf, {**session, "sec-fetch-site": "same-site"})) == (
         "same-site request refused"
     )
-    # a form under Referrer-Policy no-referrer sends Origin: null; the token still decides
-    assert guarded._refusal(post("token=s3cret", {"origin": "null"})) is None
-    assert guarded._refusal(post("token=x", {"origin": "null"})) == "wrong or missing token"
-    assert guarded._refusal(post("token=s3cret", {"origin": "http://127.0.0.1:1"})) is None
+    # finding 4: an opaque origin (sandboxed frame, data: URL) is refused, session or not
+    assert guarded._refusal(post(with_csrf, {**session, "origin": "null"})) == (
+        "request from an opaque origin (Origin: null) refused"
+    )
+    assert guarded._refusal(post(with_csrf, {**session, "origin": "http://127.0.0.1:1"})) is None
     assert guarded._refusal(post("", {"authorization": "Bearer s3cret"})) is None
-    assert guarded._refusal(post("token=s3cret", {"sec-fetch-site": "same-origin"})) is None
+    assert guarded._refusal(post("", {"authorization": "Bearer s3cre"})) == "wrong token"
 
 
 def test_form_parsing_and_wildcard_routes() -> None:

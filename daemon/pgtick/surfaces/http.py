@@ -88,9 +88,9 @@ def html(status: int, body: str) -> Response:
     return Response(status, HTML, body.encode("utf-8"))
 
 
-def see_other(location: str) -> Response:
+def see_other(location: str, headers: Mapping[str, str] | None = None) -> Response:
     """303: after a POST, the browser GETs ``location`` (a reload does not repeat the POST)."""
-    return Response(HTTPStatus.SEE_OTHER, TEXT, b"", {"Location": location})
+    return Response(HTTPStatus.SEE_OTHER, TEXT, b"", {"Location": location, **(headers or {})})
 
 
 def find_route(routes: Routes, method: str, path: str) -> Handler | None:

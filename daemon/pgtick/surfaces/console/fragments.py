@@ -78,34 +78,54 @@ def runs_href(**filters: Any) -> str:
     return "/runs" + (f"?{query_string(params)}" if params else "")
 
 
+LOGIN_NONE, LOGIN_OUT, LOGIN_IN = "", "out", "in"
+
+
 @dataclass(frozen=True)
 class Page:
     """What every page needs besides its content."""
 
-    actions: bool  # a token is configured: show the action forms
+    actions: bool  # a token is configured and this browser is logged in: show the action forms
     db_now: datetime | None = None
     flash: str | None = None
+    csrf: str = ""  # the session's CSRF token, carried by every form
+    login: str = LOGIN_NONE  # LOGIN_NONE: no token configured; LOGIN_OUT / LOGIN_IN
+
+
+def _login_block(page: Page) -> Html:
+    if page.login == LOGIN_IN:
+        return tag(
+            '<form method="post" action="/logout" class="logout">'
+            '<input type="hidden" name="csrf" value="$csrf">'
+            '<button type="submit" id="logout">Log out</button></form>',
+            csrf=page.csrf,
+        )
+    if page.login == LOGIN_OUT:
+        return Html('<a href="/login" id="login-link">Log in</a>')
+    return Html("")
 
 
 def layout(
     page: Page, title: str, current: str, content: Html, *, refresh_seconds: int | None = None
 ) -> str:
     nav = {f"nav_{name}": Html("") for name in ("overview", "runs", "schedules")}
-    nav[f"nav_{current}"] = Html(' class="current" aria-current="page"')
+    if current:
+        nav[f"nav_{current}"] = Html(' class="current" aria-current="page"')
     flash = Html("")
     if page.flash:
         flash = tag('<p class="flash" role="status" id="flash">$m</p>\n', m=page.flash)
     refresh = Html("")
     if refresh_seconds is not None:
         refresh = tag('<meta http-equiv="refresh" content="$s">\n', s=refresh_seconds)
-    mode = "actions enabled (token)" if page.actions else "read-only"
+    mode = {LOGIN_IN: "actions enabled", LOGIN_OUT: "read-only (log in to act)"}
     return render(
         "base.html",
         title=title,
         refresh=refresh,
         flash=flash,
         content=content,
-        mode=mode,
+        mode=mode.get(page.login, "read-only"),
+        login=_login_block(page),
         version=pgtick.__version__,
         db_now=f"{when(page.db_now)} UTC" if page.db_now else "-",
         **nav,
@@ -113,18 +133,16 @@ def layout(
 
 
 def action_form(
-    action: str, fields: Mapping[str, object], label: str, *, danger: bool = False
+    page: Page, action: str, fields: Mapping[str, object], label: str, *, danger: bool = False
 ) -> Html:
-    """A POST form for one action: the hidden target fields, a token field, a button. The
-    token is typed (or filled in by a password manager), never written into the page."""
+    """A POST form for one action: the hidden target fields, the session's CSRF token, a
+    button (the session cookie is the credential)."""
     hidden = join(
         tag('<input type="hidden" name="$n" value="$v">', n=name, v=value)
-        for name, value in fields.items()
+        for name, value in {**fields, "csrf": page.csrf}.items()
     )
     return tag(
         '<form method="post" action="/actions/$action" class="action-$action">$hidden'
-        '<input type="password" name="token" placeholder="token" required '
-        'autocomplete="current-password" aria-label="token for $label">'
         '<button type="submit" class="$cls">$label</button></form>',
         action=action,
         hidden=hidden,

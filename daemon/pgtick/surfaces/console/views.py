@@ -256,9 +256,9 @@ def run_page(d: operations.RunDetail, page: Page) -> str:
     forms = []
     if page.actions:
         if r.status in operations.RETRYABLE:
-            forms.append(action_form("retry", {"run_id": r.id}, "Retry"))
+            forms.append(action_form(page, "retry", {"run_id": r.id}, "Retry"))
         if r.status in operations.CANCELLABLE:
-            forms.append(action_form("cancel", {"run_id": r.id}, "Cancel", danger=True))
+            forms.append(action_form(page, "cancel", {"run_id": r.id}, "Cancel", danger=True))
     last_error = Html("")
     if r.last_error:
         last_error = tag(
@@ -300,11 +300,11 @@ def schedules_page(views: Sequence[operations.ScheduleView], page: Page) -> str:
             upcoming = tag('<p class="empty">None ($r).</p>', r=reason)
         forms = []
         if page.actions:
-            forms.append(action_form("trigger", {"schedule": s.name}, "Trigger now"))
+            forms.append(action_form(page, "trigger", {"schedule": s.name}, "Trigger now"))
             if s.paused:
-                forms.append(action_form("resume", {"schedule": s.name}, "Resume"))
+                forms.append(action_form(page, "resume", {"schedule": s.name}, "Resume"))
             else:
-                forms.append(action_form("pause", {"schedule": s.name}, "Pause", danger=True))
+                forms.append(action_form(page, "pause", {"schedule": s.name}, "Pause", danger=True))
         detail = Html("")
         if s.paused and s.paused_detail:
             detail = tag('<p class="error-text">$d</p>', d=s.paused_detail)
@@ -333,6 +333,10 @@ def schedules_page(views: Sequence[operations.ScheduleView], page: Page) -> str:
         cards=Html("\n".join(cards)) if cards else Html('<p class="empty">No schedules.</p>'),
     )
     return layout(page, "Schedules", "schedules", content)
+
+
+def login_page(page: Page, ttl: str) -> str:
+    return layout(page, "Log in", "", render("login.html", ttl=ttl))
 
 
 def error_page(status: int, message: str, page: Page) -> Response:
