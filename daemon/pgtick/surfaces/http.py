@@ -18,6 +18,7 @@ scrape gets through. Access lines go to the debug log, never to stderr.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import socket
 import threading
@@ -113,6 +114,26 @@ def find_route(routes: Routes, method: str, path: str) -> Handler | None:
         if last:
             handler = routes.get((method, parent + "/*"))
     return handler
+
+
+def answer(routes: Routes, request: Request) -> Response:
+    """The table's response to one request: HEAD is GET without the body (the caller drops
+    it), 404 or 405 when no route matches, a 500 (logged, the path cut) when the handler
+    fails."""
+    lookup = "GET" if request.method == "HEAD" else request.method
+    handler = find_route(routes, lookup, request.path)
+    if handler is None:
+        allowed = sorted({m for m, _ in routes if find_route(routes, m, request.path)})
+        if not allowed:
+            return text(HTTPStatus.NOT_FOUND, "not found")
+        allow = ", ".join(allowed + (["HEAD"] if "GET" in allowed else []))
+        response = text(HTTPStatus.METHOD_NOT_ALLOWED, "method not allowed")
+        return Response(response.status, TEXT, response.body, {"Allow": allow})
+    try:
+        return handler(dataclasses.replace(request, method=lookup))
+    except Exception:
+        log.exception("http_handler_failed", method=request.method, path=request.path[:200])
+        return text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
 
 
 class _Connection:
@@ -229,19 +250,6 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         url = urllib.parse.urlsplit(self.path)
-        routes = self.server.routes
-        lookup = "GET" if method == "HEAD" else method
-        handler = find_route(routes, lookup, url.path)
-        if handler is None:
-            allowed = sorted({m for m, _ in routes if find_route(routes, m, url.path)})
-            if allowed:
-                allow = ", ".join(allowed + (["HEAD"] if "GET" in allowed else []))
-                response = text(HTTPStatus.METHOD_NOT_ALLOWED, "method not allowed")
-                response = Response(response.status, TEXT, response.body, {"Allow": allow})
-            else:
-                response = text(HTTPStatus.NOT_FOUND, "not found")
-            self._send(method, response)
-            return
         length_text = self.headers.get("Content-Length") or "0"
         if not length_text.isdigit():
             self.close_connection = True
@@ -253,7 +261,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._send(method, text(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large"))
             return
         request = Request(
-            method=lookup,
+            method=method,
             path=url.path,
             query=urllib.parse.parse_qs(url.query),
             headers={k.lower(): v for k, v in self.headers.items()},
@@ -261,12 +269,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         )
         connection.busy = True
         try:
-            response = handler(request)
-        except Exception:
-            log.exception("http_handler_failed", method=method, path=url.path[:200])
-            response = text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
-        try:
-            self._send(method, response)
+            self._send(method, answer(self.server.routes, request))
         finally:
             connection.waiting_since = time.monotonic()
             connection.busy = False

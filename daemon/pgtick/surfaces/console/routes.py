@@ -103,8 +103,8 @@ class Console:
     def routes(self) -> dict[tuple[str, str], Handler]:
         table: dict[tuple[str, str], Handler] = {
             ("GET", "/"): self._page(self._overview),
-            ("GET", "/runs"): self._page(self._runs),
-            ("GET", "/runs/*"): self._page(self._run),
+            ("GET", "/runs"): self._page(self._runs, self._filters),
+            ("GET", "/runs/*"): self._page(self._run, self._run_id),
             ("GET", "/schedules"): self._page(self._schedules),
             ("GET", "/static/*"): self._static,
             ("GET", "/login"): self._login_form,
@@ -150,11 +150,18 @@ class Console:
             return Page(False, db_now, shown, login=LOGIN_OUT)
         return Page(True, db_now, shown, csrf=self.sessions.csrf(cookie), login=LOGIN_IN)
 
-    def _page(self, render_page: Callable[[Request, RunStore], str]) -> Handler:
-        """A GET page: read in one bounded read-only transaction; errors become error pages."""
+    def _page(
+        self,
+        render_page: Callable[[Request, RunStore], str],
+        check: Callable[[Request], object] | None = None,
+    ) -> Handler:
+        """A GET page: ``check`` refuses a malformed request before any database work, then
+        one bounded read-only transaction; errors become error pages."""
 
         def handle(request: Request) -> Response:
             try:
+                if check is not None:
+                    check(request)
                 with self.store.reading(
                     "console",
                     statement_timeout_seconds=READ_TIMEOUT_SECONDS,
@@ -181,7 +188,9 @@ class Console:
         ov = operations.overview(store, heartbeat_seconds=self.heartbeat_seconds)
         return overview_page(ov, self._context(request, ov.db_now))
 
-    def _runs(self, request: Request, store: RunStore) -> str:
+    @staticmethod
+    def _filters(request: Request) -> RunFilters:
+        """The runs page's filters; a bad status or ``before`` is a UsageError (400)."""
         statuses = [s for s in request.query.get("status", []) if s]
         before_text = request.first("before") or ""
         before = None
@@ -190,12 +199,15 @@ class Console:
                 before = operations.parse_run_id(before_text)
             except UsageError as exc:
                 raise UsageError(f"before: {exc}") from None
-        filters = RunFilters(
+        return RunFilters(
             operations.check_statuses(statuses),
             (request.first("type") or "").strip() or None,
             (request.first("schedule") or "").strip() or None,
             before,
         )
+
+    def _runs(self, request: Request, store: RunStore) -> str:
+        filters = self._filters(request)
         rows = operations.list_runs(
             store,
             statuses=filters.statuses,
@@ -207,12 +219,16 @@ class Console:
         now = rows.runs[0].db_now if rows.runs else store.now()
         return runs_page(rows, filters, self._context(request, now))
 
-    def _run(self, request: Request, store: RunStore) -> str:
-        try:  # no such page: a 404 like an id no run has
-            run_id = operations.parse_run_id(request.path.rsplit("/", 1)[1])
+    @staticmethod
+    def _run_id(request: Request) -> int:
+        """The id in ``/runs/<id>``; anything else is no such page (404, like an unknown id)."""
+        try:
+            return operations.parse_run_id(request.path.rsplit("/", 1)[1])
         except UsageError as exc:
             raise NotFoundError(str(exc)) from None
-        detail = operations.show_run(store, run_id)
+
+    def _run(self, request: Request, store: RunStore) -> str:
+        detail = operations.show_run(store, self._run_id(request))
         return run_page(detail, self._context(request, detail.db_now))
 
     def _schedules(self, request: Request, store: RunStore) -> str:
