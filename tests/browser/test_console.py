@@ -129,10 +129,24 @@ def test_schedules_show_next_times_in_utc_and_local(
     chrome.save_screenshot(str(tmp_path / "schedules.png"))
 
 
-def test_retry_a_dead_run_with_the_token(console: Console, chrome: Any, tmp_path: Path) -> None:
+def log_in(chrome: Any, url: str, token: str) -> None:
+    """The login page, the token pasted once, the submit: back on the overview, logged in."""
+    chrome.get(url + "/login")
+    chrome.find_element(By.NAME, "token").send_keys(token)
+    chrome.find_element(By.CSS_SELECTOR, "form#login button").click()
+    assert chrome.current_url == url + "/"
+    assert chrome.find_element(By.ID, "logout").text == "Log out"
+
+
+def test_retry_a_dead_run_after_logging_in(console: Console, chrome: Any, tmp_path: Path) -> None:
+    # changed by issue 22: the token is pasted once on /login, not typed into every form
+    chrome.get(f"{console.url}/runs/{console.dead_id}")
+    assert chrome.find_elements(By.CSS_SELECTOR, "form.action-retry") == []
+    assert chrome.find_element(By.ID, "login-link").text == "Log in"
+    log_in(chrome, console.url, TOKEN)
     chrome.get(f"{console.url}/runs/{console.dead_id}")
     form = chrome.find_element(By.CSS_SELECTOR, "form.action-retry")
-    form.find_element(By.NAME, "token").send_keys(TOKEN)
+    assert form.find_elements(By.NAME, "token") == []
     form.find_element(By.TAG_NAME, "button").click()
     flash = chrome.find_element(By.ID, "flash").text
     assert flash == f"run {console.dead_id} retried"
@@ -147,6 +161,9 @@ def test_retry_a_dead_run_with_the_token(console: Console, chrome: Any, tmp_path
         for e in console.daemon.events()
     )
     chrome.save_screenshot(str(tmp_path / "retried.png"))
+    chrome.find_element(By.ID, "logout").click()
+    assert chrome.current_url == console.url + "/login"
+    assert chrome.get_cookies() == []
 
 
 def test_wrong_token_and_get_change_nothing(console: Console) -> None:

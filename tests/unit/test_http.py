@@ -126,6 +126,24 @@ def test_bad_requests_get_an_answer_not_a_traceback(
     assert "Traceback" not in capfd.readouterr().err
 
 
+def test_a_header_cut_short_by_a_hang_up_is_not_a_request(
+    serve: Callable[..., HttpServer],
+) -> None:
+    seen: list[Request] = []
+
+    def record(request: Request) -> Response:
+        seen.append(request)
+        return text(200, "x")
+
+    server = serve({("GET", "/x"): record})
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.sendall(b"GET /x HTTP/1.1\r\nX-Slow: a")
+    time.sleep(0.3)
+    assert seen == []
+    assert call(server, "GET", "/x")[0] == 200 and len(seen) == 1
+
+
 def test_two_servers_serve_their_own_routes(serve: Callable[..., HttpServer]) -> None:
     a = serve({("GET", "/a"): lambda _r: text(200, "a")})
     b = serve({("GET", "/b"): lambda _r: text(200, "b")}, key="web.listen")

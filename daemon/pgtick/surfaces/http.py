@@ -222,12 +222,40 @@ class _Server(ThreadingHTTPServer):
         log.debug("http_connection_failed", client=str(client_address), exc_info=True)
 
 
+class _Input:
+    """A connection's input that notes when the client hung up: a header block cut short by the
+    end of the stream reads like a complete one to the standard library, and is not a request
+    (1 500 slow clients closing at once would otherwise each run a scrape)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.ended = False
+
+    def readline(self, size: int = -1) -> bytes:
+        line: bytes = self.raw.readline(size)
+        if not line:
+            self.ended = True
+        return line
+
+    def read(self, size: int = -1) -> bytes:
+        data: bytes = self.raw.read(size)
+        return data
+
+    def close(self) -> None:
+        self.raw.close()
+
+
 class _RequestHandler(BaseHTTPRequestHandler):
     server: _Server
     timeout = REQUEST_TIMEOUT_SECONDS
     server_version = "pgtick"
     sys_version = ""
     protocol_version = "HTTP/1.1"
+    rfile: Any
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = _Input(self.rfile)
 
     def do_GET(self) -> None:
         self._dispatch("GET")
@@ -246,7 +274,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         connection = self.server.connection(self.connection)
-        if connection is None:  # evicted, or past the deadline, while its request arrived
+        if connection is None or self.rfile.ended:  # evicted, past the deadline, or hung up
             self.close_connection = True
             return
         url = urllib.parse.urlsplit(self.path)
