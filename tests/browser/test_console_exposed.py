@@ -292,6 +292,8 @@ def test_idle_and_slow_clients_do_not_stop_metrics_answering(console: Console) -
             conn.close()
         for sock in slow:
             sock.close()
-    # when they all hang up, none of their half-sent requests runs a scrape
+    # when they all hang up, none of their half-sent requests runs a scrape (the issue saw
+    # the next real scrape take 63 s); the machine is shared, so it gets half a second
+    time.sleep(0.5)
     after = [_timed(console.metrics_url, "/metrics") for _ in range(5)]
-    assert statistics.median(after) < 0.1, after
+    assert statistics.median(after) < 0.1 and max(after) < 2, after

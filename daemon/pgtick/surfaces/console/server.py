@@ -180,8 +180,9 @@ class ConsoleServer:
     def start(self) -> None:
         """Bind and serve on a daemon thread; a refused address, or waitress missing, is a
         ConfigError naming the key."""
-        try:
-            import waitress  # noqa: F401 - only to say clearly when the extra is missing
+        try:  # only to say clearly, at start-up, when the extra is missing
+            import jinja2  # noqa: F401
+            import waitress  # noqa: F401
         except ImportError:
             raise ConfigError(EXTRA_MISSING.format(key=self.key)) from None
         host, port = self._address
