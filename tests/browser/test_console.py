@@ -101,6 +101,9 @@ def test_run_detail_renders_hostile_data_as_text(
     assert chrome.find_element(By.ID, "last-error").text == f"bad input {SCRIPT} {IMG}"
     attempts = chrome.find_elements(By.CSS_SELECTOR, "#attempts tr.attempt")
     assert [a.get_attribute("data-attempt") for a in attempts] == ["1", "2"]
+    spans = chrome.find_elements(By.CSS_SELECTOR, "svg#timeline rect.span")
+    assert [s.get_attribute("data-attempt") for s in spans] == ["1", "2"]
+    assert all(s.size["width"] > 0 for s in spans)
     assert all("elsewhere:1:aa" in a.text and "failed" in a.text for a in attempts)
     errors = [e.text for e in chrome.find_elements(By.CSS_SELECTOR, "tr.attempt-error pre")]
     assert errors == [f"Traceback (most recent call last):\n  {SCRIPT}", IMG]

@@ -349,3 +349,32 @@ def test_security_headers_and_static_files(read_only_server: HttpServer) -> None
     assert call(read_only_server, "GET", "/static/nope.css")[0] == 404
     status, headers = call(read_only_server, "GET", "/nowhere")
     assert status == 404 and headers["x-frame-options"] == "DENY"
+
+
+def test_attempts_on_a_time_line() -> None:
+    t0 = NOW - timedelta(minutes=10)
+    attempts = [
+        Attempt(7, 1, "h:1:a", t0, t0 + timedelta(seconds=30), "failed", "x", "E"),
+        Attempt(
+            7, 2, "h:1:b", t0 + timedelta(minutes=2), t0 + timedelta(minutes=3), "lost", None, None
+        ),
+        Attempt(7, 3, "h:1:c", t0 + timedelta(minutes=8), None, None, None, None),  # running
+    ]
+    page = pages.run_page(operations.RunDetail(run(), attempts, None, [], NOW), Page(False, NOW))
+    spans = [a for n, a in Tags(page).tags if n == "rect" and "span" in (a.get("class") or "")]
+    assert [s["data-attempt"] for s in spans] == ["1", "2", "3"]
+    assert [s["class"] for s in spans] == [
+        "span outcome-failed",
+        "span outcome-lost",
+        "span outcome-running",
+    ]
+    xs = [float(s["x"] or 0) for s in spans]
+    widths = [float(s["width"] or 0) for s in spans]
+    assert xs[0] == fragments.TIMELINE_LABEL_WIDTH and xs[0] < xs[1] < xs[2]
+    # the time axis is 10 minutes: attempt 2 starts at 1/5 of it, the running one ends at now
+    usable = fragments.TIMELINE_WIDTH - fragments.TIMELINE_LABEL_WIDTH - 4
+    assert abs(xs[1] - (fragments.TIMELINE_LABEL_WIDTH + usable / 5)) < 0.1
+    assert abs(xs[2] + widths[2] - (fragments.TIMELINE_LABEL_WIDTH + usable)) < 0.2
+    assert "attempt 2: lost after 60.000s" in page
+    assert fragments.timeline([], NOW) is None
+    assert 'id="timeline"' not in pages.run_page(detail(run(), []), Page(False, NOW))

@@ -14,13 +14,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pgtick
-from pgtick.storage.store import ScheduleListing
+from pgtick.storage.store import Attempt, ScheduleListing
 from pgtick.surfaces.console.markup import environment
 
 CHART_WIDTH = 720
 CHART_HEIGHT = 120
 CHART_TOP_PADDING = 14
 CHART_BOTTOM_PADDING = 16
+
+TIMELINE_WIDTH = 720
+TIMELINE_ROW_HEIGHT = 18
+TIMELINE_LABEL_WIDTH = 40
+TIMELINE_AXIS_HEIGHT = 16
 
 LOGIN_NONE, LOGIN_OUT, LOGIN_IN = "", "out", "in"
 
@@ -185,3 +190,59 @@ def chart(per_minute: Sequence[int] | None) -> Chart | None:
             )
         )
     return Chart(bars, peak, sum(per_minute))
+
+
+@dataclass(frozen=True)
+class Span:
+    """One attempt on the time line: its row, where it starts and how wide it is."""
+
+    attempt: int
+    outcome: str  # succeeded, failed, lost, released, or running
+    x: str
+    y: str
+    width: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """A run's attempts on one time axis, from the first start to the last end (or now), so
+    the gaps between them are the waits before each retry."""
+
+    spans: list[Span]
+    started: str
+    ended: str
+    height: int
+    width: int = TIMELINE_WIDTH
+    label_width: int = TIMELINE_LABEL_WIDTH
+    row_height: int = TIMELINE_ROW_HEIGHT
+
+
+def timeline(attempts: Sequence[Attempt], now: datetime) -> Timeline | None:
+    """The time line of ``attempts`` (None without any); a running one ends at ``now``."""
+    if not attempts:
+        return None
+    begin = min(a.started_at for a in attempts)
+    end = max([a.finished_at or now for a in attempts] + [begin])
+    total = max((end - begin).total_seconds(), 0.001)
+    usable = TIMELINE_WIDTH - TIMELINE_LABEL_WIDTH - 4
+    spans = []
+    for row, a in enumerate(sorted(attempts, key=lambda a: a.attempt)):
+        finished = a.finished_at or now
+        start = (a.started_at - begin).total_seconds() / total * usable
+        width = max(2.0, (finished - a.started_at).total_seconds() / total * usable)
+        seconds = (finished - a.started_at).total_seconds()
+        outcome = a.outcome or "running"
+        spans.append(
+            Span(
+                attempt=a.attempt,
+                outcome=outcome,
+                x=f"{TIMELINE_LABEL_WIDTH + start:.1f}",
+                y=f"{row * TIMELINE_ROW_HEIGHT + 2}",
+                width=f"{min(width, usable - start + 2):.1f}",
+                title=f"attempt {a.attempt}: {outcome} after {seconds:.3f}s, "
+                f"started {when(a.started_at)} UTC on {a.worker_id}",
+            )
+        )
+    height = len(spans) * TIMELINE_ROW_HEIGHT + TIMELINE_AXIS_HEIGHT
+    return Timeline(spans, when(begin) or "", when(end) or "", height)

@@ -12,7 +12,7 @@ from http import HTTPStatus
 
 from pgtick.storage.store import STATUSES, ScheduleListing
 from pgtick.surfaces import operations
-from pgtick.surfaces.console.fragments import Page, chart, render, runs_href, when
+from pgtick.surfaces.console.fragments import Page, chart, render, runs_href, timeline, when
 from pgtick.surfaces.http import Response
 from pgtick.surfaces.http import html as html_response
 
@@ -103,6 +103,7 @@ def run_page(d: operations.RunDetail, page: Page) -> str:
         forms=_run_forms(d, page),
         fields=_run_fields(d),
         payload=json.dumps(d.run.payload, indent=2, ensure_ascii=False, sort_keys=True),
+        timeline=timeline(d.attempts, d.db_now),
     )
 
 
