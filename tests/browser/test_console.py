@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.wait import WebDriverWait
 
 from pgtick.scheduling.cron import Cron
 
@@ -62,6 +63,10 @@ def test_overview_shows_queues_workers_chart_and_schedules(
     total = chrome.find_element(By.ID, "throughput-total").text
     assert total == "5 succeeded in the last hour"
     assert len(chrome.find_elements(By.CSS_SELECTOR, "svg#throughput rect.bar")) == 60
+    small = chrome.find_element(By.CSS_SELECTOR, 'figure.small-chart[data-job-type="report"]')
+    assert small.find_element(By.TAG_NAME, "figcaption").text == "report: 5 succeeded, 1 dead"
+    assert len(small.find_elements(By.CSS_SELECTOR, "rect.bar")) == 1  # all in one minute
+    assert len(small.find_elements(By.CSS_SELECTOR, "rect.failures")) == 1
     schedules = {row[0]: row for row in cells(chrome, "#schedules tbody tr")}
     assert set(schedules) == {"nightly_report", "hourly_sync"}
     assert schedules["nightly_report"][2] == "active"
@@ -137,7 +142,7 @@ def log_in(chrome: Any, url: str, token: str) -> None:
     chrome.get(url + "/login")
     chrome.find_element(By.NAME, "token").send_keys(token)
     chrome.find_element(By.CSS_SELECTOR, "form#login button").click()
-    assert chrome.current_url == url + "/"
+    WebDriverWait(chrome, 10).until(lambda d: d.current_url == url + "/")
     assert chrome.find_element(By.ID, "logout").text == "Log out"
 
 
@@ -151,6 +156,7 @@ def test_retry_a_dead_run_after_logging_in(console: Console, chrome: Any, tmp_pa
     form = chrome.find_element(By.CSS_SELECTOR, "form.action-retry")
     assert form.find_elements(By.NAME, "token") == []
     form.find_element(By.TAG_NAME, "button").click()
+    WebDriverWait(chrome, 10).until(lambda d: "?flash=" in d.current_url)
     flash = chrome.find_element(By.ID, "flash").text
     assert flash == f"run {console.dead_id} retried"
     assert chrome.current_url.startswith(f"{console.url}/runs/{console.dead_id}?flash=")
@@ -165,7 +171,7 @@ def test_retry_a_dead_run_after_logging_in(console: Console, chrome: Any, tmp_pa
     )
     chrome.save_screenshot(str(tmp_path / "retried.png"))
     chrome.find_element(By.ID, "logout").click()
-    assert chrome.current_url == console.url + "/login"
+    WebDriverWait(chrome, 10).until(lambda d: d.current_url == console.url + "/login")
     assert chrome.get_cookies() == []
 
 

@@ -378,3 +378,37 @@ def test_attempts_on_a_time_line() -> None:
     assert "attempt 2: lost after 60.000s" in page
     assert fragments.timeline([], NOW) is None
     assert 'id="timeline"' not in pages.run_page(detail(run(), []), Page(False, NOW))
+
+
+def test_overview_small_charts_per_job_type() -> None:
+    ok = [0] * 59 + [3]
+    dead = [0] * 58 + [2, 1]
+    ov = operations.Overview(
+        NOW, [], [], [], [0] * 60, {"zeta": (ok, dead), SCRIPT: (ok, [0] * 60)}
+    )
+    page = pages.overview_page(ov, Page(False, NOW))
+    tags = Tags(page)
+    figures = [a["data-job-type"] for n, a in tags.tags if n == "figure"]
+    assert figures == [SCRIPT, "zeta"] and "script" not in tags.names()
+    zeta = page[page.index('data-job-type="zeta"') :]
+    zeta = zeta[: zeta.index("</figure>")]
+    assert zeta.count('<rect class="bar"') == 1 and zeta.count('<rect class="failures"') == 2
+    assert "3 succeeded, 0 dead" not in zeta and "3</span> succeeded" in zeta
+    assert "3</span> dead" in zeta and "peak 4/min" in zeta  # 3 + 1 this minute, stacked
+    # the dead bar of this minute sits on the succeeded one
+    rects = re.findall(
+        r'<rect class="(bar|failures)" x="([\d.]+)" y="([\d.]+)" width="[\d.]+" height="([\d.]+)"',
+        zeta,
+    )
+    now_x = max(float(r[1]) for r in rects)
+    this_minute = {kind: (float(y), float(h)) for kind, x, y, h in rects if float(x) == now_x}
+    (y_ok, _), (y_dead, h_dead) = this_minute["bar"], this_minute["failures"]
+    assert abs(y_dead + h_dead - y_ok) < 0.11
+    empty = pages.overview_page(
+        operations.Overview(NOW, [], [], [], [0] * 60, {}), Page(False, NOW)
+    )
+    assert "No run finished in the last hour." in empty
+    late = pages.overview_page(
+        operations.Overview(NOW, [], [], [], [0] * 60, None), Page(False, NOW)
+    )
+    assert late.count("Not available: the query ran out of time.") == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +22,9 @@ CHART_HEIGHT = 120
 CHART_TOP_PADDING = 14
 CHART_BOTTOM_PADDING = 16
 
+SMALL_WIDTH = 240
+SMALL_HEIGHT = 64
+SMALL_TOP_PADDING = 12
 TIMELINE_WIDTH = 720
 TIMELINE_ROW_HEIGHT = 18
 TIMELINE_LABEL_WIDTH = 40
@@ -246,3 +249,67 @@ def timeline(attempts: Sequence[Attempt], now: datetime) -> Timeline | None:
         )
     height = len(spans) * TIMELINE_ROW_HEIGHT + TIMELINE_AXIS_HEIGHT
     return Timeline(spans, when(begin) or "", when(end) or "", height)
+
+
+@dataclass(frozen=True)
+class SmallChart:
+    """One job type's last hour: succeeded runs per minute as bars, dead ones stacked on top
+    in red; ``peak`` is the busiest minute's sum."""
+
+    job_type: str
+    succeeded: list[Bar]
+    dead: list[Bar]
+    total_succeeded: int
+    total_dead: int
+    peak: int
+    width: int = SMALL_WIDTH
+    height: int = SMALL_HEIGHT
+
+
+def _small_bars(
+    counts: Sequence[int], peak: int, what: str, below: Sequence[int] | None = None
+) -> list[Bar]:
+    """Bars for ``counts``, stacked on ``below`` (the same minutes' other counts) if given."""
+    slot = SMALL_WIDTH / max(1, len(counts))
+    usable = SMALL_HEIGHT - SMALL_TOP_PADDING - 2
+    bars = []
+    for i, count in enumerate(counts):
+        if not count:
+            continue
+        height = usable * count / peak
+        base = usable * (below[i] if below else 0) / peak
+        minutes_ago = len(counts) - 1 - i
+        when_text = f"{minutes_ago} min ago" if minutes_ago else "this minute"
+        bars.append(
+            Bar(
+                x=f"{i * slot:.1f}",
+                y=f"{SMALL_TOP_PADDING + usable - base - height:.1f}",
+                width=f"{max(1.0, slot - 0.5):.1f}",
+                height=f"{height:.1f}",
+                title=f"{count} {what}, {when_text}",
+            )
+        )
+    return bars
+
+
+def small_charts(
+    per_type: Mapping[str, tuple[Sequence[int], Sequence[int]]] | None,
+) -> list[SmallChart] | None:
+    """The per-job-type charts, by job type name; None when the counts ran out of time."""
+    if per_type is None:
+        return None
+    charts = []
+    for job_type in sorted(per_type):
+        succeeded, dead = per_type[job_type]
+        peak = max([ok + bad for ok, bad in zip(succeeded, dead, strict=True)] + [1])
+        charts.append(
+            SmallChart(
+                job_type,
+                _small_bars(succeeded, peak, "succeeded"),
+                _small_bars(dead, peak, "dead", below=succeeded),
+                sum(succeeded),
+                sum(dead),
+                peak,
+            )
+        )
+    return charts

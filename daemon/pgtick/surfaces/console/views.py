@@ -12,7 +12,15 @@ from http import HTTPStatus
 
 from pgtick.storage.store import STATUSES, ScheduleListing
 from pgtick.surfaces import operations
-from pgtick.surfaces.console.fragments import Page, chart, render, runs_href, timeline, when
+from pgtick.surfaces.console.fragments import (
+    Page,
+    chart,
+    render,
+    runs_href,
+    small_charts,
+    timeline,
+    when,
+)
 from pgtick.surfaces.http import Response
 from pgtick.surfaces.http import html as html_response
 
@@ -31,6 +39,7 @@ def overview_page(ov: operations.Overview, page: Page) -> str:
         "overview",
         ov=ov,
         chart=chart(ov.succeeded_per_minute),
+        small=small_charts(ov.finished_per_type),
         refresh_seconds=OVERVIEW_REFRESH_SECONDS,
     )
 
