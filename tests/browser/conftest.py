@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import urllib.error
 import urllib.parse
@@ -82,9 +83,21 @@ class Console:
     token: str | None
     metrics_url: str = ""
 
+    def login_form(self) -> tuple[dict[str, str], str]:
+        """What GET /login gives a browser: the form's cookie (as a request header) and the
+        matching CSRF token of the form."""
+        status, _, body, headers = _open(urllib.request.Request(self.url + "/login"))
+        assert status == 200, status
+        cookie = headers["set-cookie"].split(";")[0]
+        found = re.search(r'name="csrf" value="([^"]+)"', body)
+        assert cookie.startswith("pgtick_login=") and found is not None
+        return {"Cookie": cookie}, found.group(1)
+
     def login(self, token: str | None = None) -> str:
-        """A session cookie's value from POST /login (the header a browser would keep)."""
-        status, _, _, headers = self.post_full("/login", {"token": token or self.token or ""})
+        """A session cookie's value from the login form (the header a browser would keep)."""
+        cookie, csrf = self.login_form()
+        form = {"token": token or self.token or "", "csrf": csrf}
+        status, _, _, headers = self.post_full("/login", form, cookie)
         assert status == 303, status
         cookie = headers["set-cookie"].split(";")[0]
         assert cookie.startswith("pgtick_session=")

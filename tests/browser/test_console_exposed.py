@@ -159,11 +159,22 @@ def test_logout_ends_the_session(console: Console) -> None:
     assert console.get("/runs", session(cookie)) == (303, "/login")  # the old cookie is dead
 
 
-def test_a_wrong_token_is_slowed_down(console: Console) -> None:
+def test_a_wrong_token_is_slowed_down_and_the_login_form_has_a_csrf_token(
+    console: Console,
+) -> None:
+    cookie, csrf = console.login_form()
     began = time.monotonic()
-    status, _, body, headers = console.post_full("/login", {"token": "guess"})
+    status, _, body, headers = console.post_full("/login", {"token": "guess", "csrf": csrf}, cookie)
     assert status == 403 and "wrong token" in body and "set-cookie" not in headers
     assert time.monotonic() - began >= 0.9
+    # the right token without the form's own CSRF token (a page elsewhere posting it) is refused
+    for form, headers in (
+        ({"token": TOKEN}, cookie),
+        ({"token": TOKEN, "csrf": csrf}, {}),
+        ({"token": TOKEN, "csrf": csrf + "x"}, cookie),
+    ):
+        status, _, body, answer = console.post_full("/login", form, headers)
+        assert status == 403 and "CSRF" in body and "set-cookie" not in answer
 
 
 def test_huge_run_ids_are_404_and_400_without_a_traceback(console: Console, chrome: Any) -> None:
@@ -263,6 +274,15 @@ def test_idle_and_slow_clients_do_not_stop_metrics_answering(console: Console) -
     parts = urllib.parse.urlsplit(console.metrics_url)
     address = (parts.hostname or "", parts.port or 0)
     _timed(console.metrics_url, "/metrics")  # the first scrape reads the database
+    # A scrape's own work (the database-derived gauges) slows on a busy shared machine: the
+    # bound is 100 ms, or twice what it costs here without any attack if that is more.
+    quiet = statistics.median(_timed(console.metrics_url, "/metrics") for _ in range(3))
+    bound = max(0.1, 2 * quiet)
+
+    def answered(times: list[float]) -> bool:
+        scrapes, checks = times[0::2], times[1::2]  # /metrics, /healthz alternately
+        return statistics.median(scrapes) < bound and statistics.median(checks) < 0.1
+
     threads_before = _threads(console.daemon.pid)
     idle: list[http.client.HTTPConnection] = []
     slow: list[socket.socket] = []
@@ -273,7 +293,7 @@ def test_idle_and_slow_clients_do_not_stop_metrics_answering(console: Console) -
             conn.getresponse().read()
             idle.append(conn)
         idle_times = [_timed(console.metrics_url, p) for p in ("/metrics", "/healthz") * 3]
-        assert statistics.median(idle_times) < 0.1, idle_times
+        assert answered(idle_times), (bound, idle_times)
         for _ in range(1500):
             sock = socket.create_connection(address, timeout=10)
             sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
@@ -284,7 +304,7 @@ def test_idle_and_slow_clients_do_not_stop_metrics_answering(console: Console) -
                 with contextlib.suppress(OSError):  # evicted or cut off: what should happen
                     sock.sendall(b"a")
             slow_times += [_timed(console.metrics_url, p) for p in ("/metrics", "/healthz")]
-        assert statistics.median(slow_times) < 0.1, slow_times
+        assert answered(slow_times), (bound, slow_times)
         assert max(slow_times) < 2, slow_times
         assert _threads(console.daemon.pid) < threads_before + 100
     finally:
@@ -296,4 +316,4 @@ def test_idle_and_slow_clients_do_not_stop_metrics_answering(console: Console) -
     # the next real scrape take 63 s); the machine is shared, so it gets half a second
     time.sleep(0.5)
     after = [_timed(console.metrics_url, "/metrics") for _ in range(5)]
-    assert statistics.median(after) < 0.1 and max(after) < 2, after
+    assert statistics.median(after) < bound and max(after) < 2, (bound, after)

@@ -114,16 +114,29 @@ def test_host_must_name_the_console(console: ConsoleServer) -> None:
 
 
 def test_login_sets_the_session_cookie_and_a_wrong_token_is_slow(console: ConsoleServer) -> None:
-    host = {"Host": "127.0.0.1"}
-    status, headers, _, seconds = call(console.port, "POST", "/login", f"token={TOKEN}", host)
+    status, headers, body, _ = call(console.port, "GET", "/login", headers={"Host": "127.0.0.1"})
+    form_cookie = headers["set-cookie"]
+    assert status == 200 and form_cookie.startswith("pgtick_login=")
+    assert "HttpOnly" in form_cookie and "SameSite=Strict" in form_cookie
+    csrf = form_cookie.split(";")[0].removeprefix("pgtick_login=")
+    assert f'name="csrf" value="{csrf}"'.encode() in body
+    host = {"Host": "127.0.0.1", "Cookie": f"pgtick_login={csrf}"}
+    status, headers, _, seconds = call(
+        console.port, "POST", "/login", f"token={TOKEN}&csrf={csrf}", host
+    )
     cookie = headers["set-cookie"]
     assert (status, headers["location"]) == (303, "/") and seconds < 0.5
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Max-Age=43200" in cookie
-    status, headers, body, seconds = call(console.port, "POST", "/login", "token=guess", host)
+    status, headers, body, seconds = call(
+        console.port, "POST", "/login", f"token=guess&csrf={csrf}", host
+    )
     assert status == 403 and "set-cookie" not in headers and b"wrong token" in body
     assert seconds >= 0.9
     opaque = {**host, "Origin": "null"}
-    assert call(console.port, "POST", "/login", f"token={TOKEN}", opaque)[0] == 403
+    assert call(console.port, "POST", "/login", f"token={TOKEN}&csrf={csrf}", opaque)[0] == 403
+    no_form = {"Host": "127.0.0.1"}  # the token without the login form's CSRF pair
+    status, headers, body, _ = call(console.port, "POST", "/login", f"token={TOKEN}", no_form)
+    assert status == 403 and b"CSRF" in body and "set-cookie" not in headers
 
 
 def test_idle_keep_alive_connections_do_not_stop_a_page(console: ConsoleServer) -> None:

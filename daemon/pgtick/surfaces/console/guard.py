@@ -20,6 +20,8 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 
 SESSION_COOKIE = "pgtick_session"
+LOGIN_COOKIE = "pgtick_login"  # the login form's CSRF token, before there is a session
+LOGIN_FORM_SECONDS = 600
 CSRF_FIELD = "csrf"
 MAX_COOKIE_CHARS = 200  # a real session cookie is about 80
 MAX_REVOKED_SESSIONS = 10_000  # logouts remembered until their cookie would expire anyway
@@ -107,13 +109,29 @@ def clear_cookie() -> str:
     return f"{SESSION_COOKIE}=; Max-Age=0; Path=/; HttpOnly; SameSite=Strict"
 
 
-def session_cookie(headers: Mapping[str, str]) -> str | None:
-    """The session cookie's value in a request's ``Cookie`` header, if any."""
+def session_cookie(headers: Mapping[str, str], cookie: str = SESSION_COOKIE) -> str | None:
+    """A cookie's value (the session's by default) in a request's ``Cookie`` header, if any."""
     for part in headers.get("cookie", "").split(";"):
         name, _, value = part.strip().partition("=")
-        if name == SESSION_COOKIE and value:
+        if name == cookie and value:
             return value
     return None
+
+
+def login_form_cookie(value: str) -> str:
+    """The ``Set-Cookie`` value that pairs the login form with this browser (double submit):
+    the form's hidden field must equal it, which a page elsewhere cannot arrange."""
+    return (
+        f"{LOGIN_COOKIE}={value}; Max-Age={LOGIN_FORM_SECONDS}; Path=/login; HttpOnly; "
+        "SameSite=Strict"
+    )
+
+
+def login_form_matches(headers: Mapping[str, str], given: str | None) -> bool:
+    expected = session_cookie(headers, LOGIN_COOKIE)
+    if not expected or not given or len(given) > MAX_COOKIE_CHARS:
+        return False
+    return hmac.compare_digest(given.encode(), expected.encode())
 
 
 def host_name(host_header: str) -> str:

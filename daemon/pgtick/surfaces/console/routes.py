@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -256,7 +257,10 @@ class Console:
                 HTTPStatus.NOT_FOUND, "no login: web.token_file is not set", self._context(request)
             )
         ttl = age(self.sessions.ttl_seconds) or ""
-        return html_response(HTTPStatus.OK, login_page(self._context(request), ttl))
+        nonce = secrets.token_urlsafe(16)
+        page = login_page(dataclasses.replace(self._context(request), csrf=nonce), ttl)
+        response = html_response(HTTPStatus.OK, page)
+        return dataclasses.replace(response, headers={"Set-Cookie": guard.login_form_cookie(nonce)})
 
     def _login(self, request: Request) -> Response:
         """The token, once, for a session cookie; a wrong one costs FAILED_LOGIN_DELAY_SECONDS."""
@@ -268,12 +272,22 @@ class Console:
         if refusal is not None:
             log.warning("console_login", result=f"forbidden: {refusal}")
             return error_page(HTTPStatus.FORBIDDEN, refusal, self._context(request))
+        if not guard.login_form_matches(
+            request.headers, request.first(guard.CSRF_FIELD, form=True)
+        ):
+            log.warning("console_login", result="forbidden: missing or wrong CSRF token")
+            return error_page(
+                HTTPStatus.FORBIDDEN,
+                "missing or wrong CSRF token: reload the login page and try again",
+                self._context(request),
+            )
         given = request.first("token", form=True) or ""
         if not self.sessions.token_matches(given.strip()):
             with self._failed_login:  # one failure at a time: guesses queue up
                 time.sleep(FAILED_LOGIN_DELAY_SECONDS)
             log.warning("console_login", result="wrong token")
-            context = dataclasses.replace(self._context(request), flash="wrong token")
+            nonce = guard.session_cookie(request.headers, guard.LOGIN_COOKIE) or ""
+            context = dataclasses.replace(self._context(request), flash="wrong token", csrf=nonce)
             page = login_page(context, age(self.sessions.ttl_seconds) or "")
             return html_response(HTTPStatus.FORBIDDEN, page)
         log.info("console_login", result="logged in")
