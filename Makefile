@@ -4,7 +4,8 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 BENCH_STAMP = $(VENV)/.bench-installed
-# The demo's own venv: the runtime and the embedded PostgreSQL only, no development toolchain.
+# The demo's own venv: the runtime, the embedded PostgreSQL and the console, no development
+# toolchain.
 DEMO_VENV ?= .venv-demo
 DEMO_STAMP = $(DEMO_VENV)/.installed
 # Lint what exists: git keeps no empty directories, so bench/ may be missing from a clone.
@@ -21,7 +22,7 @@ $(STAMP): pyproject.toml
 $(DEMO_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/pip install --quiet --upgrade pip
-	$(DEMO_VENV)/bin/pip install --quiet -e '.[embedded]'
+	$(DEMO_VENV)/bin/pip install --quiet -e '.[embedded,console]'
 	touch $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)   ## run the daemon on an embedded PostgreSQL with config.example.toml

@@ -38,6 +38,7 @@ from pgtick.observability.systemd import Notifier
 from pgtick.storage import db, migrate
 from pgtick.storage.store import RunStore, WorkerInfo
 from pgtick.surfaces.console.routes import SECURITY_HEADERS, Console
+from pgtick.surfaces.console.server import ConsoleServer
 from pgtick.surfaces.http import HttpServer, observability_routes
 
 # Beside one connection per handler thread (ctx.transaction()): the dispatcher's and the
@@ -120,7 +121,7 @@ class Service:
         self.worker_id = worker_id()
         self._http: HttpServer | None = None
         self._metrics_store: RunStore | None = None
-        self._web: HttpServer | None = None
+        self._web: ConsoleServer | None = None
         self._web_store: RunStore | None = None
         self._ticker: Ticker | None = None
         self._dead: list[str] = []  # threads found dead by the supervisor
@@ -325,9 +326,16 @@ class Service:
         )
         self._web_store = RunStore(pool)
         console = Console(
-            self._web_store, token, heartbeat_seconds=self.config.worker.heartbeat_seconds
+            self._web_store,
+            token,
+            heartbeat_seconds=self.config.worker.heartbeat_seconds,
+            listen_host=web.host,
+            hosts=web.hosts,
+            session_ttl_seconds=web.session_ttl_seconds,
+            public_reads=web.public_reads,
         )
-        self._web = HttpServer("web.listen", web.host, web.port, console.routes(), SECURITY_HEADERS)
+        routes = console.routes()
+        self._web = ConsoleServer("web.listen", web.host, web.port, routes, SECURITY_HEADERS)
         self._web.start()
         log.info("console_listening", url=f"http://{web.listen}/", actions=token is not None)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import urllib.error
 import urllib.parse
@@ -80,6 +81,27 @@ class Console:
     dead_id: int
     hostile_id: int
     token: str | None
+    metrics_url: str = ""
+
+    def login_form(self) -> tuple[dict[str, str], str]:
+        """What GET /login gives a browser: the form's cookie (as a request header) and the
+        matching CSRF token of the form."""
+        status, _, body, headers = _open(urllib.request.Request(self.url + "/login"))
+        assert status == 200, status
+        cookie = headers["set-cookie"].split(";")[0]
+        found = re.search(r'name="csrf" value="([^"]+)"', body)
+        assert cookie.startswith("pgtick_login=") and found is not None
+        return {"Cookie": cookie}, found.group(1)
+
+    def login(self, token: str | None = None) -> str:
+        """A session cookie's value from the login form (the header a browser would keep)."""
+        cookie, csrf = self.login_form()
+        form = {"token": token or self.token or "", "csrf": csrf}
+        status, _, _, headers = self.post_full("/login", form, cookie)
+        assert status == 303, status
+        cookie = headers["set-cookie"].split(";")[0]
+        assert cookie.startswith("pgtick_session=")
+        return cookie.removeprefix("pgtick_session=")
 
     def sql(self, statement: str) -> list[tuple[object, ...]]:
         with dbhelp.connect(self.dsn, SCHEMA) as conn:
@@ -100,29 +122,37 @@ class Console:
         self, path: str, form: dict[str, str], headers: dict[str, str] | None = None
     ) -> tuple[int, str, str]:
         """(status, Location, body) of a POST, redirects not followed."""
+        return self.post_full(path, form, headers)[:3]
+
+    def post_full(
+        self, path: str, form: dict[str, str], headers: dict[str, str] | None = None
+    ) -> tuple[int, str, str, dict[str, str]]:
+        """(status, Location, body, headers lower-cased) of a POST, redirects not followed."""
         request = urllib.request.Request(
             self.url + path,
             data=urllib.parse.urlencode(form).encode(),
             headers={"Content-Type": "application/x-www-form-urlencoded", **(headers or {})},
             method="POST",
         )
-        opener = urllib.request.build_opener(NoRedirect)
-        try:
-            with opener.open(request, timeout=10) as response:
-                return (
-                    response.status,
-                    response.headers.get("Location", ""),
-                    response.read().decode(),
-                )
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.headers.get("Location", ""), exc.read().decode()
+        return _open(request)
 
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+        """(status, body) of a GET, redirects not followed (a 303's body is empty)."""
+        status, location, body, _ = _open(
+            urllib.request.Request(self.url + path, headers=headers or {})
+        )
+        return status, body or location
+
+
+def _open(request: urllib.request.Request) -> tuple[int, str, str, dict[str, str]]:
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(request, timeout=10) as response:
+            headers = {k.lower(): v for k, v in response.headers.items()}
+            return response.status, headers.get("location", ""), response.read().decode(), headers
+    except urllib.error.HTTPError as exc:
+        headers = {k.lower(): v for k, v in exc.headers.items()}
+        return exc.code, headers.get("location", ""), exc.read().decode(), headers
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -158,8 +188,16 @@ def _prepare(dsn: str) -> tuple[int, int]:
 
 
 def start_console(
-    pg_admin_dsn: str, template_db: str, tmp: Path, *, token: str | None
+    pg_admin_dsn: str,
+    template_db: str,
+    tmp: Path,
+    *,
+    token: str | None,
+    web: str = WEB,
+    metrics: bool = False,
 ) -> Iterator[Console]:
+    """A daemon serving the console (``web``, with ``{token_file}`` filled in) over prepared
+    runs; ``metrics`` also starts its metrics listener on a free port."""
     name = new_database(pg_admin_dsn, template_db)
     dsn = make_conninfo(pg_admin_dsn, dbname=name)
     daemons = Cluster(dsn, tmp)
@@ -170,23 +208,45 @@ def start_console(
             path = tmp / "web-token"
             path.write_text(token + "\n")
             token_file = str(path)
-        daemon = daemons.start(daemons.config(WEB.format(token_file=token_file)))
-        event = wait_for(
-            lambda: next(
-                (
-                    e
-                    for e in daemon.events()
-                    if e.get("event") == "http_listening" and e.get("key") == "web.listen"
-                ),
-                None,
-            ),
-            10,
-            what="the console to listen",
+        config = daemons.config(web.format(token_file=token_file))
+        if metrics:
+            text = config.read_text()
+            config.write_text(
+                text.replace('[metrics]\nlisten = ""', '[metrics]\nlisten = "127.0.0.1:0"')
+            )
+        daemon = daemons.start(config)
+        ports = {
+            key: listening(daemon, key) for key in ("web.listen", "metrics.listen")[: 1 + metrics]
+        }
+        yield Console(
+            daemon,
+            f"http://127.0.0.1:{ports['web.listen']}",
+            dsn,
+            dead_id,
+            hostile_id,
+            token,
+            f"http://127.0.0.1:{ports['metrics.listen']}" if metrics else "",
         )
-        yield Console(daemon, f"http://127.0.0.1:{event['port']}", dsn, dead_id, hostile_id, token)
     finally:
         daemons.stop_all()
         drop_database(pg_admin_dsn, name)
+
+
+def listening(daemon: Daemon, key: str) -> int:
+    """The port the daemon's listener ``key`` bound."""
+    event = wait_for(
+        lambda: next(
+            (
+                e
+                for e in daemon.events()
+                if e.get("event") == "http_listening" and e.get("key") == key
+            ),
+            None,
+        ),
+        10,
+        what=f"{key} to listen",
+    )
+    return int(event["port"])
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.wait import WebDriverWait
 
 from pgtick.scheduling.cron import Cron
 
@@ -62,6 +63,10 @@ def test_overview_shows_queues_workers_chart_and_schedules(
     total = chrome.find_element(By.ID, "throughput-total").text
     assert total == "5 succeeded in the last hour"
     assert len(chrome.find_elements(By.CSS_SELECTOR, "svg#throughput rect.bar")) == 60
+    small = chrome.find_element(By.CSS_SELECTOR, 'figure.small-chart[data-job-type="report"]')
+    assert small.find_element(By.TAG_NAME, "figcaption").text == "report: 5 succeeded, 1 dead"
+    assert len(small.find_elements(By.CSS_SELECTOR, "rect.bar")) == 1  # all in one minute
+    assert len(small.find_elements(By.CSS_SELECTOR, "rect.failures")) == 1
     schedules = {row[0]: row for row in cells(chrome, "#schedules tbody tr")}
     assert set(schedules) == {"nightly_report", "hourly_sync"}
     assert schedules["nightly_report"][2] == "active"
@@ -101,6 +106,9 @@ def test_run_detail_renders_hostile_data_as_text(
     assert chrome.find_element(By.ID, "last-error").text == f"bad input {SCRIPT} {IMG}"
     attempts = chrome.find_elements(By.CSS_SELECTOR, "#attempts tr.attempt")
     assert [a.get_attribute("data-attempt") for a in attempts] == ["1", "2"]
+    spans = chrome.find_elements(By.CSS_SELECTOR, "svg#timeline rect.span")
+    assert [s.get_attribute("data-attempt") for s in spans] == ["1", "2"]
+    assert all(s.size["width"] > 0 for s in spans)
     assert all("elsewhere:1:aa" in a.text and "failed" in a.text for a in attempts)
     errors = [e.text for e in chrome.find_elements(By.CSS_SELECTOR, "tr.attempt-error pre")]
     assert errors == [f"Traceback (most recent call last):\n  {SCRIPT}", IMG]
@@ -129,11 +137,26 @@ def test_schedules_show_next_times_in_utc_and_local(
     chrome.save_screenshot(str(tmp_path / "schedules.png"))
 
 
-def test_retry_a_dead_run_with_the_token(console: Console, chrome: Any, tmp_path: Path) -> None:
+def log_in(chrome: Any, url: str, token: str) -> None:
+    """The login page, the token pasted once, the submit: back on the overview, logged in."""
+    chrome.get(url + "/login")
+    chrome.find_element(By.NAME, "token").send_keys(token)
+    chrome.find_element(By.CSS_SELECTOR, "form#login button").click()
+    WebDriverWait(chrome, 10).until(lambda d: d.current_url == url + "/")
+    assert chrome.find_element(By.ID, "logout").text == "Log out"
+
+
+def test_retry_a_dead_run_after_logging_in(console: Console, chrome: Any, tmp_path: Path) -> None:
+    # changed by issue 22: the token is pasted once on /login, not typed into every form
+    chrome.get(f"{console.url}/runs/{console.dead_id}")
+    assert chrome.find_elements(By.CSS_SELECTOR, "form.action-retry") == []
+    assert chrome.find_element(By.ID, "login-link").text == "Log in"
+    log_in(chrome, console.url, TOKEN)
     chrome.get(f"{console.url}/runs/{console.dead_id}")
     form = chrome.find_element(By.CSS_SELECTOR, "form.action-retry")
-    form.find_element(By.NAME, "token").send_keys(TOKEN)
+    assert form.find_elements(By.NAME, "token") == []
     form.find_element(By.TAG_NAME, "button").click()
+    WebDriverWait(chrome, 10).until(lambda d: "?flash=" in d.current_url)
     flash = chrome.find_element(By.ID, "flash").text
     assert flash == f"run {console.dead_id} retried"
     assert chrome.current_url.startswith(f"{console.url}/runs/{console.dead_id}?flash=")
@@ -147,6 +170,9 @@ def test_retry_a_dead_run_with_the_token(console: Console, chrome: Any, tmp_path
         for e in console.daemon.events()
     )
     chrome.save_screenshot(str(tmp_path / "retried.png"))
+    chrome.find_element(By.ID, "logout").click()
+    WebDriverWait(chrome, 10).until(lambda d: d.current_url == console.url + "/login")
+    assert [c for c in chrome.get_cookies() if c["name"] == "pgtick_session"] == []
 
 
 def test_wrong_token_and_get_change_nothing(console: Console) -> None:

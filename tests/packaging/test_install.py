@@ -23,7 +23,7 @@ import pgtick
 from .tools import ROOT, run, tool
 
 # The extras a VM installs beside the core (none of the test or development ones).
-EXTRAS = ""
+EXTRAS = "[console]"
 CONFIG = """
 [database]
 schema = "pgtick"

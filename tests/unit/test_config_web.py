@@ -100,3 +100,51 @@ def test_check_exits_2_naming_web_listen(tmp_path: Path) -> None:
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "web.listen: " in lines[0], done.stderr
+
+
+def test_session_hosts_and_public_reads() -> None:
+    web = load_text(
+        '[web]\nlisten = "0.0.0.0:8089"\ntoken_file = "/t"\nsession_ttl = "30m"\n'
+        'hosts = ["PGTICK.internal", "pgtick.example.com"]\npublic_reads = true\n'
+    ).web
+    assert web.session_ttl_seconds == 1800
+    assert web.hosts == ("pgtick.internal", "pgtick.example.com")
+    assert web.public_reads is True
+    defaults = Config().web
+    assert (defaults.session_ttl_seconds, defaults.hosts, defaults.public_reads) == (
+        12 * 3600,
+        (),
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('session_ttl = "0s"', "web.session_ttl: must be longer than 0s"),
+        ('session_ttl = "60d"', "web.session_ttl: must be at most 30d"),
+        ('hosts = "pgtick.internal"', "web.hosts: expected an array of host names"),
+        ('hosts = ["pgtick.internal:8089"]', "web.hosts[0]: expected a host name without a port"),
+        ("hosts = [1]", "web.hosts[0]: expected a host name without a port"),
+        ('public_reads = "yes"', "web.public_reads: expected true or false"),
+    ],
+)
+def test_bad_session_hosts_and_public_reads_name_the_key(line: str, message: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_text(f'[web]\nlisten = "127.0.0.1:0"\n{line}\n')
+    assert str(refused.value).startswith(message), str(refused.value)
+
+
+def test_reads_need_a_session_beyond_loopback_unless_public_reads() -> None:
+    from typing import cast
+
+    from pgtick.storage.store import RunStore
+    from pgtick.surfaces.console.routes import Console
+
+    store = cast(RunStore, None)
+    beyond = Console(store, "t", heartbeat_seconds=20, listen_host="0.0.0.0")
+    assert beyond.reads_need_login
+    assert not Console(store, "t", heartbeat_seconds=20, listen_host="127.0.0.1").reads_need_login
+    assert not Console(store, "t", heartbeat_seconds=20, listen_host="::1").reads_need_login
+    opted_out = Console(store, "t", heartbeat_seconds=20, listen_host="0.0.0.0", public_reads=True)
+    assert not opted_out.reads_need_login

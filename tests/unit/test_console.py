@@ -25,7 +25,6 @@ from pgtick.surfaces import operations
 from pgtick.surfaces.console import fragments, routes
 from pgtick.surfaces.console import views as pages
 from pgtick.surfaces.console.fragments import Page
-from pgtick.surfaces.console.markup import Html, esc, render, tag
 from pgtick.surfaces.console.routes import Console
 from pgtick.surfaces.http import HttpServer, Request, find_route
 
@@ -109,21 +108,22 @@ def listing(name: str, paused: bool = False) -> ScheduleListing:
     )
 
 
-def test_esc_escapes_markup_and_quotes_but_passes_html() -> None:
-    assert esc(SCRIPT) == "&lt;script&gt;alert(1)&lt;/script&gt;"
-    assert esc(IMG) == "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"
-    assert esc("it's") == "it&#x27;s"
-    assert esc(None) == "-"
-    assert esc(Html("<b>ok</b>")) == "<b>ok</b>"
-    assert tag('<a title="$t">$t</a>', t=IMG) == (
-        '<a title="&quot;&gt;&lt;img src=x onerror=alert(1)&gt;">'
-        "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;</a>"
+def test_every_template_autoescapes_and_names_must_exist() -> None:
+    import jinja2
+    from markupsafe import Markup
+
+    env = fragments._environment()
+    assert env.autoescape is True and env.undefined is jinja2.StrictUndefined
+    page = pages.error_page(400, SCRIPT, Page(False, NOW)).body.decode()
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    attribute = env.from_string('<a title="{{ t }}">{{ t }}</a>').render(t=IMG)
+    assert attribute == (
+        '<a title="&#34;&gt;&lt;img src=x onerror=alert(1)&gt;">'
+        "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;</a>"
     )
-
-
-def test_templates_escape_every_value() -> None:
-    page = render("error.html", message=SCRIPT)
-    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert env.from_string("{{ m }}").render(m=Markup("<b>ok</b>")) == "<b>ok</b>"
+    with pytest.raises(jinja2.UndefinedError):
+        env.from_string("{{ nowhere }}").render()
 
 
 def test_run_page_shows_hostile_payload_and_errors_as_text() -> None:
@@ -149,17 +149,22 @@ def test_run_page_lists_every_attempt_and_its_error() -> None:
 
 def test_actions_only_with_a_token() -> None:
     d = detail(run(status="dead"), [])
-    with_token = Tags(pages.run_page(d, Page(True, NOW)))
+    logged_in = Page(True, NOW, csrf="c5rf", login=fragments.LOGIN_IN)
+    with_token = Tags(pages.run_page(d, logged_in))
     forms = [attrs for name, attrs in with_token.tags if name == "form"]
-    assert [f["action"] for f in forms] == ["/actions/retry"]
+    assert [f["action"] for f in forms] == ["/logout", "/actions/retry"]
     assert all(f["method"] == "post" for f in forms)
-    # the token is typed by the operator, never written into the page
-    tokens = [a for n, a in with_token.tags if n == "input" and a.get("name") == "token"]
-    assert tokens and all(a.get("type") == "password" and "value" not in a for a in tokens)
+    # every form carries the session's CSRF token; the token itself is never in the page
+    csrf = [a for n, a in with_token.tags if n == "input" and a.get("name") == "csrf"]
+    assert len(csrf) == 2 and all(a["value"] == "c5rf" for a in csrf)
+    assert not [a for n, a in with_token.tags if n == "input" and a.get("name") == "token"]
     read_only = Tags(pages.run_page(d, Page(False, NOW)))
     assert "form" not in read_only.names() and "button" not in read_only.names()
-    queued = Tags(pages.run_page(detail(run(status="queued"), []), Page(True, NOW)))
-    assert [a["action"] for n, a in queued.tags if n == "form"] == ["/actions/cancel"]
+    logged_out = Tags(pages.run_page(d, Page(False, NOW, login=fragments.LOGIN_OUT)))
+    assert "form" not in logged_out.names()
+    assert ("a", {"href": "/login", "id": "login-link"}) in logged_out.tags
+    queued = Tags(pages.run_page(detail(run(status="queued"), []), logged_in))
+    assert [a["action"] for n, a in queued.tags if n == "form"] == ["/logout", "/actions/cancel"]
 
 
 def test_schedules_page_next_times_in_utc_and_local_and_actions() -> None:
@@ -223,8 +228,8 @@ def test_runs_page_filters_and_keyset_links() -> None:
     assert 'id="older"' not in last
 
 
-def test_flash_is_escaped_and_cut() -> None:
-    page = fragments.layout(Page(False, None, IMG), "T", "runs", Html(""))
+def test_flash_is_escaped() -> None:
+    page = pages.error_page(400, "x", Page(False, None, IMG)).body.decode()
     assert "img" not in Tags(page).names() and IMG in Tags(page).joined()
 
 
@@ -252,23 +257,37 @@ def test_refusals() -> None:
         "read-only console: actions need web.token_file"
     )
     guarded = Console(store, "s3cret", heartbeat_seconds=20)
-    assert guarded._refusal(post("run_id=1")) == "wrong or missing token"
-    assert guarded._refusal(post("token=s3cre&run_id=1")) == "wrong or missing token"
-    assert guarded._refusal(post("token=s3cret", {"sec-fetch-site": "cross-site"})) == (
+    assert guarded.sessions is not None
+    cookie = guarded.sessions.issue()
+    csrf = guarded.sessions.csrf(cookie)
+    session = {"cookie": f"pgtick_session={cookie}"}
+    not_logged_in = "not logged in (or the session expired): log in at /login"
+    # the token as a form field is no credential any more: the session is
+    assert guarded._refusal(post("token=s3cret&run_id=1")) == not_logged_in
+    assert guarded._refusal(post(f"csrf={csrf}&run_id=1", session)) is None
+    wrong_csrf = "missing or wrong CSRF token: reload the page and try again"
+    assert guarded._refusal(post("run_id=1", session)) == wrong_csrf
+    flipped = csrf[:-1] + ("1" if csrf[-1] == "0" else "0")
+    assert guarded._refusal(post(f"csrf={flipped}&run_id=1", session)) == wrong_csrf
+    other = guarded.sessions.issue()  # another session's CSRF token does not fit this one
+    assert guarded._refusal(post(f"csrf={guarded.sessions.csrf(other)}", session)) == wrong_csrf
+    with_csrf = f"csrf={csrf}"
+    assert guarded._refusal(post(with_csrf, {**session, "sec-fetch-site": "cross-site"})) == (
         "cross-site request refused"
     )
-    assert guarded._refusal(post("token=s3cret", {"origin": "https://evil.example"})) == (
+    assert guarded._refusal(post(with_csrf, {**session, "origin": "https://evil.example"})) == (
         "request from another origin refused"
     )
-    assert guarded._refusal(post("token=s3cret", {"sec-fetch-site": "same-site"})) == (
+    assert guarded._refusal(post(with_csrf, {**session, "sec-fetch-site": "same-site"})) == (
         "same-site request refused"
     )
-    # a form under Referrer-Policy no-referrer sends Origin: null; the token still decides
-    assert guarded._refusal(post("token=s3cret", {"origin": "null"})) is None
-    assert guarded._refusal(post("token=x", {"origin": "null"})) == "wrong or missing token"
-    assert guarded._refusal(post("token=s3cret", {"origin": "http://127.0.0.1:1"})) is None
+    # finding 4: an opaque origin (sandboxed frame, data: URL) is refused, session or not
+    assert guarded._refusal(post(with_csrf, {**session, "origin": "null"})) == (
+        "request from an opaque origin (Origin: null) refused"
+    )
+    assert guarded._refusal(post(with_csrf, {**session, "origin": "http://127.0.0.1:1"})) is None
     assert guarded._refusal(post("", {"authorization": "Bearer s3cret"})) is None
-    assert guarded._refusal(post("token=s3cret", {"sec-fetch-site": "same-origin"})) is None
+    assert guarded._refusal(post("", {"authorization": "Bearer s3cre"})) == "wrong token"
 
 
 def test_form_parsing_and_wildcard_routes() -> None:
@@ -330,3 +349,66 @@ def test_security_headers_and_static_files(read_only_server: HttpServer) -> None
     assert call(read_only_server, "GET", "/static/nope.css")[0] == 404
     status, headers = call(read_only_server, "GET", "/nowhere")
     assert status == 404 and headers["x-frame-options"] == "DENY"
+
+
+def test_attempts_on_a_time_line() -> None:
+    t0 = NOW - timedelta(minutes=10)
+    attempts = [
+        Attempt(7, 1, "h:1:a", t0, t0 + timedelta(seconds=30), "failed", "x", "E"),
+        Attempt(
+            7, 2, "h:1:b", t0 + timedelta(minutes=2), t0 + timedelta(minutes=3), "lost", None, None
+        ),
+        Attempt(7, 3, "h:1:c", t0 + timedelta(minutes=8), None, None, None, None),  # running
+    ]
+    page = pages.run_page(operations.RunDetail(run(), attempts, None, [], NOW), Page(False, NOW))
+    spans = [a for n, a in Tags(page).tags if n == "rect" and "span" in (a.get("class") or "")]
+    assert [s["data-attempt"] for s in spans] == ["1", "2", "3"]
+    assert [s["class"] for s in spans] == [
+        "span outcome-failed",
+        "span outcome-lost",
+        "span outcome-running",
+    ]
+    xs = [float(s["x"] or 0) for s in spans]
+    widths = [float(s["width"] or 0) for s in spans]
+    assert xs[0] == fragments.TIMELINE_LABEL_WIDTH and xs[0] < xs[1] < xs[2]
+    # the time axis is 10 minutes: attempt 2 starts at 1/5 of it, the running one ends at now
+    usable = fragments.TIMELINE_WIDTH - fragments.TIMELINE_LABEL_WIDTH - 4
+    assert abs(xs[1] - (fragments.TIMELINE_LABEL_WIDTH + usable / 5)) < 0.1
+    assert abs(xs[2] + widths[2] - (fragments.TIMELINE_LABEL_WIDTH + usable)) < 0.2
+    assert "attempt 2: lost after 60.000s" in page
+    assert fragments.timeline([], NOW) is None
+    assert 'id="timeline"' not in pages.run_page(detail(run(), []), Page(False, NOW))
+
+
+def test_overview_small_charts_per_job_type() -> None:
+    ok = [0] * 59 + [3]
+    dead = [0] * 58 + [2, 1]
+    ov = operations.Overview(
+        NOW, [], [], [], [0] * 60, {"zeta": (ok, dead), SCRIPT: (ok, [0] * 60)}
+    )
+    page = pages.overview_page(ov, Page(False, NOW))
+    tags = Tags(page)
+    figures = [a["data-job-type"] for n, a in tags.tags if n == "figure"]
+    assert figures == [SCRIPT, "zeta"] and "script" not in tags.names()
+    zeta = page[page.index('data-job-type="zeta"') :]
+    zeta = zeta[: zeta.index("</figure>")]
+    assert zeta.count('<rect class="bar"') == 1 and zeta.count('<rect class="failures"') == 2
+    assert "3 succeeded, 0 dead" not in zeta and "3</span> succeeded" in zeta
+    assert "3</span> dead" in zeta and "peak 4/min" in zeta  # 3 + 1 this minute, stacked
+    # the dead bar of this minute sits on the succeeded one
+    rects = re.findall(
+        r'<rect class="(bar|failures)" x="([\d.]+)" y="([\d.]+)" width="[\d.]+" height="([\d.]+)"',
+        zeta,
+    )
+    now_x = max(float(r[1]) for r in rects)
+    this_minute = {kind: (float(y), float(h)) for kind, x, y, h in rects if float(x) == now_x}
+    (y_ok, _), (y_dead, h_dead) = this_minute["bar"], this_minute["failures"]
+    assert abs(y_dead + h_dead - y_ok) < 0.11
+    empty = pages.overview_page(
+        operations.Overview(NOW, [], [], [], [0] * 60, {}), Page(False, NOW)
+    )
+    assert "No run finished in the last hour." in empty
+    late = pages.overview_page(
+        operations.Overview(NOW, [], [], [], [0] * 60, None), Page(False, NOW)
+    )
+    assert late.count("Not available: the query ran out of time.") == 1

@@ -4,6 +4,7 @@ and the database collector's sharing, caching and time bound (its fetch is a pla
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import http.client
 import socket
 import threading
@@ -15,7 +16,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pgtick.errors import ConfigError
 from pgtick.observability.metrics import DatabaseCollector, DatabaseSnapshot, Metrics, Readiness
-from pgtick.surfaces.http import HttpServer, Request, Response, observability_routes, text
+from pgtick.surfaces.http import (
+    MAX_CONNECTIONS,
+    HttpServer,
+    Request,
+    Response,
+    observability_routes,
+    text,
+)
 
 
 @pytest.fixture
@@ -116,6 +124,24 @@ def test_bad_requests_get_an_answer_not_a_traceback(
         assert b"400" in sock.recv(4096)
     assert call(server, "POST", "/x", b"")[2] == b"x\n"
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_header_cut_short_by_a_hang_up_is_not_a_request(
+    serve: Callable[..., HttpServer],
+) -> None:
+    seen: list[Request] = []
+
+    def record(request: Request) -> Response:
+        seen.append(request)
+        return text(200, "x")
+
+    server = serve({("GET", "/x"): record})
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.sendall(b"GET /x HTTP/1.1\r\nX-Slow: a")
+    time.sleep(0.3)
+    assert seen == []
+    assert call(server, "GET", "/x")[0] == 200 and len(seen) == 1
 
 
 def test_two_servers_serve_their_own_routes(serve: Callable[..., HttpServer]) -> None:
@@ -273,3 +299,119 @@ def test_readiness_follows_the_ticker() -> None:
     assert never.reason_not_ready() == "ticker: no tick yet"
     healthz = routes[("GET", "/healthz")](Request("GET", "/healthz", {}, {}))
     assert (healthz.status, healthz.body) == (200, b"ok\n")
+
+
+# -- bounds against slow and idle clients (issue 22, finding 2) ------------------------------
+
+
+def timed_get(port: int, path: str = "/metrics") -> tuple[int, float]:
+    """(status, seconds) of one GET on a new connection."""
+    began = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        response.read()
+        return response.status, time.monotonic() - began
+    finally:
+        conn.close()
+
+
+def closed_by_server(sock: socket.socket, within: float) -> bool:
+    """Whether the server closes ``sock`` (a read sees the end) within ``within`` seconds."""
+    sock.settimeout(within)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def test_idle_keep_alive_connections_do_not_stop_a_scrape() -> None:
+    server = HttpServer(
+        "metrics.listen", "127.0.0.1", 0, {("GET", "/metrics"): lambda _r: text(200, "m")}
+    )
+    server.start()
+    threads_before = threading.active_count()
+    idle: list[http.client.HTTPConnection] = []
+    try:
+        for _ in range(200):  # each asks once, then keeps its connection open
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+            conn.request("GET", "/metrics")
+            conn.getresponse().read()
+            idle.append(conn)
+        worst = max(timed_get(server.port)[1] for _ in range(5))
+        assert worst < 0.1, f"a scrape took {worst:.3f}s behind 200 idle connections"
+        assert threading.active_count() <= threads_before + MAX_CONNECTIONS + 2
+    finally:
+        for conn in idle:
+            conn.close()
+        server.stop()
+
+
+def test_slowloris_is_bounded_by_connections_and_a_whole_request_deadline() -> None:
+    server = HttpServer(
+        "metrics.listen",
+        "127.0.0.1",
+        0,
+        {("GET", "/metrics"): lambda _r: text(200, "m")},
+        max_connections=16,
+        deadline_seconds=1.0,
+    )
+    server.start()
+    threads_before = threading.active_count()
+    slow: list[socket.socket] = []
+    try:
+        for _ in range(300):  # each sends part of a header, then a byte now and then
+            sock = socket.create_connection(("127.0.0.1", server.port))
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")
+            slow.append(sock)
+        assert threading.active_count() <= threads_before + 16 + 4
+        time.sleep(0.2)  # the evicted connections' threads finish (they share this process)
+        scrapes = sorted(timed_get(server.port) for _ in range(5))
+        assert {status for status, _ in scrapes} == {200}
+        assert scrapes[2][1] < 0.1, f"median scrape {scrapes[2][1]:.3f}s behind 300 slow clients"
+        # a client that keeps trickling is still cut off at the deadline (not per read)
+        trickler = socket.create_connection(("127.0.0.1", server.port))
+        trickler.sendall(b"GET /metrics HTTP/1.1\r\n")
+        began = time.monotonic()
+        cut = False
+        while time.monotonic() - began < 3 and not cut:
+            with contextlib.suppress(OSError):
+                trickler.sendall(b"X")
+            cut = closed_by_server(trickler, 0.3)
+        assert cut and time.monotonic() - began < 2.5
+        trickler.close()
+    finally:
+        for sock in slow:
+            sock.close()
+        server.stop()
+
+
+def test_extra_connections_are_refused_when_every_one_is_busy() -> None:
+    release = threading.Event()
+
+    def hold(_request: Request) -> Response:
+        release.wait(10)
+        return text(200, "done")
+
+    server = HttpServer(
+        "metrics.listen", "127.0.0.1", 0, {("GET", "/hold"): hold}, max_connections=2
+    )
+    server.start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            held = [pool.submit(timed_get, server.port, "/hold") for _ in range(2)]
+            time.sleep(0.3)
+            extra = socket.create_connection(("127.0.0.1", server.port))
+            extra.sendall(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert closed_by_server(extra, 2.0), "a third connection was served, not refused"
+            extra.close()
+            release.set()
+            assert [f.result()[0] for f in held] == [200, 200]
+    finally:
+        release.set()
+        server.stop()

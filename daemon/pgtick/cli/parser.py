@@ -12,6 +12,7 @@ import pgtick
 from pgtick.cli import deploy, runs, schedules, setup, status
 from pgtick.cli.exits import EXIT_USAGE
 from pgtick.config.values import MAX_INT4
+from pgtick.errors import UsageError
 from pgtick.surfaces import operations
 
 WHEN_HELP = "ISO 8601 time (no offset = UTC) or a duration such as 90m, 2h, 7d"
@@ -53,12 +54,11 @@ def _max_attempts(text: str) -> int:
 
 
 def _run_id(text: str) -> int:
-    value = _integer(text, "not a run id")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"not a run id: {text!r} (ids start at 1)")
-    if value > operations.MAX_RUN_ID:
-        raise argparse.ArgumentTypeError(f"not a run id: {text!r} (larger than any bigint)")
-    return value
+    """A run id: the rule the console uses too (``operations.parse_run_id``)."""
+    try:
+        return operations.parse_run_id(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_runs(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -40,7 +40,10 @@ from pgtick.config.schema import (
     DEFAULT_THREADS,
     DEFAULT_TICK_INTERVAL_SECONDS,
     DEFAULT_TIMEZONE,
+    DEFAULT_WEB_HOSTS,
     DEFAULT_WEB_LISTEN,
+    DEFAULT_WEB_PUBLIC_READS,
+    DEFAULT_WEB_SESSION_TTL_SECONDS,
     DEFAULT_WEB_TOKEN_FILE,
 )
 from pgtick.config.values import redact_dsn, split_listen
@@ -130,10 +133,13 @@ class MetricsConfig(_Listener):
 
 @dataclass(frozen=True)
 class WebConfig(_Listener):
-    """The web console's listener; ``token_file`` enables actions."""
+    """The web console's listener; ``token_file`` enables the login and the actions."""
 
     listen: str = DEFAULT_WEB_LISTEN
     token_file: str = DEFAULT_WEB_TOKEN_FILE
+    session_ttl_seconds: float = DEFAULT_WEB_SESSION_TTL_SECONDS
+    hosts: tuple[str, ...] = DEFAULT_WEB_HOSTS
+    public_reads: bool = DEFAULT_WEB_PUBLIC_READS
 
 
 @dataclass(frozen=True)

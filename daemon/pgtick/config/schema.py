@@ -22,6 +22,7 @@ from pgtick.config.values import (
     flag,
     fraction,
     handler,
+    host_names,
     imports,
     integer,
     job_type_ref,
@@ -70,6 +71,10 @@ DEFAULT_OTHER_JOB_TYPES = 20
 MAX_OTHER_JOB_TYPES = 1000
 DEFAULT_WEB_LISTEN = ""  # the console is off unless asked for
 DEFAULT_WEB_TOKEN_FILE = ""
+DEFAULT_WEB_SESSION_TTL_SECONDS = 12 * HOUR_SECONDS
+MAX_WEB_SESSION_TTL_SECONDS = 30 * DAY_SECONDS
+DEFAULT_WEB_HOSTS: tuple[str, ...] = ()
+DEFAULT_WEB_PUBLIC_READS = False
 
 LOG_FORMATS = ("auto", "json", "console")
 DEFAULT_LOG_FORMAT = "auto"
@@ -201,6 +206,14 @@ KEYS: tuple[Key, ...] = (
         "the web console; a non-loopback address is refused unless token_file is set"),
     Key(WEB, "token_file", 'file path, or "" for none', DEFAULT_WEB_TOKEN_FILE, optional_path,
         'the token that enables the console\'s actions; "" = a read-only console'),
+    Key(WEB, "session_ttl", DURATION, DEFAULT_WEB_SESSION_TTL_SECONDS,
+        duration(high=MAX_WEB_SESSION_TTL_SECONDS, why="a stolen cookie stays useful this long"),
+        "lifetime of a login session cookie (the token pasted on the login page)"),
+    Key(WEB, "hosts", "array of host names", DEFAULT_WEB_HOSTS, host_names,
+        "Host header names the console answers besides its listen address (421 otherwise)"),
+    Key(WEB, "public_reads", "boolean", DEFAULT_WEB_PUBLIC_READS, flag,
+        "true: beyond loopback, pages are readable without a login session (actions still "
+        "need one)"),
 
     Key(LOGGING, "format", " | ".join(LOG_FORMATS), DEFAULT_LOG_FORMAT, choice(LOG_FORMATS),
         "auto: console on a TTY, JSON lines otherwise"),

@@ -252,6 +252,22 @@ def imports(key: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def host_names(key: str, value: Any) -> tuple[str, ...]:
+    """Host names as a ``Host`` header carries them (no port), lower-cased."""
+    if not isinstance(value, list | tuple):
+        raise ConfigError(f"{key}: expected an array of host names, got {show(value)}")
+    names = []
+    for index, item in enumerate(value):
+        ok = isinstance(item, str) and item and ":" not in item and "/" not in item
+        if not ok or not all(part.isascii() and part.isprintable() for part in item):
+            raise ConfigError(
+                f'{key}[{index}]: expected a host name without a port (e.g. "pgtick.internal"), '
+                f"got {show(item)}"
+            )
+        names.append(item.lower())
+    return tuple(names)
+
+
 def handler(key: str, value: Any) -> str:
     module, colon, function = value.partition(":") if isinstance(value, str) else ("", "", "")
     if not colon or not _dotted(module) or not _dotted(function):

@@ -219,6 +219,23 @@ class MaintenanceQueries(StoreBase):
             conn.execute(sqlfile.query("recount_terminal_runs", conn.schema))
         return True
 
+    def finished_per_type_minute(self, minutes: int) -> dict[str, tuple[list[int], list[int]]]:
+        """Per job type, runs that succeeded and runs that went dead in each of the last
+        ``minutes``, oldest minute first. In a savepoint inside ``reading``, like
+        ``succeeded_per_minute``."""
+        with self._conn("console") as conn, conn.transaction():
+            rows = conn.execute(
+                sqlfile.query("console_finished_per_type_minute", conn.schema),
+                {"minutes": minutes},
+            ).fetchall()
+        per_type: dict[str, tuple[list[int], list[int]]] = {}
+        for job_type, minutes_ago, succeeded, dead in rows:
+            if 0 <= minutes_ago < minutes:
+                ok, failed = per_type.setdefault(str(job_type), ([0] * minutes, [0] * minutes))
+                ok[minutes - 1 - minutes_ago] += int(succeeded)
+                failed[minutes - 1 - minutes_ago] += int(dead)
+        return per_type
+
     def succeeded_per_minute(self, minutes: int) -> list[int]:
         """Succeeded runs per minute over the last ``minutes``, oldest minute first. In a
         savepoint inside ``reading``, so a timeout here spares the rest of the page."""

@@ -851,6 +851,19 @@ WHERE status = 'succeeded' AND finished_at IS NOT NULL
   AND finished_at > now() - make_interval(mins => %(minutes)s)
 GROUP BY 1;
 
+-- console_finished_per_type_minute --
+-- Runs that finished in each of the last %(minutes)s minutes (0 = the current minute) per job
+-- type: succeeded, and dead (out of attempts or not retryable), for the console's small charts.
+-- Through runs_finished_idx (status, finished_at) like console_succeeded_per_minute; a run
+-- awaiting a retry has no finish time yet, so its failure shows when it finally dies.
+SELECT job_type, floor(extract(epoch FROM now() - finished_at) / 60)::int AS minutes_ago,
+       count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE status = 'dead') AS dead
+FROM {schema}.runs
+WHERE status IN ('succeeded', 'dead') AND finished_at IS NOT NULL
+  AND finished_at > now() - make_interval(mins => %(minutes)s)
+GROUP BY 1, 2;
+
 -- migrations_try_lock --
 -- The migrators' session lock, for a migration that cannot run in a transaction (concurrent
 -- index builds), on a direct connection only, without blocking: migrate.py polls it, because

@@ -1,13 +1,17 @@
 """The web console: server-rendered pages over ``pgtick.surfaces.operations``, the same facts
-as the CLI, with token-guarded actions.
+as the CLI, with login-guarded actions.
 
-- ``routes``: the route table, request parsing, the token and origin checks, the actions;
+- ``server``: the route table served by waitress, bounded against slow and idle clients;
+- ``routes``: the route table, request parsing, the login, the actions;
 - ``views``: one function per page, from what ``operations`` returns to a filled template;
-- ``fragments``: times, badges, links, forms, the layout and the chart pages are built from;
-- ``markup``: the ``string.Template`` engine (every value escaped) and the static files, over
-  ``templates/`` and ``static/``.
+- ``fragments``: times, ages and links as the templates show them, ``Page``, the chart's
+  geometry, ``render``;
+- ``markup``: the Jinja2 environment (autoescaping every template) over ``templates/``, and the
+  static files of ``static/``;
+- ``guard``: the session cookie, the CSRF token, the Host and origin checks (pure).
 
-Layered in that order (routes -> views -> fragments -> markup). May import
-``pgtick.surfaces.operations``, ``pgtick.surfaces.http``, ``pgtick.storage`` (the store and its
-records) and ``pgtick.errors``.
+Layered in that order (server | routes -> views -> fragments -> markup | guard). waitress and
+Jinja2 come with the ``console`` extra and are imported only when the console starts. May
+import ``pgtick.surfaces.operations``, ``pgtick.surfaces.http``, ``pgtick.storage`` (the store
+and its records) and ``pgtick.errors``.
 """

@@ -1,23 +1,36 @@
-"""The pieces pages are built from: times, ages, status badges, links to filtered run lists,
-the action forms, the page layout and the throughput chart. All output goes through
-``markup`` (escaped unless already ``Html``).
+"""What pages are built from besides their templates: times, ages and cuts as an operator reads
+them (the templates' filters), links to filtered run lists, the state every page shows
+(``Page``), the throughput chart's geometry, and ``render``, which fills a template of
+``templates/`` through the one environment ``markup`` builds (autoescaping every value).
 """
 
 from __future__ import annotations
 
+import functools
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pgtick
-from pgtick.surfaces.console.markup import Html, esc, join, render, tag
+from pgtick.storage.store import Attempt, ScheduleListing
+from pgtick.surfaces.console.markup import environment
 
 CHART_WIDTH = 720
 CHART_HEIGHT = 120
 CHART_TOP_PADDING = 14
 CHART_BOTTOM_PADDING = 16
+
+SMALL_WIDTH = 240
+SMALL_HEIGHT = 64
+SMALL_TOP_PADDING = 12
+TIMELINE_WIDTH = 720
+TIMELINE_ROW_HEIGHT = 18
+TIMELINE_LABEL_WIDTH = 40
+TIMELINE_AXIS_HEIGHT = 16
+
+LOGIN_NONE, LOGIN_OUT, LOGIN_IN = "", "out", "in"
 
 
 def when(at: datetime | None) -> str | None:
@@ -50,17 +63,25 @@ def age(seconds: float | None) -> str | None:
     return f"{s // 86400}d {s % 86400 // 3600}h"
 
 
-def status_badge(status: str | None) -> Html:
-    if status is None:
-        return esc(None)
-    return tag('<span class="status status-$s">$s</span>', s=status)
-
-
 def cut(text: str | None, limit: int) -> str | None:
+    """One line of at most ``limit`` characters."""
     if text is None:
         return None
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def dash(value: object) -> object:
+    """None shows as a dash."""
+    return "-" if value is None else value
+
+
+def schedule_state(listing: ScheduleListing) -> str:
+    if not listing.paused:
+        return "active"
+    reason = {"removed": "gone from config", "invalid": "invalid", "operator": "operator"}
+    why = reason.get(listing.paused_reason or "", listing.paused_reason)
+    return f"paused ({why})" if why else "paused"
 
 
 def query_string(params: Sequence[tuple[str, str]]) -> str:
@@ -82,67 +103,76 @@ def runs_href(**filters: Any) -> str:
 class Page:
     """What every page needs besides its content."""
 
-    actions: bool  # a token is configured: show the action forms
+    actions: bool  # a token is configured and this browser is logged in: show the action forms
     db_now: datetime | None = None
     flash: str | None = None
+    csrf: str = ""  # the session's CSRF token, carried by every form
+    login: str = LOGIN_NONE  # LOGIN_NONE: no token configured; LOGIN_OUT / LOGIN_IN
 
 
-def layout(
-    page: Page, title: str, current: str, content: Html, *, refresh_seconds: int | None = None
+@functools.cache
+def _environment() -> Any:
+    filters: dict[str, Callable[..., Any]] = {
+        "when": when,
+        "local": local,
+        "age": age,
+        "cut": cut,
+        "dash": dash,
+        "schedule_state": schedule_state,
+    }
+    return environment(filters, {"runs_href": runs_href, "version": pgtick.__version__})
+
+
+def render(
+    name: str,
+    page: Page,
+    title: str,
+    current: str = "",
+    *,
+    refresh_seconds: int | None = None,
+    **context: Any,
 ) -> str:
-    nav = {f"nav_{name}": Html("") for name in ("overview", "runs", "schedules")}
-    nav[f"nav_{current}"] = Html(' class="current" aria-current="page"')
-    flash = Html("")
-    if page.flash:
-        flash = tag('<p class="flash" role="status" id="flash">$m</p>\n', m=page.flash)
-    refresh = Html("")
-    if refresh_seconds is not None:
-        refresh = tag('<meta http-equiv="refresh" content="$s">\n', s=refresh_seconds)
-    mode = "actions enabled (token)" if page.actions else "read-only"
-    return render(
-        "base.html",
-        title=title,
-        refresh=refresh,
-        flash=flash,
-        content=content,
-        mode=mode,
-        version=pgtick.__version__,
-        db_now=f"{when(page.db_now)} UTC" if page.db_now else "-",
-        **nav,
+    """A page from ``templates/name`` (which extends ``base.html``), every value escaped;
+    ``current`` names the navigation entry shown as the current one."""
+    template = _environment().get_template(name)
+    return str(
+        template.render(
+            page=page,
+            title=title,
+            current=current,
+            refresh_seconds=refresh_seconds,
+            **context,
+        )
     )
 
 
-def action_form(
-    action: str, fields: Mapping[str, object], label: str, *, danger: bool = False
-) -> Html:
-    """A POST form for one action: the hidden target fields, a token field, a button. The
-    token is typed (or filled in by a password manager), never written into the page."""
-    hidden = join(
-        tag('<input type="hidden" name="$n" value="$v">', n=name, v=value)
-        for name, value in fields.items()
-    )
-    return tag(
-        '<form method="post" action="/actions/$action" class="action-$action">$hidden'
-        '<input type="password" name="token" placeholder="token" required '
-        'autocomplete="current-password" aria-label="token for $label">'
-        '<button type="submit" class="$cls">$label</button></form>',
-        action=action,
-        hidden=hidden,
-        label=label,
-        cls="danger" if danger else "",
-    )
+@dataclass(frozen=True)
+class Bar:
+    x: str
+    y: str
+    width: str
+    height: str
+    title: str
 
 
-def actions_block(forms: Sequence[Html]) -> Html:
-    if not forms:
-        return Html("")
-    return Html('<div class="actions">' + "".join(forms) + "</div>")
+@dataclass(frozen=True)
+class Chart:
+    """Succeeded runs per minute as bars, oldest on the left: the geometry of a plain SVG."""
+
+    bars: list[Bar]
+    peak: int
+    total: int
+    width: int = CHART_WIDTH
+    height: int = CHART_HEIGHT
+    axis: int = CHART_HEIGHT - CHART_BOTTOM_PADDING
+    low: int = CHART_HEIGHT - 3
+    right: int = CHART_WIDTH - 2
 
 
-def chart_svg(per_minute: Sequence[int] | None) -> Html:
-    """Succeeded runs per minute as bars, oldest on the left; plain SVG, no script."""
+def chart(per_minute: Sequence[int] | None) -> Chart | None:
+    """The throughput chart, or None when the counts could not be read in time."""
     if per_minute is None:
-        return Html('<p class="empty">Not available: the query ran out of time.</p>')
+        return None
     peak = max(per_minute, default=0)
     n = max(1, len(per_minute))
     slot = CHART_WIDTH / n
@@ -152,33 +182,134 @@ def chart_svg(per_minute: Sequence[int] | None) -> Html:
         height = 0.0 if peak == 0 else usable * count / peak
         minutes_ago = n - 1 - i
         bars.append(
-            tag(
-                '<rect class="bar" x="$x" y="$y" width="$w" height="$h"><title>$t</title></rect>',
+            Bar(
                 x=f"{i * slot + 1:.1f}",
                 y=f"{CHART_TOP_PADDING + usable - height:.1f}",
-                w=f"{max(1.0, slot - 2):.1f}",
-                h=f"{height:.1f}",
-                t=f"{count} succeeded, {minutes_ago} min ago"
+                width=f"{max(1.0, slot - 2):.1f}",
+                height=f"{height:.1f}",
+                title=f"{count} succeeded, {minutes_ago} min ago"
                 if minutes_ago
                 else f"{count} succeeded, this minute",
             )
         )
-    total = sum(per_minute)
-    return tag(
-        '<svg class="chart" id="throughput" viewBox="0 0 $w $h" role="img" '
-        'aria-label="$label" xmlns="http://www.w3.org/2000/svg">'
-        '<text x="2" y="10">peak $peak/min</text>$bars'
-        '<line class="axis" x1="0" y1="$axis" x2="$w" y2="$axis"></line>'
-        '<text x="2" y="$low">-60 min</text><text x="$right" y="$low" text-anchor="end">now</text>'
-        "</svg>"
-        '<p class="muted" id="throughput-total">$total succeeded in the last hour</p>',
-        w=CHART_WIDTH,
-        h=CHART_HEIGHT,
-        label=f"{total} runs succeeded in the last hour, at most {peak} in one minute",
-        peak=peak,
-        bars=Html("".join(bars)),
-        axis=CHART_HEIGHT - CHART_BOTTOM_PADDING,
-        low=CHART_HEIGHT - 3,
-        right=CHART_WIDTH - 2,
-        total=total,
-    )
+    return Chart(bars, peak, sum(per_minute))
+
+
+@dataclass(frozen=True)
+class Span:
+    """One attempt on the time line: its row, where it starts and how wide it is."""
+
+    attempt: int
+    outcome: str  # succeeded, failed, lost, released, or running
+    x: str
+    y: str
+    width: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """A run's attempts on one time axis, from the first start to the last end (or now), so
+    the gaps between them are the waits before each retry."""
+
+    spans: list[Span]
+    started: str
+    ended: str
+    height: int
+    width: int = TIMELINE_WIDTH
+    label_width: int = TIMELINE_LABEL_WIDTH
+    row_height: int = TIMELINE_ROW_HEIGHT
+
+
+def timeline(attempts: Sequence[Attempt], now: datetime) -> Timeline | None:
+    """The time line of ``attempts`` (None without any); a running one ends at ``now``."""
+    if not attempts:
+        return None
+    begin = min(a.started_at for a in attempts)
+    end = max([a.finished_at or now for a in attempts] + [begin])
+    total = max((end - begin).total_seconds(), 0.001)
+    usable = TIMELINE_WIDTH - TIMELINE_LABEL_WIDTH - 4
+    spans = []
+    for row, a in enumerate(sorted(attempts, key=lambda a: a.attempt)):
+        finished = a.finished_at or now
+        start = (a.started_at - begin).total_seconds() / total * usable
+        width = max(2.0, (finished - a.started_at).total_seconds() / total * usable)
+        seconds = (finished - a.started_at).total_seconds()
+        outcome = a.outcome or "running"
+        spans.append(
+            Span(
+                attempt=a.attempt,
+                outcome=outcome,
+                x=f"{TIMELINE_LABEL_WIDTH + start:.1f}",
+                y=f"{row * TIMELINE_ROW_HEIGHT + 2}",
+                width=f"{min(width, usable - start + 2):.1f}",
+                title=f"attempt {a.attempt}: {outcome} after {seconds:.3f}s, "
+                f"started {when(a.started_at)} UTC on {a.worker_id}",
+            )
+        )
+    height = len(spans) * TIMELINE_ROW_HEIGHT + TIMELINE_AXIS_HEIGHT
+    return Timeline(spans, when(begin) or "", when(end) or "", height)
+
+
+@dataclass(frozen=True)
+class SmallChart:
+    """One job type's last hour: succeeded runs per minute as bars, dead ones stacked on top
+    in red; ``peak`` is the busiest minute's sum."""
+
+    job_type: str
+    succeeded: list[Bar]
+    dead: list[Bar]
+    total_succeeded: int
+    total_dead: int
+    peak: int
+    width: int = SMALL_WIDTH
+    height: int = SMALL_HEIGHT
+
+
+def _small_bars(
+    counts: Sequence[int], peak: int, what: str, below: Sequence[int] | None = None
+) -> list[Bar]:
+    """Bars for ``counts``, stacked on ``below`` (the same minutes' other counts) if given."""
+    slot = SMALL_WIDTH / max(1, len(counts))
+    usable = SMALL_HEIGHT - SMALL_TOP_PADDING - 2
+    bars = []
+    for i, count in enumerate(counts):
+        if not count:
+            continue
+        height = usable * count / peak
+        base = usable * (below[i] if below else 0) / peak
+        minutes_ago = len(counts) - 1 - i
+        when_text = f"{minutes_ago} min ago" if minutes_ago else "this minute"
+        bars.append(
+            Bar(
+                x=f"{i * slot:.1f}",
+                y=f"{SMALL_TOP_PADDING + usable - base - height:.1f}",
+                width=f"{max(1.0, slot - 0.5):.1f}",
+                height=f"{height:.1f}",
+                title=f"{count} {what}, {when_text}",
+            )
+        )
+    return bars
+
+
+def small_charts(
+    per_type: Mapping[str, tuple[Sequence[int], Sequence[int]]] | None,
+) -> list[SmallChart] | None:
+    """The per-job-type charts, by job type name; None when the counts ran out of time."""
+    if per_type is None:
+        return None
+    charts = []
+    for job_type in sorted(per_type):
+        succeeded, dead = per_type[job_type]
+        peak = max([ok + bad for ok, bad in zip(succeeded, dead, strict=True)] + [1])
+        charts.append(
+            SmallChart(
+                job_type,
+                _small_bars(succeeded, peak, "succeeded"),
+                _small_bars(dead, peak, "dead", below=succeeded),
+                sum(succeeded),
+                sum(dead),
+                peak,
+            )
+        )
+    return charts

@@ -1,53 +1,44 @@
-"""The template engine of the console: ``string.Template`` files from ``templates/`` whose every
-placeholder is filled through ``esc`` (``html.escape`` with quotes), so a payload or an error
-holding markup shows as text; only ``Html`` values, built from escaped parts, go in unescaped.
-Also the static files of ``static/``.
+"""The template engine of the console: Jinja2 over ``templates/``, autoescaping every template,
+so a payload or an error holding markup shows as text and nothing is escaped by hand; a value
+goes in unescaped only when the code marks it ``Markup`` (the templates' own macros do). Also the
+static files of ``static/``.
+
+Jinja2 comes with the ``console`` extra and is imported only when an environment is built, so
+the daemon runs without it when the console is off.
 """
 
 from __future__ import annotations
 
 import functools
-import html
-from collections.abc import Iterable
+from collections.abc import Callable, Mapping
 from importlib import resources
-from string import Template
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import jinja2
+
+TEMPLATES = "templates"
 
 
-class Html(str):
-    """Markup that is already safe: built from templates and escaped values only."""
+def environment(
+    filters: Mapping[str, Callable[..., Any]], names: Mapping[str, Any]
+) -> jinja2.Environment:
+    """A Jinja2 environment over the package's templates: autoescape on for every template,
+    undefined names an error (a typo in a template fails its test, not silently renders
+    nothing), ``filters`` and global ``names`` available to every template."""
+    import jinja2
 
-    __slots__ = ()
-
-
-def esc(value: object) -> Html:
-    """``value`` as HTML text (quotes too, so it is safe in a quoted attribute); ``Html``
-    passes through unchanged, None shows as a dash."""
-    if isinstance(value, Html):
-        return value
-    if value is None:
-        return Html("-")
-    return Html(html.escape(str(value), quote=True))
-
-
-def join(parts: Iterable[object], sep: str = "\n") -> Html:
-    """Escaped parts joined by a separator (a literal, not data)."""
-    return Html(sep.join(esc(p) for p in parts))
-
-
-def tag(template: str, **values: object) -> Html:
-    """A small inline template (a literal in this module) with every value escaped."""
-    return Html(Template(template).substitute({k: esc(v) for k, v in values.items()}))
-
-
-@functools.cache
-def _template(name: str) -> Template:
-    text = resources.files(__package__).joinpath("templates", name).read_text("utf-8")
-    return Template(text)
-
-
-def render(name: str, /, **values: object) -> Html:
-    """A template file from ``templates/`` with every value escaped (``Html`` as is)."""
-    return Html(_template(name).substitute({k: esc(v) for k, v in values.items()}))
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader(__package__ or "pgtick.surfaces.console", TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        auto_reload=False,
+    )
+    env.filters.update(filters)
+    env.globals.update(names)
+    return env
 
 
 @functools.cache

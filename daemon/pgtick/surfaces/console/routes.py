@@ -1,18 +1,23 @@
 """The console's routes: the request -> page or action table over a store of its own.
 
 GET pages read in one read-only transaction with a statement timeout, on the console's own
-small pool; errors become error pages. Actions (retry, cancel, trigger, pause, resume) are
-POSTs carrying the token from ``web.token_file`` as a form field or ``Authorization:
-Bearer``; there are no cookies, so a forged cross-site request has no credential to ride on,
-and a POST whose ``Origin`` or ``Sec-Fetch-Site`` says it came from elsewhere is refused
-anyway. No JavaScript: the Content-Security-Policy forbids scripts outright.
+small pool; errors become error pages. Every request must name the console in its ``Host``
+(421 otherwise: DNS rebinding). With ``web.token_file`` set, ``/login`` takes the token once and
+sets a signed, expiring, HttpOnly, SameSite=Strict session cookie (``guard``); actions (retry,
+cancel, trigger, pause, resume) are POSTs that carry the session and its CSRF token, or the
+token itself as ``Authorization: Bearer`` (scripts); a POST whose ``Origin`` or
+``Sec-Fetch-Site`` says it came from elsewhere is refused anyway. Beyond loopback, pages need
+the session too unless ``web.public_reads``. No JavaScript: the Content-Security-Policy forbids
+scripts outright.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import hmac
-import urllib.parse
+import secrets
+import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from http import HTTPStatus
@@ -22,17 +27,26 @@ import structlog
 from pgtick.errors import DatabaseError, NotFoundError, PgtickError, UsageError
 from pgtick.storage.store import RunStore
 from pgtick.surfaces import operations
-from pgtick.surfaces.console.fragments import Page, cut, query_string
+from pgtick.surfaces.console import guard
+from pgtick.surfaces.console.fragments import (
+    LOGIN_IN,
+    LOGIN_OUT,
+    Page,
+    age,
+    cut,
+    query_string,
+)
 from pgtick.surfaces.console.markup import static_file
 from pgtick.surfaces.console.views import (
     RunFilters,
     error_page,
+    login_page,
     overview_page,
     run_page,
     runs_page,
     schedules_page,
 )
-from pgtick.surfaces.http import Handler, Request, Response, see_other
+from pgtick.surfaces.http import Handler, Request, Response, see_other, text
 from pgtick.surfaces.http import html as html_response
 
 READ_TIMEOUT_SECONDS = 2.0  # one page's statements; the runs page answers in milliseconds
@@ -40,6 +54,8 @@ POOL_TIMEOUT_SECONDS = 2.0
 PAGE_SIZE = 50
 UPCOMING_COUNT = 5
 FLASH_CHARS = 300
+# A wrong token costs this long, one failure at a time (parallel guesses queue behind it).
+FAILED_LOGIN_DELAY_SECONDS = 1.0
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'none'; style-src 'self'; img-src 'self'; "
@@ -48,11 +64,13 @@ CONTENT_SECURITY_POLICY = (
 SECURITY_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Same-origin requests (the forms' POSTs) carry the real Origin; others get nothing.
+    "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+OPEN_PATHS = ("/login", "/static/*")  # served without a session even when reads need one
 
 log = structlog.get_logger("pgtick.console")
 
@@ -60,32 +78,91 @@ log = structlog.get_logger("pgtick.console")
 class Console:
     """The console's route table over a store of its own (never the workers' pool)."""
 
-    def __init__(self, store: RunStore, token: str | None, *, heartbeat_seconds: float) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        token: str | None,
+        *,
+        heartbeat_seconds: float,
+        listen_host: str = "127.0.0.1",
+        hosts: tuple[str, ...] = (),
+        session_ttl_seconds: float = 12 * 3600.0,
+        public_reads: bool = False,
+    ) -> None:
         self.store = store
         self.token = token
         self.heartbeat_seconds = heartbeat_seconds
+        self.listen_host = listen_host
+        self.hosts = hosts
+        self.sessions = guard.Sessions(token, session_ttl_seconds) if token else None
+        # Pages need a session beyond loopback (payloads may hold personal data).
+        self.reads_need_login = (
+            self.sessions is not None and not public_reads and not guard.is_loopback(listen_host)
+        )
+        self._failed_login = threading.Lock()
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         table: dict[tuple[str, str], Handler] = {
             ("GET", "/"): self._page(self._overview),
-            ("GET", "/runs"): self._page(self._runs),
-            ("GET", "/runs/*"): self._page(self._run),
+            ("GET", "/runs"): self._page(self._runs, self._filters),
+            ("GET", "/runs/*"): self._page(self._run, self._run_id),
             ("GET", "/schedules"): self._page(self._schedules),
             ("GET", "/static/*"): self._static,
+            ("GET", "/login"): self._login_form,
+            ("POST", "/login"): self._login,
+            ("POST", "/logout"): self._logout,
         }
         for name in ("retry", "cancel", "trigger", "pause", "resume"):
             table[("POST", f"/actions/{name}")] = functools.partial(self._action, name)
-        return table
+        return {key: self._guarded(key[1], handler) for key, handler in table.items()}
+
+    def _guarded(self, path: str, handler: Handler) -> Handler:
+        """The Host check for every route; the session check for pages when reads need it."""
+
+        def handle(request: Request) -> Response:
+            host = request.headers.get("host")
+            if not guard.host_allowed(host, self.listen_host, self.hosts):
+                shown = cut(host, 60) if host else "(none)"
+                log.warning("console_host_refused", host=shown, path=cut(request.path, 100))
+                return text(HTTPStatus.MISDIRECTED_REQUEST, f"Host {shown!r} is not this console")
+            if (
+                self.reads_need_login
+                and request.method == "GET"
+                and path not in OPEN_PATHS
+                and not self._logged_in(request)
+            ):
+                return see_other("/login")
+            return handler(request)
+
+        return handle
+
+    def _logged_in(self, request: Request) -> bool:
+        return self.sessions is not None and self.sessions.valid(
+            guard.session_cookie(request.headers)
+        )
 
     def _context(self, request: Request, db_now: datetime | None = None) -> Page:
         flash = request.first("flash")
-        return Page(self.token is not None, db_now, cut(flash, FLASH_CHARS) if flash else None)
+        shown = cut(flash, FLASH_CHARS) if flash else None
+        if self.sessions is None:
+            return Page(False, db_now, shown)
+        cookie = guard.session_cookie(request.headers)
+        if cookie is None or not self.sessions.valid(cookie):
+            return Page(False, db_now, shown, login=LOGIN_OUT)
+        return Page(True, db_now, shown, csrf=self.sessions.csrf(cookie), login=LOGIN_IN)
 
-    def _page(self, render_page: Callable[[Request, RunStore], str]) -> Handler:
-        """A GET page: read in one bounded read-only transaction; errors become error pages."""
+    def _page(
+        self,
+        render_page: Callable[[Request, RunStore], str],
+        check: Callable[[Request], object] | None = None,
+    ) -> Handler:
+        """A GET page: ``check`` refuses a malformed request before any database work, then
+        one bounded read-only transaction; errors become error pages."""
 
         def handle(request: Request) -> Response:
             try:
+                if check is not None:
+                    check(request)
                 with self.store.reading(
                     "console",
                     statement_timeout_seconds=READ_TIMEOUT_SECONDS,
@@ -112,20 +189,26 @@ class Console:
         ov = operations.overview(store, heartbeat_seconds=self.heartbeat_seconds)
         return overview_page(ov, self._context(request, ov.db_now))
 
-    def _runs(self, request: Request, store: RunStore) -> str:
+    @staticmethod
+    def _filters(request: Request) -> RunFilters:
+        """The runs page's filters; a bad status or ``before`` is a UsageError (400)."""
         statuses = [s for s in request.query.get("status", []) if s]
         before_text = request.first("before") or ""
         before = None
         if before_text:
-            if not before_text.isascii() or not before_text.isdigit():
-                raise UsageError(f"before: not a run id: {before_text!r}")
-            before = int(before_text)
-        filters = RunFilters(
+            try:
+                before = operations.parse_run_id(before_text)
+            except UsageError as exc:
+                raise UsageError(f"before: {exc}") from None
+        return RunFilters(
             operations.check_statuses(statuses),
             (request.first("type") or "").strip() or None,
             (request.first("schedule") or "").strip() or None,
             before,
         )
+
+    def _runs(self, request: Request, store: RunStore) -> str:
+        filters = self._filters(request)
         rows = operations.list_runs(
             store,
             statuses=filters.statuses,
@@ -137,11 +220,16 @@ class Console:
         now = rows.runs[0].db_now if rows.runs else store.now()
         return runs_page(rows, filters, self._context(request, now))
 
+    @staticmethod
+    def _run_id(request: Request) -> int:
+        """The id in ``/runs/<id>``; anything else is no such page (404, like an unknown id)."""
+        try:
+            return operations.parse_run_id(request.path.rsplit("/", 1)[1])
+        except UsageError as exc:
+            raise NotFoundError(str(exc)) from None
+
     def _run(self, request: Request, store: RunStore) -> str:
-        text = request.path.rsplit("/", 1)[1]
-        if not text.isascii() or not text.isdigit() or int(text) < 1:
-            raise UsageError(f"not a run id: {text!r}")
-        detail = operations.show_run(store, int(text))
+        detail = operations.show_run(store, self._run_id(request))
         return run_page(detail, self._context(request, detail.db_now))
 
     def _schedules(self, request: Request, store: RunStore) -> str:
@@ -161,63 +249,116 @@ class Console:
             {"Cache-Control": "public, max-age=3600"},
         )
 
+    # -- login ---------------------------------------------------------------------------------
+
+    def _login_form(self, request: Request) -> Response:
+        if self.sessions is None:
+            return error_page(
+                HTTPStatus.NOT_FOUND, "no login: web.token_file is not set", self._context(request)
+            )
+        ttl = age(self.sessions.ttl_seconds) or ""
+        nonce = secrets.token_urlsafe(16)
+        page = login_page(dataclasses.replace(self._context(request), csrf=nonce), ttl)
+        response = html_response(HTTPStatus.OK, page)
+        return dataclasses.replace(response, headers={"Set-Cookie": guard.login_form_cookie(nonce)})
+
+    def _login(self, request: Request) -> Response:
+        """The token, once, for a session cookie; a wrong one costs FAILED_LOGIN_DELAY_SECONDS."""
+        if self.sessions is None:
+            return error_page(
+                HTTPStatus.NOT_FOUND, "no login: web.token_file is not set", self._context(request)
+            )
+        refusal = guard.cross_site(request.headers)
+        if refusal is not None:
+            log.warning("console_login", result=f"forbidden: {refusal}")
+            return error_page(HTTPStatus.FORBIDDEN, refusal, self._context(request))
+        if not guard.login_form_matches(
+            request.headers, request.first(guard.CSRF_FIELD, form=True)
+        ):
+            log.warning("console_login", result="forbidden: missing or wrong CSRF token")
+            return error_page(
+                HTTPStatus.FORBIDDEN,
+                "missing or wrong CSRF token: reload the login page and try again",
+                self._context(request),
+            )
+        given = request.first("token", form=True) or ""
+        if not self.sessions.token_matches(given.strip()):
+            with self._failed_login:  # one failure at a time: guesses queue up
+                time.sleep(FAILED_LOGIN_DELAY_SECONDS)
+            log.warning("console_login", result="wrong token")
+            nonce = guard.session_cookie(request.headers, guard.LOGIN_COOKIE) or ""
+            context = dataclasses.replace(self._context(request), flash="wrong token", csrf=nonce)
+            page = login_page(context, age(self.sessions.ttl_seconds) or "")
+            return html_response(HTTPStatus.FORBIDDEN, page)
+        log.info("console_login", result="logged in")
+        cookie = self.sessions.set_cookie(self.sessions.issue())
+        return see_other("/", {"Set-Cookie": cookie})
+
+    def _logout(self, request: Request) -> Response:
+        refusal = self._refusal(request)
+        if refusal is not None:
+            return error_page(HTTPStatus.FORBIDDEN, refusal, self._context(request))
+        assert self.sessions is not None
+        self.sessions.revoke(guard.session_cookie(request.headers))
+        log.info("console_logout")
+        return see_other("/login", {"Set-Cookie": guard.clear_cookie()})
+
     # -- actions ---------------------------------------------------------------------------------
 
     def _refusal(self, request: Request) -> str | None:
-        """Why this POST may not act, or None."""
-        if self.token is None:
+        """Why this POST may not act, or None: it must come from the console's own pages and
+        carry either the session and its CSRF token, or the token as a bearer header."""
+        if self.sessions is None:
             return "read-only console: actions need web.token_file"
-        # Browsers say where a request comes from: another site (or another port of this
-        # host) is refused. Under Referrer-Policy no-referrer a form's Origin is "null", so
-        # only a real Origin is compared with the Host.
-        fetch_site = request.headers.get("sec-fetch-site", "same-origin").lower()
-        if fetch_site not in ("same-origin", "none"):
-            return f"{fetch_site} request refused"
-        origin = request.headers.get("origin")
-        if origin is not None and origin != "null":
-            host = request.headers.get("host", "")
-            if urllib.parse.urlsplit(origin).netloc.lower() != host.lower() or not host:
-                return "request from another origin refused"
-        given = request.first("token", form=True)
+        refusal = guard.cross_site(request.headers)
+        if refusal is not None:
+            return refusal
         auth = request.headers.get("authorization", "")
         if auth[:7].lower() == "bearer ":
-            given = auth[7:].strip()
-        if not given or not hmac.compare_digest(given.encode(), self.token.encode()):
-            return "wrong or missing token"
+            return None if self.sessions.token_matches(auth[7:].strip()) else "wrong token"
+        cookie = guard.session_cookie(request.headers)
+        if not self.sessions.valid(cookie):
+            return "not logged in (or the session expired): log in at /login"
+        if not self.sessions.csrf_matches(cookie, request.first(guard.CSRF_FIELD, form=True)):
+            return "missing or wrong CSRF token: reload the page and try again"
         return None
 
     def _action(self, name: str, request: Request) -> Response:
         runs = name in ("retry", "cancel")
         target = (request.first("run_id" if runs else "schedule", form=True) or "").strip()
+        shown = cut(target, 40)
         refusal = self._refusal(request)
         if refusal is not None:
-            log.warning("console_action", what=name, ids=[target], result=f"forbidden: {refusal}")
+            log.warning("console_action", what=name, ids=[shown], result=f"forbidden: {refusal}")
             return error_page(HTTPStatus.FORBIDDEN, refusal, self._context(request))
-        if runs and not (target.isascii() and target.isdigit() and int(target) >= 1):
-            message = f"run_id: not a run id: {target!r}"
+        message = ""
+        run_id = 0
+        if runs:
+            try:
+                run_id = operations.parse_run_id(target)
+            except UsageError as exc:
+                message = f"run_id: {exc}"
         elif not target:
             message = "schedule: missing"
-        else:
-            message = ""
         if message:
-            log.warning("console_action", what=name, ids=[target], result=message)
+            log.warning("console_action", what=name, ids=[shown], result=message)
             return error_page(HTTPStatus.BAD_REQUEST, message, self._context(request))
-        back = f"/runs/{int(target)}" if runs else "/schedules"
+        back = f"/runs/{run_id}" if runs else "/schedules"
         try:
-            message = self._apply(name, target)
+            message = self._apply(name, run_id, target)
         except PgtickError as exc:  # not found, a state the action refuses, the database
             message = f"{name} refused: {exc}"
-        log.info("console_action", what=name, ids=[target], result=message)
+        log.info("console_action", what=name, ids=[shown], result=message)
         return see_other(f"{back}?{query_string([('flash', message)])}")
 
-    def _apply(self, name: str, target: str) -> str:
+    def _apply(self, name: str, run_id: int, target: str) -> str:
         """Do the action (the target already checked); what happened, one line."""
         if name in ("retry", "cancel"):
             action = operations.RETRY if name == "retry" else operations.CANCEL
-            changed = operations.change_runs(self.store, action, [int(target)])
+            changed = operations.change_runs(self.store, action, [run_id])
             if changed.changed:
-                return f"run {int(target)} {action.past}"
-            return f"run {int(target)} changed state meanwhile; nothing done"
+                return f"run {run_id} {action.past}"
+            return f"run {run_id} changed state meanwhile; nothing done"
         if name == "trigger":
             return f"triggered {target}: run {operations.trigger_schedule(self.store, target)}"
         if name == "pause":

@@ -47,9 +47,30 @@ MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_KEY_BYTES = 1000
 # Run ids are bigint.
 MAX_RUN_ID = 2**63 - 1
+# A run id as text is at most this long (2^63-1 has 19 digits; leading zeros are allowed);
+# anything longer is refused before int(), which refuses 4 300 digits and more with a traceback.
+RUN_ID_TEXT_CHARS = 40
+SHOWN_TEXT_CHARS = 24
 
 # A time argument: an instant, or a duration back from (or ahead of) the database's now.
 When = datetime | timedelta
+
+
+def parse_run_id(text: str) -> int:
+    """A run id typed by an operator (CLI argument, console path, query or form field): decimal
+    digits naming 1..2^63-1; anything else is a UsageError "not a run id: ..." that quotes the
+    text cut short (it may be 5 000 digits long). The CLI and the console share this one rule."""
+    shown = text if len(text) <= SHOWN_TEXT_CHARS else f"{text[:SHOWN_TEXT_CHARS]}…"
+    digits = text.strip()
+    if not digits.isascii() or not digits.isdigit():
+        raise UsageError(f"not a run id: {shown!r}")
+    significant = digits.lstrip("0")
+    if len(significant) > RUN_ID_TEXT_CHARS or int(significant or "0") > MAX_RUN_ID:
+        raise UsageError(f"not a run id: {shown!r} (larger than any bigint)")
+    value = int(significant or "0")
+    if value < 1:
+        raise UsageError(f"not a run id: {shown!r} (ids start at 1)")
+    return value
 
 
 def check_statuses(statuses: Sequence[str], allowed: Sequence[str] = STATUSES) -> list[str]:

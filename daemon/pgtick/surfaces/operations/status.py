@@ -231,6 +231,8 @@ class Overview:
     workers: list[WorkerStatus]
     schedules: list[ScheduleView]
     succeeded_per_minute: list[int] | None
+    # per job type, (succeeded, dead) per minute, oldest first; None when out of time
+    finished_per_type: dict[str, tuple[list[int], list[int]]] | None = None
 
 
 def overview(store: RunStore, *, heartbeat_seconds: float, next_count: int = 1) -> Overview:
@@ -243,4 +245,8 @@ def overview(store: RunStore, *, heartbeat_seconds: float, next_count: int = 1) 
         per_minute: list[int] | None = store.succeeded_per_minute(THROUGHPUT_MINUTES)
     except PgtickError:
         per_minute = None
-    return Overview(now, job_types, workers, schedules, per_minute)
+    try:
+        per_type = store.finished_per_type_minute(THROUGHPUT_MINUTES)
+    except PgtickError:
+        per_type = None
+    return Overview(now, job_types, workers, schedules, per_minute, per_type)

@@ -1,0 +1,147 @@
+"""The console's guard (sessions, CSRF, Host, origin) and the run id rule it shares with the CLI:
+pure functions, no server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pgtick.errors import UsageError
+from pgtick.surfaces import operations
+from pgtick.surfaces.console import guard
+
+HUGE = "9" * 5000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_session_expires_after_its_ttl() -> None:
+    clock = Clock()
+    sessions = guard.Sessions("s3cret", 60, clock=clock)
+    cookie = sessions.issue()
+    assert sessions.valid(cookie)
+    clock.now += 59
+    assert sessions.valid(cookie)
+    clock.now += 2
+    assert not sessions.valid(cookie)
+
+
+def test_a_tampered_or_foreign_cookie_is_refused() -> None:
+    sessions = guard.Sessions("s3cret", 60)
+    cookie = sessions.issue()
+    expiry, nonce, signature = cookie.split(".")
+    assert not sessions.valid(f"{int(expiry) + 3600}.{nonce}.{signature}")  # longer life
+    assert not sessions.valid(f"{expiry}.{nonce}x.{signature}")
+    flipped = "1" if signature[-1] == "0" else "0"
+    assert not sessions.valid(f"{expiry}.{nonce}.{signature[:-1]}{flipped}")
+    assert not sessions.valid(guard.Sessions("other", 60).issue())  # another token's
+    for junk in (None, "", "a.b", "a.b.c.d", "x" * 500, f"-1.{nonce}.{signature}"):
+        assert not sessions.valid(junk)
+
+
+def test_logout_revokes_the_cookie_and_a_new_token_ends_every_session() -> None:
+    sessions = guard.Sessions("s3cret", 60)
+    kept, dropped = sessions.issue(), sessions.issue()
+    sessions.revoke(dropped)
+    assert sessions.valid(kept) and not sessions.valid(dropped)
+    assert not guard.Sessions("rotated", 60).valid(kept)
+
+
+def test_csrf_belongs_to_its_session() -> None:
+    sessions = guard.Sessions("s3cret", 60)
+    one, two = sessions.issue(), sessions.issue()
+    assert sessions.csrf_matches(one, sessions.csrf(one))
+    assert not sessions.csrf_matches(one, sessions.csrf(two))
+    assert not sessions.csrf_matches(one, None)
+    assert not sessions.csrf_matches(None, sessions.csrf(one))
+
+
+def test_the_cookie_is_httponly_samesite_strict_and_expires() -> None:
+    sessions = guard.Sessions("s3cret", 3600)
+    header = sessions.set_cookie(sessions.issue())
+    assert header.startswith("pgtick_session=")
+    assert "; HttpOnly" in header and "; SameSite=Strict" in header and "Max-Age=3600" in header
+    assert "Max-Age=0" in guard.clear_cookie()
+    assert guard.session_cookie({"cookie": "a=1; pgtick_session=v.x.y; b=2"}) == "v.x.y"
+    assert guard.session_cookie({"cookie": "a=1"}) is None
+
+
+@pytest.mark.parametrize(
+    ("host", "listen", "names", "allowed"),
+    [
+        ("127.0.0.1:8089", "127.0.0.1", (), True),
+        ("localhost:8089", "127.0.0.1", (), True),  # an SSH tunnel's local end
+        ("localhost:9999", "127.0.0.1", (), True),
+        ("[::1]:8089", "::1", (), True),
+        ("rebound.evil.example:8089", "127.0.0.1", (), False),  # DNS rebinding
+        ("rebound.evil.example", "0.0.0.0", (), False),
+        ("10.1.2.3:8089", "0.0.0.0", (), True),  # an address of the machine
+        ("10.1.2.3:8089", "10.1.2.3", (), True),
+        ("10.1.2.4:8089", "10.1.2.3", (), False),
+        ("PGTICK.internal:443", "10.1.2.3", ("pgtick.internal",), True),
+        ("other.internal", "10.1.2.3", ("pgtick.internal",), False),
+        ("", "127.0.0.1", (), False),
+        (None, "127.0.0.1", (), False),
+    ],
+)
+def test_host_must_name_the_console(
+    host: str | None, listen: str, names: tuple[str, ...], allowed: bool
+) -> None:
+    assert guard.host_allowed(host, listen, names) is allowed
+
+
+def test_cross_site_posts_and_origin_null_are_refused() -> None:
+    own = {"host": "127.0.0.1:8089"}
+    assert guard.cross_site(own) is None
+    assert guard.cross_site({**own, "origin": "http://127.0.0.1:8089"}) is None
+    assert guard.cross_site({**own, "origin": "null"}) is not None
+    assert guard.cross_site({**own, "origin": "http://evil.example"}) is not None
+    assert guard.cross_site({**own, "sec-fetch-site": "cross-site"}) is not None
+
+
+@pytest.mark.parametrize("text", ["1", "42", "0042", str(2**63 - 1)])
+def test_run_ids_in_range_parse(text: str) -> None:
+    assert operations.parse_run_id(text) == int(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("0", "ids start at 1"),
+        (str(2**63), "larger than any bigint"),
+        (str(2**64), "larger than any bigint"),
+        (HUGE, "larger than any bigint"),
+        ("-1", None),
+        ("1e3", None),
+        ("", None),
+        ("١٢", None),  # Arabic-Indic digits: isdigit() but not an id
+    ],
+)
+def test_anything_else_is_not_a_run_id(text: str, why: str | None) -> None:
+    with pytest.raises(UsageError) as caught:
+        operations.parse_run_id(text)
+    message = str(caught.value)
+    assert message.startswith("not a run id: ")
+    assert len(message) < 100  # a 5 000-digit id is cut, not echoed
+    if why:
+        assert message.endswith(f"({why})")
+
+
+def test_the_cli_uses_the_same_rule() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "pgtick", "show", HUGE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "not a run id: " in out.stderr and "(larger than any bigint)" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr) < 300
