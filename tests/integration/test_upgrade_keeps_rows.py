@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from pgtick.storage import migrate
+from pgtick.storage import db, migrate
+from pgtick.storage.store import ClaimType, RunStore
 from tests import dbhelp
 
 BASE_VERSION = "0005"
@@ -81,11 +82,13 @@ JOIN (VALUES
 ) AS a(status, n, worker, back, fin, outcome, err, etype)
   ON a.status = r.status AND r.started_at IS NOT NULL
  AND (r.status <> 'running' OR r.locked_by = 'w-old');
-INSERT INTO attempts (run_id, attempt, worker_id, started_at)
-SELECT id, 1, 'w-gone', started_at FROM runs WHERE locked_by = 'w-gone';
-INSERT INTO attempts (run_id, attempt, worker_id, started_at, finished_at, outcome)
-SELECT id, 2, 'w-gone', started_at + interval '1 second', NULL, NULL
+INSERT INTO attempts (run_id, attempt, worker_id, started_at, finished_at, outcome, error,
+                      error_type)
+SELECT id, 1, 'w-gone', started_at - interval '2 minutes', started_at - interval '1 second',
+       'lost', 'lease expired', 'lease_expired'
 FROM runs WHERE locked_by = 'w-gone';
+INSERT INTO attempts (run_id, attempt, worker_id, started_at)
+SELECT id, 2, 'w-gone', started_at FROM runs WHERE locked_by = 'w-gone';
 
 INSERT INTO effects (key, run_id)
 SELECT 'invoice-' || id, id FROM runs WHERE status IN ('succeeded', 'dead');
@@ -138,3 +141,24 @@ def test_upgrade_from_0005_keeps_every_row(empty_dsn: str, monkeypatch: pytest.M
             assert again == (run_id,), key
         fresh = conn.execute("SELECT enqueue('mail')").fetchone()
         assert fresh is not None and fresh[0] > max(row[0] for row in before["runs"])
+        due = [row[0] for row in before["runs"] if row[6] == "queued" and row[5] is None]
+        expired = [row[0] for row in before["runs"] if row[10] == "w-gone"]
+
+    # The migrated runs carry on under this version: the due one is claimed (then the new
+    # one), the one whose old holder vanished is recovered by the reaper and claimed again
+    # at its third attempt, and nothing not yet due or still held is touched.
+    pool = db.make_pool(empty_dsn, "pgtick", size=2, name="pgtick-test")
+    try:
+        store = RunStore(pool)
+        mail = [ClaimType("mail", 30.0, 3)]
+        assert [r.id for r in store.claim("w-new", mail, 10)] == [*due, fresh[0]]
+        assert [(r.id, r.status) for r in store.reap(lambda _type, _attempts: 0.0)] == [
+            (expired[0], "failed")
+        ]
+        assert store.reap_cancelled() == 0  # its holder's lease is still live
+        again = store.claim("w-new", mail, 10)
+        assert [(r.id, r.attempt) for r in again] == [(expired[0], 3)]
+        outcomes = [(a.attempt, a.outcome) for a in store.get_attempts(expired[0])]
+        assert outcomes == [(1, "lost"), (2, "lost"), (3, None)]
+    finally:
+        pool.close()
