@@ -3,6 +3,12 @@
 
 from __future__ import annotations
 
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -83,3 +89,66 @@ def test_prune_refuses_bad_input(conn: Connection, dsn: str) -> None:
         assert result.code == 2, (argv, result)
         assert needle in result.error, result.error
     assert checksum(conn) == before
+
+
+PROGRESS_RUNS = 2500  # three batches of the store's 1 000
+
+
+def _many_finished(conn: Connection, n: int) -> None:
+    conn.execute(
+        "INSERT INTO runs (job_type, status, finished_at)"
+        " SELECT 'email', 'succeeded', now() - interval '10 days' FROM generate_series(1, %s)",
+        [n],
+    )
+
+
+def _prune_on_a_terminal(dsn: str) -> tuple[int, str]:
+    """`pgtick prune` with stderr on a pseudo-terminal (stdout a pipe): its code and what the
+    terminal showed."""
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pgtick", "prune", "--status", "succeeded"],
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            timeout=60,
+            env={**os.environ, "PGTICK_DSN": dsn, "PGTICK_CONFIG": ""},
+        )
+    finally:
+        os.close(follower)
+    shown = b""
+    while select.select([leader], [], [], 0.5)[0]:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the terminal's other end is closed and drained
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    return proc.returncode, shown.decode()
+
+
+def test_prune_shows_progress_on_a_terminal_and_in_the_log(conn: Connection, dsn: str) -> None:
+    """Issue 18: a long prune shows rows done, rate and time left on a terminal (one line
+    rewritten in place, ending with the total) and as `progress` log events; a pipe gets none."""
+    _many_finished(conn, PROGRESS_RUNS)
+    code, shown = _prune_on_a_terminal(dsn)
+    assert code == 0, shown
+    last = shown.replace("\r\n", "\n").split("\r")[-1].strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"\x1b\[Kprune succeeded: 2 500 of 2 500 rows \(100%\), [\d ]+ rows/s", last
+    ), repr(shown)
+    assert _remaining(conn) == {}
+
+    _many_finished(conn, PROGRESS_RUNS)
+    piped = pgtick(dsn, "prune", "--status", "succeeded")
+    assert piped.code == 0 and piped.err == [], piped
+    assert piped.out[-1] == "total      deleted 2500"
+
+    _many_finished(conn, PROGRESS_RUNS)
+    logged = pgtick(dsn, "prune", "--status", "succeeded", "--debug")
+    assert logged.code == 0, logged
+    events = [line for line in logged.err if "progress" in line and "final=True" in line]
+    assert len(events) == 1, logged.err
+    assert "done=2500" in events[0] and "total=2500" in events[0], events

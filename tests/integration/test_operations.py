@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+from structlog.testing import capture_logs
+
 from pgtick.config import RetentionConfig
+from pgtick.core import reaper as reaper_mod
 from pgtick.core.reaper import Reaper
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db
@@ -64,3 +68,34 @@ def test_daemon_retention_prunes_each_status_after_its_own_age(
     ]
     assert conn.execute("SELECT count(*) FROM attempts").fetchone() == (6,)
     assert reaper.prune_once() == 0
+
+
+def test_a_long_retention_pass_logs_its_progress_and_a_short_one_does_not(
+    store: RunStore, conn: db.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18: a retention pass longer than the progress period logs `progress` events
+    (rows so far, rate) while it deletes; a pass within the period logs only its count."""
+    conn.execute(
+        "INSERT INTO runs (job_type, status, finished_at)"
+        " SELECT 'email', 'succeeded', now() - interval '30 days' FROM generate_series(1, 2500)"
+    )
+    retention = RetentionConfig(86400.0, 86400.0, 86400.0, 86400.0)
+    reaper = Reaper(store, {}, 10.0, 20.0, retention, Metrics([], "test", 1))
+    with capture_logs() as quiet:
+        assert reaper.prune_once() == 2500
+    assert [e["event"] for e in quiet] == ["runs_pruned"]
+
+    conn.execute(
+        "INSERT INTO runs (job_type, status, finished_at)"
+        " SELECT 'email', 'dead', now() - interval '30 days' FROM generate_series(1, 2500)"
+    )
+    monkeypatch.setattr(reaper_mod, "PRUNE_PROGRESS_EVERY_SECONDS", 0.0)
+    with capture_logs() as logs:
+        assert reaper.prune_once() == 2500
+    progress = [(e["what"], e["done"], e["final"]) for e in logs if e["event"] == "progress"]
+    assert progress == [
+        ("retention dead", 1000, False),
+        ("retention dead", 2000, False),
+        ("retention dead", 2500, False),
+        ("retention dead", 2500, True),
+    ]

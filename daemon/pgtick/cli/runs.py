@@ -147,6 +147,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
             older_than=older_than,
             statuses=args.status or (),
             dry_run=args.dry_run,
+            progress_stream=sys.stderr,
         )
     verb = "would delete" if pruned.dry_run else "deleted"
     for status, count in pruned.counts.items():

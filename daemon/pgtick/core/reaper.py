@@ -18,10 +18,13 @@ from pgtick.core.backoff import Backoff
 from pgtick.core.handlers import JobType
 from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
+from pgtick.observability.progress import Progress
 from pgtick.storage.db import retry_delay
 from pgtick.storage.store import RunStore
 
 PRUNE_EVERY_SECONDS = 300.0
+# How often a long retention pass logs its progress.
+PRUNE_PROGRESS_EVERY_SECONDS = 10.0
 WORKER_GONE_AFTER_HEARTBEATS = 10  # a workers row is stale after this many missed beats
 WORKER_REAP_EVERY_SECONDS = 60.0
 
@@ -87,7 +90,13 @@ class Reaper:
             ("cancelled", r.cancelled_seconds),
             ("skipped", r.skipped_seconds),
         ):
-            total += self._store.prune(status, seconds)
+            # A long pass (a retention just shortened, a backlog of millions) logs its progress
+            # every few seconds; a short one only the count below.
+            progress = Progress(
+                f"retention {status}", None, every=PRUNE_PROGRESS_EVERY_SECONDS, report_short=False
+            )
+            total += self._store.prune(status, seconds, on_batch=progress.advance)
+            progress.finish()
         if total:
             log.info("runs_pruned", count=total)
         return total

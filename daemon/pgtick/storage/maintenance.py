@@ -127,8 +127,15 @@ class MaintenanceQueries(StoreBase):
                 conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
         return done
 
-    def prune(self, status: str, older_than_seconds: float, batch: int = PRUNE_BATCH_ROWS) -> int:
-        """Delete terminal runs of ``status`` finished longer ago than given, in batches."""
+    def prune(
+        self,
+        status: str,
+        older_than_seconds: float,
+        batch: int = PRUNE_BATCH_ROWS,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """Delete terminal runs of ``status`` finished longer ago than given, in batches;
+        ``on_batch`` is told each batch's count (progress)."""
         if status not in TERMINAL_STATUSES:
             raise ValueError(f"only terminal runs are pruned, not {status!r}")
         total = 0
@@ -140,6 +147,8 @@ class MaintenanceQueries(StoreBase):
                 )
                 deleted = cur.rowcount
             total += deleted
+            if on_batch is not None:
+                on_batch(deleted)
             if deleted < batch:
                 return total
 

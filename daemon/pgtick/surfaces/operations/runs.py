@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TextIO
 
 from pgtick import config as config_mod
 from pgtick.config import Config, RetentionConfig
 from pgtick.core import handlers
 from pgtick.errors import ConfigError, NotFoundError, PgtickError, UsageError
+from pgtick.observability.progress import Progress
 from pgtick.storage.store import (
     STATUSES,
     TERMINAL_STATUSES,
@@ -299,9 +300,12 @@ def prune(
     older_than: When | None = None,
     statuses: Sequence[str] = (),
     dry_run: bool = False,
+    progress_stream: TextIO | None = None,
 ) -> Pruned:
     """Delete terminal runs finished longer ago than ``older_than`` (default: each status's
-    retention), in bounded batches; attempt rows go with them."""
+    retention), in bounded batches; attempt rows go with them. Each status's deletion reports
+    its progress (rows, rate, time left) to the log and, if it is a terminal, to
+    ``progress_stream``."""
     wanted = check_statuses(statuses, TERMINAL_STATUSES) if statuses else TERMINAL_STATUSES
     cutoffs = retention_seconds(retention)
     if older_than is not None:
@@ -317,8 +321,17 @@ def prune(
             )
         cutoffs = dict.fromkeys(cutoffs, seconds)
     used = {status: cutoffs[status] for status in wanted}
-    count = store.count_prunable if dry_run else store.prune
-    return Pruned(used, {status: count(status, age) for status, age in used.items()}, dry_run)
+    if dry_run:
+        counts = {status: store.count_prunable(status, age) for status, age in used.items()}
+        return Pruned(used, counts, dry_run)
+    counts = {}
+    for status, age in used.items():
+        progress = Progress(
+            f"prune {status}", store.count_prunable(status, age), stream=progress_stream
+        )
+        counts[status] = store.prune(status, age, on_batch=progress.advance)
+        progress.finish()
+    return Pruned(used, counts, dry_run)
 
 
 # -- enqueue ---------------------------------------------------------------------------------------
