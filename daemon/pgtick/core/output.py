@@ -195,7 +195,9 @@ class Capture:
         self._slot_lines.append(line)
         self._slot_bytes += size
         self._ring_bytes[-1] = self._slot_bytes
-        self._dirty[-((self._slots_used - 1) % TAIL_SLOTS) - 1] = list(self._slot_lines)
+        seq = -((self._slots_used - 1) % TAIL_SLOTS) - 1
+        self._dirty.pop(seq, None)  # written in the order last filled: the reader's order
+        self._dirty[seq] = list(self._slot_lines)
 
 
 LineSink = Callable[[Capture, list[Line]], None]

@@ -846,23 +846,23 @@ GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, timestamptz, text, integ
 -- this attempt writes, so a stale holder cannot write into a later attempt. Returns the seq
 -- when written.
 INSERT INTO {schema}.output_chunks
-    (run_id, attempt, attempt_started_at, seq, lines, omitted_bytes)
-SELECT r.id, r.attempts, %(started_at)s, %(seq)s, %(lines)s, %(omitted)s
+    (run_id, attempt, attempt_started_at, seq, at, lines, omitted_bytes)
+SELECT r.id, r.attempts, %(started_at)s, %(seq)s, clock_timestamp(), %(lines)s, %(omitted)s
 FROM {schema}.runs r
 WHERE r.id = %(run_id)s AND r.attempts = %(attempt)s AND r.locked_by = %(worker_id)s
   AND r.status IN ('running', 'cancelled')
 ON CONFLICT (run_id, attempt, seq, attempt_started_at) DO UPDATE
-SET lines = excluded.lines, omitted_bytes = excluded.omitted_bytes, at = now()
+SET lines = excluded.lines, omitted_bytes = excluded.omitted_bytes, at = excluded.at
 RETURNING seq;
 
 -- output_read --
 -- A run's output chunks, of one attempt or all, in the order they are shown: by attempt,
--- head chunks by seq, then the tail slots by their first line's time.
+-- head chunks by seq, then the tail slots in the order they were last written (`at` is the
+-- clock time of each write, so slots written in one transaction keep their order).
 SELECT attempt, attempt_started_at, seq, at, lines, omitted_bytes
 FROM {schema}.output_chunks
 WHERE run_id = %(run_id)s AND (%(attempt)s::int IS NULL OR attempt = %(attempt)s)
-ORDER BY attempt_started_at, attempt, seq < 0, CASE WHEN seq >= 0 THEN seq END,
-         (lines -> 0 ->> 0)::bigint, seq DESC;
+ORDER BY attempt_started_at, attempt, seq < 0, CASE WHEN seq >= 0 THEN seq END, at;
 
 -- output_attempt_state --
 -- Whether an attempt of a run exists and is still open (pgtick logs --follow): the run's
