@@ -49,7 +49,7 @@ def test_an_unfinished_line_waits_for_its_end_until_the_last_flush() -> None:
     c = _capture()
     c.feed("stdout", b"no newline yet")
     assert c.take(final=False) == ([], [])
-    chunks, lines = c.take(final=True)
+    _, lines = c.take(final=True)
     assert [t for _, _, t in lines] == ["no newline yet"]
 
 
