@@ -14,6 +14,7 @@ notices cancellation within one poll interval.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import selectors
 import signal
@@ -31,7 +32,16 @@ STDOUT_TAIL_BYTES = 4096
 DEFAULT_KILL_GRACE_SECONDS = 5.0
 # Upper bound on how late a cancellation or timeout is noticed.
 POLL_INTERVAL_SECONDS = 0.05
-READ_CHUNK_BYTES = 65536
+READ_CHUNK_BYTES = 1 << 20
+# Larger pipes for stdout and stderr (Linux F_SETPIPE_SZ): a command printing a flood is read
+# in 1 MiB reads instead of 64 KiB ones, 16 times fewer wake-ups of the daemon for the same bytes.
+PIPE_BYTES = 1 << 20
+F_SETPIPE_SZ = 1031
+# A command's output is read at most this fast: a command flooding its stdout waits on its
+# full pipe (as it would on a slow terminal) instead of taking a core of the daemon's host
+# from the runs the daemon starts meanwhile. Far above what a job prints for people to read.
+OUTPUT_BYTES_PER_SECOND = 64 << 20
+RATE_WINDOW_SECONDS = 0.05
 # After the child exits, how long processes it left behind may keep its pipes open.
 PIPE_DRAIN_SECONDS = 1.0
 # How long SIGKILLed processes may take to disappear before we stop waiting for them.
@@ -156,7 +166,12 @@ class _Run:
         self._give_up_at: float | None = None
         self._stop_reading_at: float | None = None
         self._selector = selectors.DefaultSelector()
+        self._window_start = time.monotonic()
+        self._window_bytes = 0
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        for pipe in (proc.stdout, proc.stderr):
+            with contextlib.suppress(OSError):  # not Linux, or above /proc/sys/fs/pipe-max-size
+                fcntl.fcntl(pipe.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
         self._selector.register(proc.stdout.fileno(), selectors.EVENT_READ, ("stdout", self.stdout))
         self._selector.register(proc.stderr.fileno(), selectors.EVENT_READ, ("stderr", self.stderr))
         if payload:
@@ -171,8 +186,22 @@ class _Run:
             if stream is not None and not stream.closed and stream.fileno() == fd:
                 stream.close()
 
+    def _over_rate(self, timeout: float) -> bool:
+        """True (after waiting out the rest of the window, at most ``timeout``) when this
+        window's share of OUTPUT_BYTES_PER_SECOND is read already."""
+        now = time.monotonic()
+        if now - self._window_start >= RATE_WINDOW_SECONDS:
+            self._window_start, self._window_bytes = now, 0
+            return False
+        if self._window_bytes < OUTPUT_BYTES_PER_SECOND * RATE_WINDOW_SECONDS:
+            return False
+        time.sleep(min(timeout, self._window_start + RATE_WINDOW_SECONDS - now))
+        return True
+
     def _pump(self, timeout: float) -> None:
         """Move bytes between us and the child, waiting at most ``timeout`` seconds."""
+        if self._over_rate(timeout):
+            return
         # With nothing registered the selector just sleeps: a poll interval, not a busy loop.
         for key, _ in self._selector.select(timeout):
             fd = int(key.fd)
@@ -180,6 +209,7 @@ class _Run:
                 stream, tail = key.data
                 chunk = os.read(fd, READ_CHUNK_BYTES)
                 if chunk:
+                    self._window_bytes += len(chunk)
                     tail.append(chunk)
                     if self.on_output is not None:
                         self.on_output(stream, chunk)
