@@ -240,7 +240,10 @@ class Flusher:
             with self._lock:
                 captures = list(self._active.values())
             for capture in captures:
-                self.flush(capture, final=False)
+                try:
+                    self.flush(capture, final=False)
+                except Exception:  # a bug here must not stop every other run's output
+                    log.exception("output_flush_failed", run_id=capture.run_id)
 
     def flush(self, capture: Capture, *, final: bool) -> None:
         chunks, lines = capture.take(final)
