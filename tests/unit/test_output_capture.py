@@ -104,3 +104,15 @@ def test_whole_lines_from_log_records_count_against_the_same_bound() -> None:
     texts = [t for chunk in stored.values() for _, _, t in chunk.lines]
     assert texts[0] == "info record 0" and texts[-1] == "info record 999"
     assert _text_bytes(stored) <= BOUND
+
+
+def test_a_handler_logging_a_flood_between_flushes_holds_only_a_tail_of_it() -> None:
+    c = _capture()
+    for i in range(100_000):
+        c.line("log", f"record {i}")
+    assert len(c._ready) + len(c._ready_tail) < 1000  # not 100 000 lines waiting
+    stored = _stored(c.take(final=True)[0])
+    texts = [t for chunk in stored.values() for _, _, t in chunk.lines]
+    assert texts[0] == "record 0" and texts[-1] == "record 99999"
+    assert _text_bytes(stored) <= BOUND
+    assert list(stored.values())[-1].omitted_bytes == c.total_bytes - _text_bytes(stored)

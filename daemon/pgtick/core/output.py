@@ -19,6 +19,7 @@ attempt.
 from __future__ import annotations
 
 import bisect
+import collections
 import threading
 import time
 from collections.abc import Callable
@@ -87,7 +88,9 @@ class Capture:
         self._t0 = time.monotonic()
         self._lock = threading.Lock()
         self._pending = {"stdout": _Pending(), "stderr": _Pending()}
-        self._ready: list[tuple[Line, int]] = []  # split lines since the last take
+        self._ready: list[tuple[Line, int]] = []  # split lines since the last take: head
+        self._ready_tail: collections.deque[tuple[Line, int]] = collections.deque()  # the rest
+        self._ready_tail_bytes = 0
         self._head_open = True
         self._head_used = 0
         self._head_seq = 0
@@ -146,9 +149,17 @@ class Capture:
     def _keep(self, line: Line, size: int) -> None:
         if self._head_open and self._head_used + size <= self.head_budget:
             self._head_used += size
-        else:
-            self._head_open = False
-        self._ready.append((line, size))
+            self._ready.append((line, size))
+            return
+        self._head_open = False
+        # Past the head, only a tail's worth waits for the next flush (a handler logging a
+        # million records a second holds no more than that).
+        self._ready_tail.append((line, size))
+        self._ready_tail_bytes += size
+        while self._ready_tail_bytes > self.slot_budget * TAIL_SLOTS and len(self._ready_tail) > 1:
+            _, dropped = self._ready_tail.popleft()
+            self._ready_tail_bytes -= dropped
+            self.omitted_bytes += dropped
 
     # -- what to write ------------------------------------------------------------------------
 
@@ -157,7 +168,9 @@ class Capture:
         with self._lock:
             for stream, p in self._pending.items():
                 self._split(stream, p, final=final)
-            ready, self._ready = self._ready, []
+            ready, self._ready = [*self._ready, *self._ready_tail], []
+            self._ready_tail.clear()
+            self._ready_tail_bytes = 0
             ready.sort(key=lambda item: item[0][0])
             chunks: list[Chunk] = []
             head = [line for line, _ in ready[: self._head_count(ready)]]
