@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
+from pgtick.config import Config
+from pgtick.core import handlers
 from pgtick.core.output import MAX_LINE_BYTES, TAIL_SLOTS, Capture
+from pgtick.errors import ConfigError
 from pgtick.storage.output import Chunk
 
 BOUND = 4096
@@ -116,3 +121,20 @@ def test_a_handler_logging_a_flood_between_flushes_holds_only_a_tail_of_it() -> 
     assert texts[0] == "record 0" and texts[-1] == "record 99999"
     assert _text_bytes(stored) <= BOUND
     assert list(stored.values())[-1].omitted_bytes == c.total_bytes - _text_bytes(stored)
+
+
+def test_output_max_bytes_from_a_decorator_goes_through_the_files_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(handlers, "_DECORATED", {})
+
+    @handlers.job("small_output", output_max_bytes="2KiB")
+    def small(ctx: handlers.JobContext, payload: object) -> None: ...
+
+    assert handlers.resolve(Config())["small_output"].config.output_max_bytes == 2048
+
+    @handlers.job("bad_output", output_max_bytes="2 lightyears")
+    def bad(ctx: handlers.JobContext, payload: object) -> None: ...
+
+    with pytest.raises(ConfigError, match=r"bad_output.*output_max_bytes: expected a size"):
+        handlers.resolve(Config())
