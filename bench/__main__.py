@@ -35,6 +35,7 @@ PARTS = {
     "console": "console",
     "queue-health": "queue_health",
     "soak": "soak",
+    "output": "output",
 }
 
 

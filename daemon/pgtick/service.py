@@ -28,6 +28,7 @@ from pgtick.core import handlers
 from pgtick.core.dbstate import METRICS_POOL_SIZE, DatabaseProbe
 from pgtick.core.heartbeat import Heartbeat
 from pgtick.core.listener import Listener
+from pgtick.core.output import Flusher, log_job_output
 from pgtick.core.reaper import Reaper
 from pgtick.core.ticker import Ticker
 from pgtick.core.worker import Worker
@@ -210,9 +211,17 @@ class Service:
         metrics = Metrics(job_types, pgtick.__version__, cfg.worker.threads)
         self._start_http(store, metrics)
         self._start_web()
+        flusher = Flusher(store, self.worker_id, log_job_output if cfg.logging.job_output else None)
         worker = Worker(
-            store, self.worker_id, cfg.worker, job_types, metrics, log_each_run=self.log_each_run
+            store,
+            self.worker_id,
+            cfg.worker,
+            job_types,
+            metrics,
+            log_each_run=self.log_each_run,
+            flusher=flusher,
         )
+        flusher.start()
         info = WorkerInfo(
             self.worker_id,
             handlers.hostname(),
@@ -272,6 +281,7 @@ class Service:
         for side in (listener, reaper, ticker):
             side.stop_event.set()
         heartbeat.stop_event.set()
+        flusher.stop()
         for loop in loops:
             loop.thread.join(timeout=2.0)
         try:

@@ -21,6 +21,7 @@ EXPECTED_TABLES = {
     "schema_migrations",
     "terminal_run_counts",
     "terminal_run_counts_refresh",
+    "output_chunks",
 }
 
 

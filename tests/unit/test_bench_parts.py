@@ -302,6 +302,8 @@ def run_bench(*args: str, prelude: str = "") -> subprocess.CompletedProcess[str]
         (["soak", "--sample", "60", "--retention", "30s"], "--sample must be shorter"),
         (["soak", "--retention", "2 minutes"], "expected a duration such as 2m"),
         (["soak", "--duration", "30", "--sample", "60"], "--sample must not exceed --duration"),
+        (["output", "--runs", "0"], "--runs and --rounds must be at least 1"),
+        (["output", "--set", "web.listen=x"], "--set: only worker.*, ticker.* and logging.*"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> None:

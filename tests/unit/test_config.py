@@ -146,6 +146,7 @@ other_job_types = 5
 [logging]
 format = "json"
 level = "debug"
+job_output = false
 
 [retention]
 succeeded = "1d"
@@ -162,6 +163,7 @@ backoff_max = "1m"
 jitter = 0
 timeout = "5m"
 lease = "90s"
+output_max_bytes = "1MiB"
 
 [job_types.cleanup_sessions]
 command = ["/usr/local/bin/cleanup-sessions", "--older-than", "30d"]
@@ -202,7 +204,7 @@ def test_every_key_loads_into_its_field() -> None:
         interval_seconds=30.0, lookahead_seconds=0.0, reaper_interval_seconds=5.0
     )
     assert cfg.metrics == MetricsConfig(listen="[::1]:0", other_job_types=5)
-    assert cfg.logging == LoggingConfig(format="json", level="debug")
+    assert cfg.logging == LoggingConfig(format="json", level="debug", job_output=False)
     assert cfg.retention == RetentionConfig(
         succeeded_seconds=DAY,
         dead_seconds=90 * DAY,
@@ -219,6 +221,7 @@ def test_every_key_loads_into_its_field() -> None:
         jitter=0.0,
         timeout_seconds=300.0,
         lease_seconds=90.0,
+        output_max_bytes=1024 * 1024,
     )
     assert cfg.job_types["cleanup_sessions"].command == (
         "/usr/local/bin/cleanup-sessions",
@@ -444,6 +447,16 @@ ERRORS = [
         'logging.level: must be one of debug, info, warning, error (got "INFO")',
     ),
     ("[logging]\nlevel = 3", "logging.level: must be one of debug, info, warning, error (got 3)"),
+    ("[logging]\njob_output = 1", "logging.job_output: expected true or false, got 1"),
+    (
+        "[job_types.x]\nhandler = 'a:b'\noutput_max_bytes = '64 parsecs'",
+        'job_types.x.output_max_bytes: expected a size such as "64KiB" (B, kB, KiB, MB, MiB), '
+        'got "64 parsecs"',
+    ),
+    (
+        "[job_types.x]\nhandler = 'a:b'\noutput_max_bytes = 10",
+        "job_types.x.output_max_bytes: must be between 1024 and 16777216 bytes, got 10",
+    ),
     # retention
     ("[retention]\nsucceeded = '0d'", 'retention.succeeded: must be longer than 0s, got "0d"'),
     ("[retention]\ndead = '30 days'", "retention.dead: expected a duration like"),

@@ -245,6 +245,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("show", runs.cmd_show, "one run: its attempts and errors, schedule and effects")
     p.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    p = add("logs", runs.cmd_logs, "what a run printed, per attempt; --follow a running one")
+    p.add_argument("run_id", type=_run_id, metavar="RUN_ID")
+    p.add_argument(
+        "--attempt", type=_positive_int, metavar="N", help="this attempt only (default: all)"
+    )
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="show the latest (or --attempt N) attempt's lines as they come, until it ends; "
+        "exit 0 if it succeeded, 1 if not",
+    )
+    p.add_argument("--stream", choices=operations.OUTPUT_STREAMS, help="only this stream")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
     _add_schedules(sub, common)
     p = add("demo", setup.cmd_demo, "run the daemon on an embedded PostgreSQL, for a first look")
     p.add_argument(

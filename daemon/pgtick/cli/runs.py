@@ -1,15 +1,17 @@
-"""The verbs on runs: ``enqueue``, ``runs``, ``show``, ``retry``, ``cancel`` and ``prune``."""
+"""The verbs on runs: ``enqueue``, ``runs``, ``show``, ``logs``, ``retry``, ``cancel`` and
+``prune``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from datetime import datetime, timedelta
 
 from pgtick import config as config_mod
 from pgtick.cli import context, views
 from pgtick.cli.args import parse_payload, parse_since, parse_when
-from pgtick.cli.exits import EXIT_OK
+from pgtick.cli.exits import EXIT_FAILURE, EXIT_OK
 from pgtick.cli.render import ids_text, print_json
 from pgtick.errors import PgtickError, UsageError
 from pgtick.surfaces import operations
@@ -85,6 +87,34 @@ def cmd_show(args: argparse.Namespace) -> int:
         print_json(views.detail_fields(detail))
     else:
         views.print_detail(detail)
+    return EXIT_OK
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    """What a run printed; with --follow, a running attempt's lines as they come, then exit 0
+    if that attempt succeeded and 1 if it did not (failed, lost, released, cancelled)."""
+    cfg = context.begin(args)
+
+    def emit(line: operations.OutputLine) -> None:
+        if args.json:
+            print(json.dumps(views.output_fields(line)), flush=True)
+        else:
+            print(views.output_text(line), flush=True)
+
+    with context.store(args, cfg) as store:
+        if args.follow:
+            outcome = operations.follow_output(store, args.run_id, args.attempt, args.stream, emit)
+            if outcome != "succeeded":
+                print(f"pgtick: attempt ended: {outcome}", file=sys.stderr)
+                return EXIT_FAILURE
+            return EXIT_OK
+        lines = operations.run_output(store, args.run_id, args.attempt, args.stream)
+    attempt = None
+    for line in lines:
+        if not args.json and args.attempt is None and line.attempt != attempt:
+            attempt = line.attempt
+            print(f"== attempt {attempt} ==")
+        emit(line)
     return EXIT_OK
 
 

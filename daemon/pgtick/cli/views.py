@@ -191,6 +191,7 @@ def detail_fields(d: operations.RunDetail) -> dict[str, Any]:
             else in_zone(r.scheduled_for, d.schedule.timezone) or None,
         },
         "effects": [{"key": e.key, "created_at": iso(e.created_at)} for e in d.effects],
+        "output_tail": [output_fields(line) for line in d.output],
     }
 
 
@@ -240,6 +241,40 @@ def print_detail(d: operations.RunDetail) -> None:
     print(f"effects ({len(d.effects)}):" if d.effects else "effects: none")
     for e in d.effects:
         print(f"  {e.key}  ({iso(e.created_at)})")
+    _print_output_tail(d)
+
+
+def _print_output_tail(d: operations.RunDetail) -> None:
+    if not d.output:
+        return
+    print(f"output (last lines of attempt {d.output[-1].attempt}; all: pgtick logs {d.run.id}):")
+    for out in d.output:
+        print(f"  {output_text(out)}")
+
+
+# -- output ----------------------------------------------------------------------------------------
+
+# Control characters (ESC of ANSI sequences included) are shown, not obeyed, on a terminal.
+_CONTROLS = {c: "\ufffd" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
+
+
+def output_text(line: operations.OutputLine) -> str:
+    """One line of output as ``pgtick logs`` prints it: time into the attempt, stream, text."""
+    if line.is_marker:
+        return f"… {line.omitted_bytes} bytes omitted …"
+    return f"+{line.offset_ms / 1000:.3f}s {line.stream} {line.text.translate(_CONTROLS)}"
+
+
+def output_fields(line: operations.OutputLine) -> dict[str, Any]:
+    """One line of output as ``pgtick logs --json`` prints it (one JSON object per line)."""
+    if line.is_marker:
+        return {"attempt": line.attempt, "omitted_bytes": line.omitted_bytes}
+    return {
+        "attempt": line.attempt,
+        "offset_ms": line.offset_ms,
+        "stream": line.stream,
+        "text": line.text,
+    }
 
 
 # -- status ----------------------------------------------------------------------------------------

@@ -20,11 +20,13 @@ from pgtick.config.schema import (
     DEFAULT_JITTER_FRACTION,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_LOG_FORMAT,
+    DEFAULT_LOG_JOB_OUTPUT,
     DEFAULT_LOG_LEVEL,
     DEFAULT_LOOKAHEAD_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_METRICS_LISTEN,
     DEFAULT_OTHER_JOB_TYPES,
+    DEFAULT_OUTPUT_MAX_BYTES,
     DEFAULT_OVERLAP,
     DEFAULT_POLL_INTERVAL_SECONDS,
     DEFAULT_POOL_SIZE,
@@ -148,6 +150,7 @@ class LoggingConfig:
 
     format: str = DEFAULT_LOG_FORMAT
     level: str = DEFAULT_LOG_LEVEL
+    job_output: bool = DEFAULT_LOG_JOB_OUTPUT
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,7 @@ class JobTypeConfig:
     jitter: float = DEFAULT_JITTER_FRACTION
     timeout_seconds: float | None = None
     lease_seconds: float | None = None
+    output_max_bytes: int = DEFAULT_OUTPUT_MAX_BYTES
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pgtick.config.values import (
     DAY_SECONDS,
     HOUR_SECONDS,
     Checker,
+    byte_size,
     choice,
     command,
     duration,
@@ -80,6 +81,7 @@ LOG_FORMATS = ("auto", "json", "console")
 DEFAULT_LOG_FORMAT = "auto"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_LOG_LEVEL = "info"
+DEFAULT_LOG_JOB_OUTPUT = True
 
 DEFAULT_RETAIN_SUCCEEDED_SECONDS = 7 * DAY_SECONDS
 DEFAULT_RETAIN_DEAD_SECONDS = 30 * DAY_SECONDS
@@ -92,6 +94,10 @@ DEFAULT_BACKOFF = "exponential"
 DEFAULT_BACKOFF_BASE_SECONDS = 10.0
 DEFAULT_BACKOFF_MAX_SECONDS = 1 * HOUR_SECONDS
 DEFAULT_JITTER_FRACTION = 0.2  # ±20 % of the delay
+# What an attempt printed is kept up to this many bytes: half the head, half the tail.
+DEFAULT_OUTPUT_MAX_BYTES = 64 * 1024
+MIN_OUTPUT_MAX_BYTES = 1024
+MAX_OUTPUT_MAX_BYTES = 16 * 1024 * 1024
 
 DEFAULT_TIMEZONE = "UTC"
 CATCHUPS = ("latest", "all", "none")
@@ -219,6 +225,8 @@ KEYS: tuple[Key, ...] = (
         "auto: console on a TTY, JSON lines otherwise"),
     Key(LOGGING, "level", " | ".join(LOG_LEVELS), DEFAULT_LOG_LEVEL, choice(LOG_LEVELS),
         "the least severe level logged"),
+    Key(LOGGING, "job_output", "boolean", DEFAULT_LOG_JOB_OUTPUT, flag,
+        "also log each line a job prints, with run_id, attempt, job_type, stream"),
 
     Key(RETENTION, "succeeded", DURATION, DEFAULT_RETAIN_SUCCEEDED_SECONDS, _SECONDS,
         "succeeded runs older than this are pruned (by the daemon and `pgtick prune`)"),
@@ -247,6 +255,9 @@ KEYS: tuple[Key, ...] = (
         "wall-time limit per attempt; default: none"),
     Key(JOB, "lease", DURATION, None, _LEASE,
         "default: worker.lease; at least twice worker.heartbeat"),
+    Key(JOB, "output_max_bytes", 'size ("64KiB")', DEFAULT_OUTPUT_MAX_BYTES,
+        byte_size(MIN_OUTPUT_MAX_BYTES, MAX_OUTPUT_MAX_BYTES),
+        "what an attempt printed is kept up to this: half head, half tail"),
 
     Key(SCHEDULE, "job_type", "job type name", None, job_type_ref,
         "a [job_types] entry or a @pgtick.job type", required=True),

@@ -125,6 +125,34 @@ def flag(key: str, value: Any) -> bool:
     return value
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 1024, "kb": 1000, "mib": 1024**2, "mb": 1000**2}
+_SIZE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
+
+
+def byte_size(low: int, high: int) -> Checker:
+    """A size in bytes: an integer, or a string such as "64KiB", "1MiB", "500kB", "4096B"."""
+
+    def parse(key: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ConfigError(f'{key}: expected a size such as "64KiB", got {show(value)}')
+        if isinstance(value, int):
+            size = value
+        else:
+            match = _SIZE.match(value)
+            unit = match.group(2).lower() if match else ""
+            if match is None or unit not in _SIZE_UNITS:
+                raise ConfigError(
+                    f'{key}: expected a size such as "64KiB" (B, kB, KiB, MB, MiB), '
+                    f"got {show(value)}"
+                )
+            size = int(match.group(1)) * _SIZE_UNITS[unit]
+        if size < low or size > high:
+            raise ConfigError(f"{key}: must be between {low} and {high} bytes, got {show(value)}")
+        return size
+
+    return parse
+
+
 def optional_string(key: str, value: Any) -> str:
     """A string that may be empty ("" means "not set")."""
     if not isinstance(value, str):

@@ -26,8 +26,9 @@ import structlog
 
 from pgtick import config as config_mod
 from pgtick.config import Config, JobTypeConfig
-from pgtick.core import commands
+from pgtick.core import commands, joblog
 from pgtick.core.backoff import Backoff
+from pgtick.core.output import Capture, Flusher
 from pgtick.errors import ConfigError, Fail, Retry
 from pgtick.storage.store import ClaimedRun, RunStore
 
@@ -59,6 +60,7 @@ def job(
     jitter: float | None = None,
     timeout: float | str | None = None,
     lease: float | str | None = None,
+    output_max_bytes: int | str | None = None,
 ) -> Callable[[Handler], Handler]:
     """Register ``fn(ctx, payload)`` as the handler of job type ``name``.
 
@@ -75,6 +77,7 @@ def job(
         "jitter": jitter,
         "timeout": timeout,
         "lease": lease,
+        "output_max_bytes": output_max_bytes,
     }
 
     def register(fn: Handler) -> Handler:
@@ -234,6 +237,9 @@ class JobContext:
     _guard: CommitGuard = field(default_factory=_Unguarded, repr=False)
     _tx: Any = field(default=None, repr=False)
     _log: Any = field(default=None, repr=False)
+    # Where what the attempt prints is written (None: not kept, outside a daemon).
+    _flusher: Flusher | None = field(default=None, repr=False)
+    _started_at: datetime | None = field(default=None, repr=False)
 
     @property
     def log(self) -> Any:
@@ -362,17 +368,33 @@ def command_env(ctx: JobContext, payload_json: str) -> dict[str, str]:
     }
 
 
+def new_capture(ctx: JobContext, jt: JobType) -> Capture:
+    """The capture of what this attempt prints, bounded by the job type's output_max_bytes."""
+    return Capture(
+        ctx.run_id, ctx.attempt, ctx.job_type, ctx._started_at, jt.config.output_max_bytes
+    )
+
+
 def _run_command(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
     assert jt.command is not None
+    capture = None
+    if ctx._flusher is not None:
+        capture = new_capture(ctx, jt)
+        ctx._flusher.add(capture)
     payload_json = json.dumps(payload, separators=(",", ":"))
-    result = commands.run_command(
-        jt.command,
-        payload_json=payload_json,
-        env=command_env(ctx, payload_json),
-        cancelled=ctx.cancelled,
-        timeout_seconds=jt.config.timeout_seconds,
-        kill_grace_seconds=COMMAND_KILL_GRACE_SECONDS,
-    )
+    try:
+        result = commands.run_command(
+            jt.command,
+            payload_json=payload_json,
+            env=command_env(ctx, payload_json),
+            cancelled=ctx.cancelled,
+            timeout_seconds=jt.config.timeout_seconds,
+            kill_grace_seconds=COMMAND_KILL_GRACE_SECONDS,
+            on_output=None if capture is None else capture.feed,
+        )
+    finally:
+        if capture is not None and ctx._flusher is not None:
+            ctx._flusher.finish(capture)  # before the outcome: the run is still held
     if result.killed == "cancelled":
         return Outcome(ctx.run_id, "interrupted")
     if result.returncode == 0 and result.killed is None:
@@ -390,6 +412,23 @@ def _run_command(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
     return failed(ctx, jt, _short(message), error_type, _bounded(stderr or message))
 
 
+def _run_python(ctx: JobContext, jt: JobType, payload: Any) -> None:
+    """Call the handler, its log records captured as the attempt's output."""
+    assert jt.fn is not None
+    flusher = ctx._flusher
+    if flusher is None:
+        jt.fn(ctx, payload)
+        return
+    capture = joblog.log_capture()
+    capture.enter(ctx.run_id, ctx.attempt, joblog.slot(lambda: new_capture(ctx, jt), flusher))
+    try:
+        jt.fn(ctx, payload)
+    finally:
+        kept = capture.leave(ctx.run_id, ctx.attempt)
+        if kept is not None:
+            flusher.finish(kept)
+
+
 def execute(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
     """Run one attempt and say what became of it. Never raises."""
     with structlog.contextvars.bound_contextvars(
@@ -399,7 +438,7 @@ def execute(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
             if jt.command is not None:
                 return _run_command(ctx, jt, payload)
             assert jt.fn is not None
-            jt.fn(ctx, payload)
+            _run_python(ctx, jt, payload)
         except LeaseLostError:
             return Outcome(ctx.run_id, "lost", "lease lost", "lease_lost")
         except Exception as exc:
@@ -418,7 +457,11 @@ def execute(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
 
 
 def claimed_context(
-    run: ClaimedRun, store: RunStore, worker_id: str, guard: CommitGuard
+    run: ClaimedRun,
+    store: RunStore,
+    worker_id: str,
+    guard: CommitGuard,
+    flusher: Flusher | None = None,
 ) -> JobContext:
     """A fresh JobContext for a run this worker just claimed."""
     return JobContext(
@@ -432,6 +475,8 @@ def claimed_context(
         _store=store,
         _worker_id=worker_id,
         _guard=guard,
+        _flusher=flusher,
+        _started_at=run.started_at,
     )
 
 

@@ -25,6 +25,7 @@ from pgtick.config import WorkerConfig
 from pgtick.core import handlers
 from pgtick.core.handlers import JobType, Outcome
 from pgtick.core.lifecycle import UNSTARTED_MAX_WAIT_SECONDS, Held, Lifecycle, State
+from pgtick.core.output import Flusher
 from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
 from pgtick.storage.db import retry_delay
@@ -186,8 +187,10 @@ class Worker:
         metrics: Metrics,
         *,
         log_each_run: bool = False,
+        flusher: Flusher | None = None,
     ) -> None:
         self._store = store
+        self._flusher = flusher  # writes what handlers print (None: not kept)
         self.worker_id = worker_id
         self._cfg = cfg
         self._job_types = dict(job_types)
@@ -323,7 +326,9 @@ class Worker:
         fresh = [
             Held(
                 run,
-                handlers.claimed_context(run, self._store, self.worker_id, self.life),
+                handlers.claimed_context(
+                    run, self._store, self.worker_id, self.life, self._flusher
+                ),
                 self._job_types[run.job_type],
             )
             for run in runs

@@ -145,7 +145,8 @@ class MaintenanceQueries(StoreBase):
                     sqlfile.query("prune", conn.schema),
                     {"status": status, "older_than": older_than_seconds, "batch": batch},
                 )
-                deleted = cur.rowcount
+                row = cur.fetchone()
+                deleted = int(row[0]) if row else 0
             total += deleted
             if on_batch is not None:
                 on_batch(deleted)

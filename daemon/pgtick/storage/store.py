@@ -25,6 +25,7 @@ from pgtick.storage.maintenance import (
     ScheduleHealth,
 )
 from pgtick.storage.notify import Notifications, listening
+from pgtick.storage.output import AttemptState, Chunk, OutputQueries, StoredChunk
 from pgtick.storage.runs import (
     ACTIVE_STATUSES,
     STATUSES,
@@ -57,7 +58,7 @@ from pgtick.storage.schedules import (
 from pgtick.storage.workers import WorkerInfo, WorkerQueries, WorkerRow
 
 
-class RunStore(RunQueries, ScheduleQueries, WorkerQueries, MaintenanceQueries):
+class RunStore(RunQueries, ScheduleQueries, WorkerQueries, MaintenanceQueries, OutputQueries):
     """Typed access to the pgtick schema through a connection pool."""
 
 
@@ -68,7 +69,9 @@ __all__ = [
     "STATUSES",
     "TERMINAL_STATUSES",
     "Attempt",
+    "AttemptState",
     "Beat",
+    "Chunk",
     "Claim",
     "ClaimType",
     "ClaimedRun",
@@ -95,6 +98,7 @@ __all__ = [
     "ScheduleRef",
     "ScheduleRow",
     "ScheduleState",
+    "StoredChunk",
     "WorkerInfo",
     "WorkerRow",
     "enqueue_on",

@@ -348,15 +348,20 @@ RETURNING id;
 
 -- prune --
 -- Delete up to %(batch)s terminal runs of one status finished before the cutoff; their
--- attempt rows go with them (ON DELETE CASCADE). Called in a loop until it deletes nothing.
+-- attempt rows go with them (ON DELETE CASCADE), their output (no foreign key) in the same
+-- statement. Called in a loop until it deletes fewer than a batch; returns how many runs.
 WITH victims AS (
     SELECT id FROM {schema}.runs
     WHERE status = %(status)s
       AND finished_at < now() - make_interval(secs => %(older_than)s)
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM {schema}.runs r USING victims v WHERE r.id = v.id RETURNING r.id
+), output AS (
+    DELETE FROM {schema}.output_chunks o USING gone g WHERE o.run_id = g.id
 )
-DELETE FROM {schema}.runs r USING victims v WHERE r.id = v.id;
+SELECT count(*) FROM gone;
 
 -- get_run --
 -- One run by id.
@@ -904,6 +909,7 @@ GRANT SELECT, INSERT ON {schema}.effects TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.terminal_run_counts TO {role};
 GRANT SELECT, UPDATE ON {schema}.terminal_run_counts_refresh TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.output_chunks TO {role};
 GRANT USAGE ON SEQUENCE {schema}.runs_id_seq TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, timestamptz, text, integer) TO {role};
 
@@ -913,3 +919,36 @@ GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, timestamptz, text, integ
 -- metrics and `pgtick status` can name a session of any role holding the MVCC horizon. Read
 -- access to statistics only; a superuser (or a role with ADMIN on pg_monitor) runs it.
 GRANT pg_monitor TO {role};
+-- ===== Job output (issue 20): output_chunks, storage/output.py ==============================
+
+-- output_write --
+-- Write one chunk of an attempt's output: a head chunk (seq >= 0, written once) or a tail
+-- slot (seq < 0, upserted in turn). Guarded by the claim, as results are: only the holder of
+-- this attempt writes, so a stale holder cannot write into a later attempt. Returns the seq
+-- when written.
+INSERT INTO {schema}.output_chunks
+    (run_id, attempt, attempt_started_at, seq, at, lines, omitted_bytes)
+SELECT r.id, r.attempts, %(started_at)s, %(seq)s, clock_timestamp(), %(lines)s, %(omitted)s
+FROM {schema}.runs r
+WHERE r.id = %(run_id)s AND r.attempts = %(attempt)s AND r.locked_by = %(worker_id)s
+  AND r.status IN ('running', 'cancelled')
+ON CONFLICT (run_id, attempt, seq, attempt_started_at) DO UPDATE
+SET lines = excluded.lines, omitted_bytes = excluded.omitted_bytes, at = excluded.at
+RETURNING seq;
+
+-- output_read --
+-- A run's output chunks, of one attempt or all, in the order they are shown: by attempt,
+-- head chunks by seq, then the tail slots in the order they were last written (`at` is the
+-- clock time of each write, so slots written in one transaction keep their order).
+SELECT attempt, attempt_started_at, seq, at, lines, omitted_bytes
+FROM {schema}.output_chunks
+WHERE run_id = %(run_id)s AND (%(attempt)s::int IS NULL OR attempt = %(attempt)s)
+ORDER BY attempt_started_at, attempt, seq < 0, CASE WHEN seq >= 0 THEN seq END, at;
+
+-- output_attempt_state --
+-- Whether an attempt of a run exists and is still open (pgtick logs --follow): the run's
+-- status, its current attempt number, and that attempt's outcome (NULL while it runs).
+SELECT r.status, r.attempts,
+       (SELECT a.outcome FROM {schema}.attempts a
+        WHERE a.run_id = r.id AND a.attempt = %(attempt)s ORDER BY a.id DESC LIMIT 1)
+FROM {schema}.runs r WHERE r.id = %(run_id)s;

@@ -1,6 +1,7 @@
 """The operator's verbs as plain functions over a ``RunStore``, returning dataclasses: the
 command line prints them, the web console renders them. No printing, no argument parsing.
 
+- ``output``: what a run printed, and following a running attempt (``pgtick logs``);
 - ``runs``: list, show, enqueue, retry and cancel (their state rules live there, nowhere
   else), prune;
 - ``schedules``: list, pause, resume, trigger, next occurrences, backfill;
@@ -15,6 +16,14 @@ import ``pgtick.core``, ``pgtick.config``, ``pgtick.storage``, ``pgtick.scheduli
 from __future__ import annotations
 
 from pgtick.storage.store import STATUSES, TERMINAL_STATUSES
+from pgtick.surfaces.operations.output import (
+    OUTPUT_STREAMS,
+    SHOW_TAIL_LINES,
+    OutputLine,
+    follow_output,
+    output_tail,
+    run_output,
+)
 from pgtick.surfaces.operations.runs import (
     BULK_BATCH_ROWS,
     CANCEL,
@@ -99,10 +108,12 @@ __all__ = [
     "MAX_PAGE_SIZE",
     "MAX_PAYLOAD_BYTES",
     "MAX_RUN_ID",
+    "OUTPUT_STREAMS",
     "PAUSED_REASON_INVALID",
     "PAUSED_REASON_REMOVED",
     "RETRY",
     "RETRYABLE",
+    "SHOW_TAIL_LINES",
     "STALE_AFTER_HEARTBEATS",
     "STATUSES",
     "STATUS_TIMEOUT_SECONDS",
@@ -114,6 +125,7 @@ __all__ = [
     "Changed",
     "Horizon",
     "JobTypeStatus",
+    "OutputLine",
     "Overview",
     "Pruned",
     "RunDetail",
@@ -134,12 +146,14 @@ __all__ = [
     "declares_job_type",
     "describe_holder",
     "enqueue",
+    "follow_output",
     "grants_sql",
     "handler_summary",
     "list_runs",
     "list_schedules",
     "migrate",
     "open_store",
+    "output_tail",
     "overview",
     "parse_run_id",
     "pause_schedule",
@@ -148,6 +162,7 @@ __all__ = [
     "resume_schedule",
     "retention_seconds",
     "run_bulk",
+    "run_output",
     "schedule_views",
     "show_run",
     "status",

@@ -8,7 +8,7 @@ minutes before the database's now), so a client with a wrong clock still asks th
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
@@ -29,6 +29,7 @@ from pgtick.storage.store import (
     RunSummary,
     ScheduleRef,
 )
+from pgtick.surfaces.operations.output import OutputLine, output_tail
 
 # The state rules: which runs an operator may retry (back to queued, due now) or cancel.
 RETRYABLE = ("failed", "dead", "cancelled")
@@ -139,13 +140,15 @@ def list_runs(
 
 @dataclass(frozen=True)
 class RunDetail:
-    """Everything known about one run: the row, each attempt, its schedule, its effects."""
+    """Everything known about one run: the row, each attempt, its schedule, its effects, the
+    last lines of its output."""
 
     run: Run
     attempts: list[Attempt]
     schedule: ScheduleRef | None
     effects: list[EffectKey]
     db_now: datetime
+    output: list[OutputLine] = field(default_factory=list)  # the tail of the latest output
 
 
 def show_run(store: RunStore, run_id: int) -> RunDetail:
@@ -157,7 +160,12 @@ def show_run(store: RunStore, run_id: int) -> RunDetail:
         raise NotFoundError(f"run {run_id} not found")
     schedule = None if run.schedule_id is None else store.schedule_of_run(run.schedule_id)
     return RunDetail(
-        run, store.get_attempts(run_id), schedule, store.effect_keys(run_id), store.now()
+        run,
+        store.get_attempts(run_id),
+        schedule,
+        store.effect_keys(run_id),
+        store.now(),
+        output_tail(store, run_id),
     )
 
 
