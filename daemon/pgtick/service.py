@@ -4,7 +4,7 @@ Only this module knows all the parts. Side loops (dispatcher, completer, heartbe
 reaper, ticker) and the handler threads run on threads; if one dies the service stops loudly
 (exit 1) rather than limping on, and systemd restarts it.
 
-``Service`` stays one class (some 380 lines): it is the wiring itself, start-up order and
+``Service`` stays one class (some 400 lines): it is the wiring itself, start-up order and
 shutdown order in one place, each step undoing what an earlier one built.
 """
 

@@ -184,6 +184,16 @@ def _prepare(dsn: str) -> tuple[int, int]:
                 " 'ValueError')",
                 (hostile[0], n, error),
             )
+        # What attempt 2 printed: a head with hostile text and colour codes, then (after a
+        # middle that was not kept) a tail; attempt 1 printed nothing.
+        head = [[0, "stdout", f"hello {SCRIPT}"], [5, "stderr", f"\x1b[31mred {IMG}\x1b[0m"]]
+        tail = [[900, "log", "INFO job: done"]]
+        for seq, lines, omitted in ((0, head, 0), (-1, tail, 12345)):
+            conn.execute(
+                "INSERT INTO output_chunks (run_id, attempt, attempt_started_at, seq, lines,"
+                " omitted_bytes) VALUES (%s, 2, now() - interval '11 minutes', %s, %s, %s)",
+                (hostile[0], seq, json.dumps(lines), omitted),
+            )
         return int(dead[0]), int(hostile[0])
 
 

@@ -112,6 +112,17 @@ def test_run_detail_renders_hostile_data_as_text(
     assert all("elsewhere:1:aa" in a.text and "failed" in a.text for a in attempts)
     errors = [e.text for e in chrome.find_elements(By.CSS_SELECTOR, "tr.attempt-error pre")]
     assert errors == [f"Traceback (most recent call last):\n  {SCRIPT}", IMG]
+    # Each attempt's output: as text, colour codes gone, the omitted middle marked.
+    outputs = chrome.find_elements(By.CSS_SELECTOR, "#output pre.output")
+    assert [o.get_attribute("data-attempt") for o in outputs] == ["2"]
+    assert outputs[0].text.splitlines() == [
+        f"hello {SCRIPT}",
+        f"red {IMG}",
+        "… 12345 bytes omitted …",
+        "INFO job: done",
+    ]
+    assert len(outputs[0].find_elements(By.CSS_SELECTOR, "span.stderr")) == 1
+    assert chrome.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]') == []
     chrome.save_screenshot(str(tmp_path / "run.png"))
     # the runs list shows the hostile error too, still as text
     chrome.get(f"{console.url}/runs?status=dead")

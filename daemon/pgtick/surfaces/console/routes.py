@@ -229,8 +229,10 @@ class Console:
             raise NotFoundError(str(exc)) from None
 
     def _run(self, request: Request, store: RunStore) -> str:
-        detail = operations.show_run(store, self._run_id(request))
-        return run_page(detail, self._context(request, detail.db_now))
+        run_id = self._run_id(request)
+        detail = operations.show_run(store, run_id)
+        output = operations.run_output(store, run_id) if detail.attempts else []
+        return run_page(detail, self._context(request, detail.db_now), output)
 
     def _schedules(self, request: Request, store: RunStore) -> str:
         now = store.now()

@@ -5,7 +5,9 @@ the templates (``templates/``, Jinja2, autoescaped) hold the markup.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -101,7 +103,30 @@ def _run_fields(d: operations.RunDetail) -> list[tuple[str, object]]:
     ]
 
 
-def run_page(d: operations.RunDetail, page: Page) -> str:
+# While a run is running its page reloads itself this often, so its output follows (no script).
+RUN_REFRESH_SECONDS = 2
+# Terminal escape sequences (colours, cursor moves) in what a job printed: shown as plain text.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+@dataclass(frozen=True)
+class AttemptOutput:
+    attempt: int
+    lines: list[operations.OutputLine]
+
+
+def attempt_outputs(lines: Sequence[operations.OutputLine]) -> list[AttemptOutput]:
+    """Each attempt's lines (newest attempt first), escape sequences stripped."""
+    by_attempt: dict[int, list[operations.OutputLine]] = {}
+    for line in lines:
+        clean = dataclasses.replace(line, text=_ANSI.sub("", line.text))
+        by_attempt.setdefault(line.attempt, []).append(clean)
+    return [AttemptOutput(a, by_attempt[a]) for a in sorted(by_attempt, reverse=True)]
+
+
+def run_page(
+    d: operations.RunDetail, page: Page, output: Sequence[operations.OutputLine] = ()
+) -> str:
     return render(
         "run.html",
         page,
@@ -113,6 +138,8 @@ def run_page(d: operations.RunDetail, page: Page) -> str:
         fields=_run_fields(d),
         payload=json.dumps(d.run.payload, indent=2, ensure_ascii=False, sort_keys=True),
         timeline=timeline(d.attempts, d.db_now),
+        outputs=attempt_outputs(output),
+        refresh_seconds=RUN_REFRESH_SECONDS if d.run.status == "running" else None,
     )
 
 
