@@ -8,8 +8,11 @@ autocommit instead (``CREATE INDEX CONCURRENTLY`` cannot run in a transaction, a
 lets daemons of the previous version keep writing while an index builds). Its statements end
 with ``;`` at the end of a line (outside ``$$`` bodies) and must each be safe to run again:
 the file is recorded only when all succeeded. Such a file needs the connection's session (its
-``search_path`` and a session advisory lock), so it runs only on a direct connection: through
-a pooler ``migrate`` applies what comes before it and then stops with one line saying so.
+``search_path`` and a session advisory lock), so it runs so only on a direct connection.
+Through a transaction-mode pooler the same statements run without ``CONCURRENTLY``, in one
+locked transaction like any other file: the index is built while writes to its table wait
+(instant on a fresh install; on a large table run ``migrate`` once with a direct DSN instead),
+and ``migrate`` logs which file it built that way.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pgtick.storage import db, sqlfile
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION_MARKER = "-- pgtick: no-transaction"
 _STATEMENT_END = re.compile(r";[ \t]*$", re.MULTILINE)
+_CONCURRENTLY = re.compile(r"\s+CONCURRENTLY\b", re.IGNORECASE)
 # How often a migrator waiting for another one's advisory lock tries again. It polls rather
 # than blocks: a session blocked in pg_advisory_lock holds a snapshot, and CREATE INDEX
 # CONCURRENTLY in the lock holder would wait for that snapshot (a deadlock).
@@ -178,6 +182,15 @@ def _apply_transactional(conn: db.Connection, schema: str, migration: Migration)
     conn.execute(sqlfile.with_schema("record_migration", schema), _record(migration))
 
 
+def _apply_without_concurrently(conn: db.Connection, schema: str, migration: Migration) -> None:
+    """A no-transaction file through a pooler: its statements without CONCURRENTLY, inside the
+    caller's locked transaction (writes to the indexed tables wait for each build)."""
+    conn.execute(sqlfile.with_schema("set_local_search_path", schema))
+    for statement in migration.statements():
+        conn.execute(_CONCURRENTLY.sub("", statement).encode("utf-8"))
+    conn.execute(sqlfile.with_schema("record_migration", schema), _record(migration))
+
+
 def _record(migration: Migration) -> dict[str, str]:
     return {"version": migration.version, "name": migration.name, "sha256": migration.sha256}
 
@@ -236,18 +249,19 @@ def migrate(dsn: str, schema: str) -> list[str]:
                 if not todo:
                     return done
                 migration = todo[0]
+                name = f"{migration.version}_{migration.name}"
                 if migration.transactional:
                     _apply_transactional(conn, schema, migration)
-            name = f"{migration.version}_{migration.name}"
-            if not migration.transactional:
-                if pooled:
-                    raise MigrationError(
-                        f"migrate: migration {name} builds indexes concurrently, outside a "
-                        "transaction, which needs a direct connection, and this DSN goes "
-                        "through a connection pooler: run `pgtick migrate --dsn` with a direct "
-                        "DSN once (the migrations before it are applied)"
+                elif pooled:
+                    log.warning(
+                        "migration_not_concurrent",
+                        migration=name,
+                        message="through a connection pooler: indexes built without "
+                        "CONCURRENTLY, writes to their tables wait while each builds",
                     )
-                if not _apply_outside_transaction(conn, schema, migration):
-                    continue
+                    _apply_without_concurrently(conn, schema, migration)
+            direct_only = not migration.transactional and not pooled
+            if direct_only and not _apply_outside_transaction(conn, schema, migration):
+                continue  # another migrator applied it meanwhile
             log.info("migration_applied", version=migration.version, name=migration.name)
             done.append(name)
