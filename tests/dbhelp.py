@@ -1,7 +1,7 @@
 """What tests on the public surface need of the database, with psycopg and pgtick's SQL only
 (no pgtick internals): a connection on the pgtick schema, and runs enqueued through the
 documented ``pgtick.enqueue`` / ``<schema>.enqueue()`` and read back from the ``runs`` and
-``attempts`` tables (their columns are public: SPEC §2)."""
+``attempts`` tables (their columns are public)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 import pgtick
 
 SCHEMA = "pgtick"
-# The run states (SPEC §2, "Run states"), in the order the CLI and the metrics list them.
+# The run states, in the order the CLI and the metrics list them.
 STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped")
 
 Connection = psycopg.Connection[Any]

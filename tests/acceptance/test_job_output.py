@@ -282,7 +282,7 @@ def test_a_gigabyte_flood_is_bounded_and_slows_nothing(
     assert len(delays) >= 20, f"the flood ended too soon to measure: {len(delays)} pickups"
     p99 = statistics.quantiles(delays, n=100)[98]
     base_p99 = statistics.quantiles(baseline, n=100)[98]
-    # The bar is 25 ms (SPEC §10, measured on a quiet machine); on a busy machine, slower than
+    # The pickup bar is 25 ms (measured by bench on a quiet machine); on a busy machine, slower than
     # that already without any flood, the flood may not make pickup p99 more than 3x slower
     # (with the output read without a rate limit it was 2-3x the baseline here).
     bar = max(PICKUP_P99_SECONDS, 3 * base_p99)

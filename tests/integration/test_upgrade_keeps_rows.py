@@ -1,7 +1,7 @@
 """Issue 18, "Must show" 4: an install at the 0005 schema (the last release before the storage
 redesign) with runs in every state, written as that version's daemons wrote them, migrated to
 this version's head: every run, attempt, effect and schedule reads back the same, row for row,
-through the public ``runs`` / ``attempts`` names (SPEC §2), and idempotency keys stay taken.
+through the public ``runs`` / ``attempts`` names, and idempotency keys stay taken.
 
 The seed is raw SQL against the 0005 tables on purpose: it must keep describing the old
 schema however the store's code changes."""

@@ -1,5 +1,5 @@
 """Job output: the ``output_chunks`` an attempt writes while it runs, and what ``pgtick logs``
-and ``pgtick show`` read back (SPEC §5 Output).
+and ``pgtick show`` read back.
 """
 
 from __future__ import annotations

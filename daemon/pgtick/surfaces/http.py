@@ -5,7 +5,7 @@ handler}`` table; a handler takes a ``Request`` and returns a ``Response``. A pa
 ``/*`` matches one more segment (``/runs/*`` serves ``/runs/42``); every response carries the
 server's fixed headers. The web console serves the same kind of table through waitress
 (``pgtick.surfaces.console.server``); this one stays on the standard library so that the
-daemon's core keeps its six packages (SPEC §1). A scrape or a health check is a few small
+daemon's core keeps its six runtime packages. A scrape or a health check is a few small
 requests a minute, so the server is bounded rather than fast: at most ``MAX_CONNECTIONS``
 connections, one thread each; a connection that is not inside a handler is closed
 ``REQUEST_DEADLINE_SECONDS`` after it connected or after its last response (the whole time a
