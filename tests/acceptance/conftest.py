@@ -137,7 +137,10 @@ class Cluster:
         raise AssertionError(f"daemon did not start:\n{daemon.log()}")
 
     def records(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.jobs_log.read_text().splitlines() if line]
+        """The complete lines of the jobs' log: a handler may be writing the last one now."""
+        text = self.jobs_log.read_text()
+        complete = text[: text.rfind("\n") + 1]
+        return [json.loads(line) for line in complete.splitlines() if line]
 
     def executions(self, event: str = "run") -> Counter[int]:
         return Counter(r["run_id"] for r in self.records() if r["event"] == event)

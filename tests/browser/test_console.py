@@ -83,11 +83,13 @@ def test_runs_filter_by_clicking(console: Console, chrome: Any, tmp_path: Path) 
     for status in ("failed", "dead"):
         chrome.find_element(By.CSS_SELECTOR, f'input[name="status"][value="{status}"]').click()
     chrome.find_element(By.ID, "apply-filter").click()
+    WebDriverWait(chrome, 10).until(lambda d: "status=dead" in d.current_url)
     assert "status=failed" in chrome.current_url and "status=dead" in chrome.current_url
     rows = cells(chrome, "#runs tbody tr")
     assert sorted(r[2] for r in rows) == ["dead", "dead", "failed"]
     assert [int(r[0]) for r in rows] == sorted((int(r[0]) for r in rows), reverse=True)
     chrome.find_element(By.CSS_SELECTOR, 'a.status-link[data-status="succeeded"]').click()
+    WebDriverWait(chrome, 10).until(lambda d: "status=succeeded" in d.current_url)
     rows = cells(chrome, "#runs tbody tr")
     assert len(rows) == 5 and {r[2] for r in rows} == {"succeeded"}
     chrome.save_screenshot(str(tmp_path / "runs.png"))
