@@ -236,9 +236,10 @@ class Service:
             self.dsn,
             cfg.database.schema,
             set(worker.handled),
-            worker.wake,
+            worker.notified,
             metrics,
             listen_dsn=cfg.database.listen_dsn,
+            on_rescan=worker.rescan,
         )
         reaper = Reaper(
             store,

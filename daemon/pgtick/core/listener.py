@@ -25,6 +25,7 @@ from pgtick.storage import store
 from pgtick.storage.db import retry_delay
 
 NOTIFY_POLL_SECONDS = 1.0
+RESCAN_PAYLOAD = "!rescan"  # runs were put behind the claimers' lower bounds (keyset.py)
 
 log = structlog.get_logger("pgtick.listener")
 
@@ -41,12 +42,14 @@ class Listener:
         metrics: Metrics,
         *,
         listen_dsn: str = "",
+        on_rescan: Callable[[], None] | None = None,
     ) -> None:
         self._dsn = listen_dsn or dsn
         self._detect_pooler = not listen_dsn  # an explicit listen_dsn is trusted
         self._schema = schema
         self._job_types = job_types
         self._on_wake = on_wake
+        self._on_rescan = on_rescan or on_wake
         self._metrics = metrics
         self.stop_event = threading.Event()
         self.alive_at = time.monotonic()
@@ -66,7 +69,8 @@ class Listener:
                         log.info("listener_reconnected", after_failures=failures)
                     failures = 0
                     if not pooled:
-                        self._on_wake()  # catch up on what was enqueued while we were away
+                        # Catch up on what was enqueued (or given back) while we were away.
+                        self._on_rescan()
                         self._listen(notifications)
                 if pooled:
                     self._poll_only()
@@ -97,3 +101,5 @@ class Listener:
             for payload in notifications.next(NOTIFY_POLL_SECONDS):
                 if payload in self._job_types:
                     self._on_wake()
+                elif payload == RESCAN_PAYLOAD:
+                    self._on_rescan()

@@ -24,6 +24,7 @@ import structlog
 from pgtick.config import WorkerConfig
 from pgtick.core import handlers
 from pgtick.core.handlers import JobType, Outcome
+from pgtick.core.keyset import ClaimBounds
 from pgtick.core.lifecycle import UNSTARTED_MAX_WAIT_SECONDS, Held, Lifecycle, State
 from pgtick.core.output import Flusher
 from pgtick.errors import DatabaseError
@@ -205,8 +206,10 @@ class Worker:
             metrics, log_each_run=log_each_run, min_lease_seconds=min(leases, default=math.inf)
         )
         self._local: collections.deque[Held] = collections.deque()  # claimed, to start
+        self.bounds = ClaimBounds()  # where each type's claim scan starts (keyset.py)
         self._cond = threading.Condition()
         self._wake = threading.Event()
+        self._notified = threading.Event()  # woken by a NOTIFY since the last claim
         self._stop_claiming = threading.Event()
         self._closing = False
         self.completer = Completer(store, worker_id, self.life, metrics)
@@ -239,6 +242,17 @@ class Worker:
 
     def wake(self) -> None:
         """Something may be due (NOTIFY, reconnect, a slot freed): claim now."""
+        self._wake.set()
+
+    def notified(self) -> None:
+        """A NOTIFY about a job type this daemon handles: something is due, claim now."""
+        self._notified.set()
+        self._wake.set()
+
+    def rescan(self) -> None:
+        """Runs were put behind the claim's lower bounds (a ``!rescan`` NOTIFY): claim now,
+        scanning every type from the start."""
+        self.bounds.rescan()
         self._wake.set()
 
     @property
@@ -308,15 +322,23 @@ class Worker:
             if idle:
                 # Idle: one cheap probe per poll, and a claim only when something is due
                 # (a NOTIFY wakes us and claims at once).
-                due_in = store.next_due_in(self.handled)
+                due_in = store.next_due_in(self.handled, self.bounds.lows())
                 if due_in is None or due_in > 0:
                     wait = self._cfg.poll_interval_seconds
                     if due_in is not None:
                         wait = max(MIN_IDLE_WAIT_SECONDS, min(wait, due_in))
+                    rescan_in = self.bounds.pending()
+                    if rescan_in is not None:
+                        wait = max(MIN_IDLE_WAIT_SECONDS, min(wait, rescan_in))
                     idle = not self._wake.wait(wait)
                     continue
             sent_at = time.monotonic()
-            runs = store.claim(self.worker_id, self._claim_types, capacity)
+            notified = self._notified.is_set()
+            self._notified.clear()
+            runs = store.claim(self.worker_id, self._claim_types, capacity, self.bounds.lows())
+            self.bounds.claimed(runs)
+            if notified and not runs:
+                self.bounds.missed()
             if runs:
                 self._accept(store, runs, sent_at)
             backlog = len(runs) == capacity
@@ -453,6 +475,8 @@ class Worker:
         except DatabaseError as exc:
             self._metrics.db_error("release")
             log.error("release_failed", error=str(exc), runs=len(runs))
+        if released:
+            self.bounds.rescan()  # queued again behind this daemon's own bounds
         self.life.released(runs, released, let_go)
         return len(released)
 

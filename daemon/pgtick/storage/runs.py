@@ -206,12 +206,25 @@ def _claims(worker_id: str, claims: Sequence[Claim]) -> dict[str, Any]:
     }
 
 
+def _rescan_if_behind(conn: db.Connection, runs: Sequence[NewRun]) -> None:
+    """Tell claimers to scan from the start when a run was enqueued due in the past."""
+    given = [r.run_at for r in runs if r.run_at is not None]
+    if given:
+        query = sqlfile.query("notify_rescan_if_behind", conn.schema)
+        conn.execute(query, {"earliest": min(given)})
+
+
 class RunQueries(StoreBase):
     """The runs aggregate (``runs``, ``attempts``, ``effects``)."""
 
     def enqueue(self, run: NewRun) -> int:
         """Add one run (or return the existing one for its idempotency key)."""
-        rows = self._all("enqueue", "enqueue", _enqueue_params(run))
+        with self._conn("enqueue") as conn:
+            rows = conn.execute(
+                sqlfile.query("enqueue", conn.schema), _enqueue_params(run)
+            ).fetchall()
+            if run.run_at is not None:
+                _rescan_if_behind(conn, [run])
         return int(rows[0][0])
 
     def enqueue_many(self, runs: Sequence[NewRun]) -> list[int]:
@@ -254,24 +267,39 @@ class RunQueries(StoreBase):
                 ]
             for job_type in sorted({r.job_type for r in unique}):
                 conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
+            _rescan_if_behind(conn, unique)
         return [int(ids[i]) for i in slot]  # type: ignore[arg-type]
 
-    def claim(self, worker_id: str, types: Sequence[ClaimType], limit: int) -> list[ClaimedRun]:
-        """Claim up to ``limit`` due runs of the given types in one statement."""
+    def claim(
+        self,
+        worker_id: str,
+        types: Sequence[ClaimType],
+        limit: int,
+        lows: Mapping[str, datetime] | None = None,
+    ) -> list[ClaimedRun]:
+        """Claim up to ``limit`` due runs of the given types in one statement; a type's runs
+        due before its entry in ``lows`` are not looked at (the keyset claim)."""
         if limit <= 0 or not types:
             return []
+        lows = lows or {}
         params = {
             "worker_id": worker_id,
             "job_types": [t.job_type for t in types],
             "leases": [t.lease_seconds for t in types],
             "max_attempts": [t.max_attempts for t in types],
+            "lows": [lows.get(t.job_type) for t in types],
             "limit": limit,
         }
         return [ClaimedRun(*row) for row in self._all("claim", "claim", params)]
 
-    def next_due_in(self, job_types: Sequence[str]) -> float | None:
-        """Seconds until the earliest runnable run of these types is due (None: none)."""
-        rows = self._all("next_due", "next_due", {"job_types": list(job_types)})
+    def next_due_in(
+        self, job_types: Sequence[str], lows: Mapping[str, datetime] | None = None
+    ) -> float | None:
+        """Seconds until the earliest runnable run of these types is due (None: none), from
+        each type's lower bound as ``claim``."""
+        lows = lows or {}
+        params = {"job_types": list(job_types), "lows": [lows.get(t) for t in job_types]}
+        rows = self._all("next_due", "next_due", params)
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def heartbeat(self, worker_id: str, leases: Sequence[Lease]) -> Beat:
@@ -345,7 +373,16 @@ class RunQueries(StoreBase):
         """Give held runs back (queued, attempt not counted); returns those released."""
         if not claims:
             return set()
-        rows = self._all("release", "release", _claims(worker_id, claims))
+        with self._conn("release") as conn, conn.transaction():
+            rows = conn.execute(
+                sqlfile.query("release", conn.schema), _claims(worker_id, claims)
+            ).fetchall()
+            # Given back with their old run_at, behind every claimer's lower bound: say so,
+            # and wake idle daemons that handle them.
+            if rows:
+                conn.execute(sqlfile.query("notify_rescan", conn.schema))
+            for job_type in sorted({row[1] for row in rows}):
+                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
         return {row[0] for row in rows}
 
     def acknowledge_cancel(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:

@@ -197,6 +197,8 @@ class ScheduleQueries(StoreBase):
             ).fetchall()
             if any(status == "queued" for status, _ in rows):
                 conn.execute(sqlfile.query("notify", conn.schema), {"job_type": schedule.job_type})
+                # Due at the minute's start, maybe behind a claimer's lower bound by now.
+                conn.execute(sqlfile.query("notify_rescan", conn.schema))
         return {status: int(n) for status, n in rows}
 
     def list_schedules(self) -> list[ScheduleListing]:
@@ -238,6 +240,7 @@ class ScheduleQueries(StoreBase):
             ).fetchall()
             if rows:
                 conn.execute(sqlfile.query("notify", conn.schema), {"job_type": rows[0][1]})
+                conn.execute(sqlfile.query("notify_rescan", conn.schema))  # due in the past
         return [int(r[0]) for r in rows]
 
     def schedule_of_run(self, schedule_id: int) -> ScheduleRef | None:

@@ -64,6 +64,17 @@ SELECT pg_backend_pid();
 -- Wake idle daemons that handle this job type.
 SELECT pg_notify({channel}, %(job_type)s);
 
+-- notify_rescan --
+-- Runs were put behind the claimers' lower bounds (given back, materialized late, backfilled):
+-- every daemon's next claim scans each type from the start. The payload is no job type name
+-- (names cannot start with "!"), so daemons of earlier versions ignore it.
+SELECT pg_notify({channel}, '!rescan');
+
+-- notify_rescan_if_behind --
+-- The same when an enqueued run is due more than a second (the claimers' margin) ago.
+SELECT pg_notify({channel}, '!rescan')
+WHERE %(earliest)s::timestamptz < now() - interval '1 second';
+
 -- claim --
 -- Claim up to %(limit)s due runs of the given job types in one statement (a run is held by
 -- exactly one daemon at a time):
@@ -71,9 +82,14 @@ SELECT pg_notify({channel}, %(job_type)s);
 -- per job type (it leads with job_type), so due runs of types this daemon does not handle are
 -- never read; the oldest %(limit)s of those candidates are claimed. Fills in max_attempts
 -- from the job type when the run did not set one, and opens the attempt rows.
+-- Each type's range starts at its lower bound (%(lows)s, NULL: from the start): the claimer
+-- keeps it just below the run_at it last claimed, so the scan skips the index entries of runs
+-- consumed since, which a snapshot held elsewhere keeps from being removed (the "keyset
+-- claim"; worker.py says when it starts from the beginning again).
 WITH types AS (
-    SELECT * FROM unnest(%(job_types)s::text[], %(leases)s::float8[], %(max_attempts)s::int[])
-        AS t(job_type, lease, max_attempts)
+    SELECT * FROM unnest(%(job_types)s::text[], %(leases)s::float8[], %(max_attempts)s::int[],
+                         %(lows)s::timestamptz[])
+        AS t(job_type, lease, max_attempts, low)
 ), candidates AS (
     SELECT c.id, c.run_at
     FROM types t
@@ -82,6 +98,7 @@ WITH types AS (
         FROM {schema}.runs r
         WHERE r.job_type = t.job_type
           AND r.status IN ('queued', 'failed')
+          AND r.run_at >= coalesce(t.low, '-infinity')
           AND r.run_at <= now()
         ORDER BY r.run_at, r.id
         LIMIT %(limit)s
@@ -110,13 +127,15 @@ SELECT * FROM claimed;
 
 -- next_due --
 -- Seconds until the earliest runnable run of these job types comes due (negative: overdue),
--- on the database clock: how long an idle dispatcher may sleep. One index probe per job type.
+-- on the database clock: how long an idle dispatcher may sleep. One index probe per job type,
+-- from the type's lower bound as the claim's.
 SELECT extract(epoch FROM min(n.run_at) - now())::float8
-FROM unnest(%(job_types)s::text[]) AS t(job_type)
+FROM unnest(%(job_types)s::text[], %(lows)s::timestamptz[]) AS t(job_type, low)
 CROSS JOIN LATERAL (
     SELECT r.run_at
     FROM {schema}.runs r
     WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
+      AND r.run_at >= coalesce(t.low, '-infinity')
     ORDER BY r.run_at
     LIMIT 1
 ) n;
@@ -211,14 +230,14 @@ WITH done AS (
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
     WHERE r.id = c.id AND r.attempts = c.attempt AND r.locked_by = %(worker_id)s
       AND r.status <> 'cancelled'
-    RETURNING r.id, r.attempts + 1 AS attempt
+    RETURNING r.id, r.attempts + 1 AS attempt, r.job_type
 ), closed AS (
     UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'released', error = 'released on shutdown'
     FROM done
     WHERE a.run_id = done.id AND a.attempt = done.attempt AND a.outcome IS NULL
 )
-SELECT id FROM done;
+SELECT id, job_type FROM done;
 
 -- acknowledge_cancel --
 -- The holder of runs an operator cancelled lets go once their handlers have stopped (or

@@ -1,0 +1,72 @@
+"""The keyset claim starts each scan just below the last run it claimed; runs that land behind
+that bound must still start at once, not at the next periodic rescan: a run enqueued due in the
+past, and a run enqueued in a transaction that committed seconds after its run_at was taken
+(while the daemon went on claiming later runs)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import psycopg
+
+from tests.dbhelp import Connection, NewRun, Runs, connect
+
+from .conftest import Cluster, wait_for
+
+# Well under the 2 s periodic rescan and the 5 s poll: only a prompt rescan meets it.
+PROMPT_SECONDS = 1.0
+
+
+def _started_at(cluster: Cluster, run_id: int) -> float:
+    [record] = wait_for(
+        lambda: [r for r in cluster.records() if r["run_id"] == run_id], 10, what=f"run {run_id}"
+    )
+    return float(record["t"])
+
+
+def _advance_the_bound(cluster: Cluster, store: Runs, n: int = 5) -> None:
+    """Runs due now, claimed and run: the daemon's bound moves up to about now."""
+    ids = store.enqueue_many([NewRun("record") for _ in range(n)])
+    for run_id in ids:
+        _started_at(cluster, run_id)
+
+
+def test_a_run_enqueued_due_an_hour_ago_starts_at_once(
+    cluster: Cluster, store: Runs, conn: Connection
+) -> None:
+    cluster.start()
+    _advance_the_bound(cluster, store)
+    now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    enqueued = time.time()
+    run_id = store.enqueue(NewRun("record", run_at=now - timedelta(hours=1)))
+    assert _started_at(cluster, run_id) - enqueued < PROMPT_SECONDS
+
+
+def test_a_run_committed_long_after_its_run_at_starts_at_once(
+    cluster: Cluster, store: Runs, dsn: str
+) -> None:
+    cluster.start()
+    _advance_the_bound(cluster, store)
+    with psycopg.connect(dsn) as app:  # the application's own transaction
+        app.execute("SET search_path TO pgtick")
+        [(late,)] = app.execute("SELECT enqueue('record', '{\"late\": true}')").fetchall()
+        time.sleep(1.5)  # the run's run_at is now() of this transaction: 1.5 s ago
+        _advance_the_bound(cluster, store)  # meanwhile the daemon claims later runs
+        app.commit()
+        committed = time.time()
+    assert _started_at(cluster, late) - committed < PROMPT_SECONDS
+
+
+def test_runs_behind_the_bound_start_at_once_through_many_rounds(
+    cluster: Cluster, store: Runs
+) -> None:
+    """Past-due runs interleaved with current ones, round after round: none waits."""
+    cluster.start()
+    with connect(store.dsn) as conn:
+        for _ in range(5):
+            _advance_the_bound(cluster, store, 3)
+            now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+            enqueued = time.time()
+            run_id = store.enqueue(NewRun("record", run_at=now - timedelta(minutes=10)))
+            assert _started_at(cluster, run_id) - enqueued < PROMPT_SECONDS
