@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from pgtick.embedded import EmbeddedPostgres
 from tests.dbhelp import Connection, Runs, connect
 
 HERE = Path(__file__).resolve().parent
@@ -164,6 +167,19 @@ def conn(dsn: str) -> Iterator[Connection]:
 def store(dsn: str) -> Runs:
     """Runs enqueued through ``pgtick.enqueue`` and read back from the public tables."""
     return Runs(dsn)
+
+
+@pytest.fixture
+def own_server() -> Iterator[EmbeddedPostgres]:
+    """A server of the test's own, for tests that stop or restart it: doing that to the shared
+    one would disturb other tests."""
+    data_dir = Path(tempfile.mkdtemp(prefix="pgtick-own-pg-"))
+    server = EmbeddedPostgres(data_dir, throwaway=True)
+    try:
+        yield server
+    finally:
+        server.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -4,12 +4,9 @@ lease, so that the leases the daemon holds expire while it cannot renew them."""
 from __future__ import annotations
 
 import itertools
-import shutil
 import signal
-import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -23,18 +20,6 @@ from .conftest import Cluster, Daemon, wait_for
 
 RUNS = 3000
 LEASE_SECONDS = 3.0
-
-
-@pytest.fixture
-def own_server() -> Iterator[EmbeddedPostgres]:
-    """A server of this test's own: restarting the shared one would disturb other tests."""
-    data_dir = Path(tempfile.mkdtemp(prefix="pgtick-restart-pg-"))
-    server = EmbeddedPostgres(data_dir, throwaway=True)
-    try:
-        yield server
-    finally:
-        server.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 # What the daemon logs when a database operation fails.

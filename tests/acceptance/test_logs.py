@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import signal
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +39,6 @@ def chatty(ctx, payload):
     if payload.get("fail"):
         raise RuntimeError("chatty failed")
 """
-
-
-@pytest.fixture
-def own_server() -> Iterator[EmbeddedPostgres]:
-    """A server of this test's own: stopping the shared one would disturb other tests."""
-    data_dir = Path(tempfile.mkdtemp(prefix="pgtick-logs-pg-"))
-    server = EmbeddedPostgres(data_dir, throwaway=True)
-    try:
-        yield server
-    finally:
-        server.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def parse(text: str) -> list[dict[str, Any]]:

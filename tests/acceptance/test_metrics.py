@@ -5,14 +5,11 @@ tests/integration/test_metrics_queries.py)."""
 from __future__ import annotations
 
 import concurrent.futures
-import shutil
 import signal
 import socket
-import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -244,18 +241,6 @@ def test_metrics_of_a_running_daemon_match_the_database(
     assert get(base + "/readyz")[0::2] == (200, "ready\n")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0
-
-
-@pytest.fixture
-def own_server() -> Iterator[EmbeddedPostgres]:
-    """A server of this test's own: stopping the shared one would disturb other tests."""
-    data_dir = Path(tempfile.mkdtemp(prefix="pgtick-metrics-pg-"))
-    server = EmbeddedPostgres(data_dir, throwaway=True)
-    try:
-        yield server
-    finally:
-        server.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def timed_get(url: str) -> tuple[float, int, str]:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from pgtick.storage import db, sqlfile
 from pgtick.storage.store import ClaimType, Failure, Lease, NewRun, RunStore
+from tests.integration.leases import expire
 
 NOOP = [ClaimType("noop", 60.0, 10)]
 
 
 def _expire_and_reap(store: RunStore, conn: db.Connection, run_id: int) -> None:
-    conn.execute(
-        "UPDATE runs SET locked_until = now() - interval '1 second' WHERE id = %s", [run_id]
-    )
+    expire(conn, [run_id])
     assert [r.id for r in store.reap(lambda job_type, attempt: 0.0)] == [run_id]
 
 
@@ -83,9 +82,7 @@ def test_the_reaper_lets_go_of_cancelled_runs_whose_holder_died(
     store.claim("dead-daemon", NOOP, 1)
     store.cancel([run_id])
     assert store.reap_cancelled() == 0  # the lease is live: its handler may still run
-    conn.execute(
-        "UPDATE runs SET locked_until = now() - interval '1 second' WHERE id = %s", [run_id]
-    )
+    expire(conn, [run_id])
     assert store.reap_cancelled() == 1
     row = conn.execute(
         "SELECT r.status, r.locked_by, a.outcome, a.error FROM runs r "
@@ -102,9 +99,7 @@ def test_retry_of_a_cancelled_run_whose_holder_died_closes_its_attempt(
     run_id = store.enqueue(NewRun("noop"))
     store.claim("dead-daemon", NOOP, 1)
     store.cancel([run_id])
-    conn.execute(
-        "UPDATE runs SET locked_until = now() - interval '1 second' WHERE id = %s", [run_id]
-    )
+    expire(conn, [run_id])
     assert store.retry([run_id]) == [run_id]
     assert conn.execute("SELECT outcome FROM attempts WHERE run_id = %s", [run_id]).fetchall() == [
         ("lost",)

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from pgtick.core import ticker
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db
 from pgtick.storage.store import RunStore, ScheduleRow
+from tests.acceptance.cli import Result
 
 UNREACHABLE_DSN = "postgresql://nobody@127.0.0.1:1/none"
 CLI_TIMEOUT_SECONDS = 60.0
@@ -33,20 +33,6 @@ format = "json"
 [job_types.noop]
 command = ["/bin/true"]
 """
-
-
-@dataclass(frozen=True)
-class Result:
-    code: int
-    out: list[str]
-    err: list[str]
-
-    @property
-    def error(self) -> str:
-        """The one stderr line an error must produce, and no traceback anywhere."""
-        assert len(self.err) == 1, self.err
-        assert "Traceback" not in "\n".join(self.out + self.err)
-        return self.err[0]
 
 
 def start(argv: Sequence[str], dsn: str) -> subprocess.Popen[str]:

@@ -8,6 +8,7 @@ from pgtick.core.output import Capture, Flusher
 from pgtick.storage import db
 from pgtick.storage.store import Chunk, ClaimType, NewRun, RunStore
 from pgtick.surfaces import operations
+from tests.integration.leases import expire
 
 NOOP = [ClaimType("noop", 60.0, 10)]
 
@@ -24,9 +25,7 @@ def test_a_stale_holder_cannot_write_into_a_later_attempt(
         )
         == 0
     )
-    conn.execute(
-        "UPDATE runs SET locked_until = now() - interval '1 second' WHERE id = %s", [run_id]
-    )
+    expire(conn, [run_id])
     store.reap(lambda job_type, attempt: 0.0)
     [second] = store.claim("w", NOOP, 1)
     assert second.attempt == 2

@@ -16,6 +16,7 @@ from pgtick.core.reaper import Reaper
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db
 from pgtick.storage.store import ClaimType, NewRun, RunStore
+from tests.integration.leases import expire
 
 # The job types the reaper knows: one with jitter, one without. "stranger" is a type no
 # handler of this daemon knows (another fleet's): the default backoff applies.
@@ -42,13 +43,6 @@ def make_reaper(store: RunStore) -> Reaper:
 @pytest.fixture
 def reaper(store: RunStore) -> Reaper:
     return make_reaper(store)
-
-
-def expire(conn: db.Connection, run_ids: list[int]) -> None:
-    """What a dead daemon leaves behind: its leases run out."""
-    conn.execute(
-        "UPDATE runs SET locked_until = now() - interval '1 second' WHERE id = ANY(%s)", [run_ids]
-    )
 
 
 def lose_attempt(store: RunStore, conn: db.Connection, reaper: Reaper, run_id: int) -> None:

@@ -13,6 +13,7 @@ from pgtick.config import WorkerConfig
 from pgtick.core.backoff import Backoff
 from pgtick.storage import db
 from pgtick.storage.store import Beat, ClaimType, Failure, Lease, NewRun, RunStore
+from tests.integration.leases import expire
 
 NOOP = [ClaimType("noop", 60.0, 10)]
 
@@ -54,9 +55,7 @@ def test_lease_guard_after_expiry_and_takeover(store: RunStore, conn: db.Connect
     run_id = store.enqueue(NewRun("noop"))
     assert _claim_one(store, "A") == run_id
     # A freezes: its lease runs out, the reaper makes the run claimable, B takes it.
-    conn.execute(
-        "UPDATE runs SET locked_until = now() - interval '1 second' WHERE id = %s", [run_id]
-    )
+    expire(conn, [run_id])
     reaped = store.reap(lambda job_type, attempt: 0.0)
     assert [(r.id, r.status) for r in reaped] == [(run_id, "failed")]
     assert _claim_one(store, "B") == run_id
@@ -150,10 +149,7 @@ def test_reaper_fails_or_kills_expired_and_leaves_live_leases(
     claimed = store.claim("w", NOOP, 10)
     assert len(claimed) == 5
     expired, exhausted, live = ids[:3], [c.id for c in claimed if c.max_attempts == 1], ids[3]
-    conn.execute(
-        "UPDATE runs SET locked_until = now() - interval '1 second' WHERE id = ANY(%s)",
-        [expired + exhausted],
-    )
+    expire(conn, expired + exhausted)
     reaped = store.reap(lambda job_type, attempt: 30.0)
     assert sorted((r.id, r.status) for r in reaped) == sorted(
         [(i, "failed") for i in expired] + [(i, "dead") for i in exhausted]

@@ -88,6 +88,14 @@ def run_bench(*args: str, prelude: str = "") -> subprocess.CompletedProcess[str]
         (["recovery", "--set", "worker.lease=soon"], "worker.lease"),
         (["peers", "--only", "celery"], "unknown peers ['celery']"),
         (["peers", "--rounds", "0"], "--rounds must be at least 1"),
+        (["queue-health", "--pin", "30"], "--pin must each be at least one --window"),
+        (["queue-health", "--rate", "0"], "--rate and --window must be positive"),
+        (["queue-health", "--set", "web.listen=x"], "--set: worker, ticker, logging, database"),
+        (["soak", "--sample", "60", "--retention", "30s"], "--sample must be shorter"),
+        (["soak", "--retention", "2 minutes"], "expected a duration such as 2m"),
+        (["soak", "--duration", "30", "--sample", "60"], "--sample must not exceed --duration"),
+        (["output", "--runs", "0"], "--runs and --rounds must be at least 1"),
+        (["output", "--set", "web.listen=x"], "--set: only worker.*, ticker.* and logging.*"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> None:
@@ -97,10 +105,17 @@ def test_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> Non
     assert result.stderr.count("\n") == 1 and message in result.stderr
 
 
-def test_a_missing_peer_package_fails_naming_it() -> None:
-    result = run_bench("peers", "--runs", "10", prelude="sys.modules['procrastinate'] = None")
+@pytest.mark.parametrize(
+    ("args", "module"),
+    [
+        (["peers", "--runs", "10"], "procrastinate"),
+        (["queue-health", "--system", "both"], "pgqueuer"),
+    ],
+)
+def test_a_missing_peer_package_fails_naming_it(args: list[str], module: str) -> None:
+    result = run_bench(*args, prelude=f"sys.modules[{module!r}] = None")
     assert result.returncode == 2
-    assert result.stderr.startswith("bench peers: cannot import procrastinate")
+    assert result.stderr.startswith(f"bench {args[0]}: cannot import {module}")
     assert "pip install -e '.[bench]'" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -110,3 +125,10 @@ def test_an_unreachable_server_exits_3_naming_the_option() -> None:
     assert result.returncode == 3
     assert result.stderr.startswith("bench idle: --dsn: database unreachable")
     assert "Traceback" not in result.stderr
+
+
+def test_both_parts_explain_themselves_in_help() -> None:
+    for part in ("queue-health", "soak"):
+        result = run_bench(part, "--help")
+        assert result.returncode == 0
+        assert "--json" in result.stdout and "--rate" in result.stdout

@@ -1,11 +1,9 @@
 """The queue-health and soak parts without a database: their timelines, the report math (ratios,
-bars, trends, exactly-once), the claim's recognition in pg_stat_statements text, and their usage
-errors (found before a server is started)."""
+bars, trends, exactly-once), the claim's recognition in pg_stat_statements text. Their usage
+errors are with the others in test_bench."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import tomllib
 from collections import Counter
@@ -276,52 +274,3 @@ def test_a_failing_producer_reports_its_error() -> None:
     producer.join(5)
     with pytest.raises(common.BenchError, match="connection lost"):
         producer.check()
-
-
-# -- usage errors -------------------------------------------------------------------------------
-
-
-def run_bench(*args: str, prelude: str = "") -> subprocess.CompletedProcess[str]:
-    code = f"import sys\n{prelude}\nfrom bench.__main__ import main\nsys.exit(main(sys.argv[1:]))"
-    return subprocess.run(
-        [sys.executable, "-c", code, *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["queue-health", "--pin", "30"], "--pin must each be at least one --window"),
-        (["queue-health", "--rate", "0"], "--rate and --window must be positive"),
-        (["queue-health", "--set", "web.listen=x"], "--set: worker, ticker, logging, database"),
-        (["soak", "--sample", "60", "--retention", "30s"], "--sample must be shorter"),
-        (["soak", "--retention", "2 minutes"], "expected a duration such as 2m"),
-        (["soak", "--duration", "30", "--sample", "60"], "--sample must not exceed --duration"),
-        (["output", "--runs", "0"], "--runs and --rounds must be at least 1"),
-        (["output", "--set", "web.listen=x"], "--set: only worker.*, ticker.* and logging.*"),
-    ],
-)
-def test_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> None:
-    result = run_bench(*args)
-    assert result.returncode == 2
-    assert result.stdout == ""
-    assert result.stderr.count("\n") == 1 and message in result.stderr
-
-
-def test_a_missing_peer_package_fails_naming_it() -> None:
-    result = run_bench("queue-health", "--system", "both", prelude="sys.modules['pgqueuer'] = None")
-    assert result.returncode == 2
-    assert result.stderr.startswith("bench queue-health: cannot import pgqueuer")
-    assert "Traceback" not in result.stderr
-
-
-def test_both_parts_explain_themselves_in_help() -> None:
-    for part in ("queue-health", "soak"):
-        result = run_bench(part, "--help")
-        assert result.returncode == 0
-        assert "--json" in result.stdout and "--rate" in result.stdout

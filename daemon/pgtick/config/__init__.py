@@ -14,6 +14,7 @@ nothing else of pgtick.
 
 from __future__ import annotations
 
+from pgtick.config import model
 from pgtick.config.load import (
     CONFIG_PATH_ENV,
     DEFAULT_CONFIG_PATH,
@@ -26,18 +27,7 @@ from pgtick.config.load import (
     read_token,
     resolve_dsn,
 )
-from pgtick.config.model import (
-    Config,
-    DatabaseConfig,
-    JobTypeConfig,
-    LoggingConfig,
-    MetricsConfig,
-    RetentionConfig,
-    ScheduleConfig,
-    TickerConfig,
-    WebConfig,
-    WorkerConfig,
-)
+from pgtick.config.model import *  # noqa: F403  (the dataclasses: model.__all__)
 from pgtick.config.schema import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_POLL_INTERVAL_SECONDS,
@@ -65,18 +55,8 @@ __all__ = [
     "DSN_ENV",
     "KEYS",
     "NO_DATABASE_MESSAGE",
-    "Config",
     "ConfigErrors",
-    "DatabaseConfig",
-    "JobTypeConfig",
     "Key",
-    "LoggingConfig",
-    "MetricsConfig",
-    "RetentionConfig",
-    "ScheduleConfig",
-    "TickerConfig",
-    "WebConfig",
-    "WorkerConfig",
     "config_from_mapping",
     "format_duration",
     "is_loopback",
@@ -89,3 +69,4 @@ __all__ = [
     "resolve_dsn",
     "schema_name",
 ]
+__all__ += model.__all__

@@ -177,18 +177,22 @@ def read_token(web: WebConfig) -> str | None:
     """The console's action token from ``web.token_file`` (None: no file set, read-only)."""
     if not web.token_file:
         return None
+    return _read_secret("web.token_file", web.token_file)
+
+
+def _read_secret(key: str, path: str) -> str:
+    """The stripped text of the file a key names (a token, a DSN); an unreadable, non-UTF-8 or
+    empty file is a ``ConfigError`` naming the key."""
     try:
-        with open(web.token_file, encoding="utf-8") as fh:
-            token = fh.read().strip()
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read().strip()
     except OSError as exc:
-        raise ConfigError(
-            f"web.token_file: cannot read {web.token_file}: {exc.strerror or exc}"
-        ) from None
+        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"web.token_file: {web.token_file} is not valid UTF-8") from None
-    if not token:
-        raise ConfigError(f"web.token_file: {web.token_file} is empty")
-    return token
+        raise ConfigError(f"{key}: {path} is not valid UTF-8") from None
+    if not text:
+        raise ConfigError(f"{key}: {path} is empty")
+    return text
 
 
 def job_type_config(
@@ -363,16 +367,5 @@ def resolve_dsn(
     if db.dsn:
         return db.dsn
     if db.dsn_file:
-        try:
-            with open(db.dsn_file, encoding="utf-8") as fh:
-                dsn = fh.read().strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"database.dsn_file: cannot read {db.dsn_file}: {exc.strerror or exc}"
-            ) from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"database.dsn_file: {db.dsn_file} is not valid UTF-8") from None
-        if not dsn:
-            raise ConfigError(f"database.dsn_file: {db.dsn_file} is empty")
-        return dsn
+        return _read_secret("database.dsn_file", db.dsn_file)
     raise ConfigError(NO_DATABASE_MESSAGE)

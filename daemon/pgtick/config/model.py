@@ -50,6 +50,20 @@ from pgtick.config.schema import (
 )
 from pgtick.config.values import redact_dsn, split_listen
 
+# The package re-exports these (``from pgtick.config import Config``).
+__all__ = [
+    "Config",
+    "DatabaseConfig",
+    "JobTypeConfig",
+    "LoggingConfig",
+    "MetricsConfig",
+    "RetentionConfig",
+    "ScheduleConfig",
+    "TickerConfig",
+    "WebConfig",
+    "WorkerConfig",
+]
+
 
 @dataclass(frozen=True, repr=False)
 class DatabaseConfig:
