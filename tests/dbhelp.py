@@ -1,15 +1,15 @@
 """What tests on the public surface need of the database, with psycopg and pgtick's SQL only
 (no pgtick internals): a connection on the pgtick schema, and runs enqueued through the
-documented ``pgtick.enqueue`` / ``<schema>.enqueue()`` (a run described by the public
-``pgtick.NewRun``) and read back from the ``runs`` and ``attempts`` tables (their columns are
-public)."""
+documented ``pgtick.enqueue`` / ``<schema>.enqueue()`` and read back from the ``runs`` and
+``attempts`` tables (their columns are public)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +19,6 @@ from psycopg.rows import namedtuple_row
 from psycopg.types.json import Jsonb
 
 import pgtick
-from pgtick import NewRun
 
 SCHEMA = "pgtick"
 # The run states, in the order the CLI and the metrics list them.
@@ -43,6 +42,17 @@ def migrate(dsn: str) -> None:
         capture_output=True,
         env={**os.environ, "PGTICK_DSN": dsn, "PGTICK_CONFIG": ""},
     )
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run to enqueue: the arguments of ``pgtick.enqueue``."""
+
+    job_type: str
+    payload: Mapping[str, Any] | None = None
+    run_at: datetime | None = None
+    idempotency_key: str | None = None
+    max_attempts: int | None = None
 
 
 class Runs:

@@ -23,7 +23,6 @@ except _metadata.PackageNotFoundError:  # pragma: no cover - a bare source tree
     __version__ = "0+unknown"
 
 from pgtick.core.handlers import JobContext, job
-from pgtick.storage.store import NewRun, enqueue_on
 
 DEFAULT_SCHEMA = "pgtick"
 
@@ -44,6 +43,8 @@ def enqueue(
     the business change that needs it is. An ``idempotency_key`` that already exists returns
     the existing run's id and changes nothing.
     """
+    from pgtick.storage.store import NewRun, enqueue_on
+
     return enqueue_on(
         conn, schema, NewRun(job_type, payload, run_at, idempotency_key, max_attempts)
     )
@@ -54,7 +55,6 @@ __all__ = [
     "DatabaseError",
     "Fail",
     "JobContext",
-    "NewRun",
     "NotFoundError",
     "PgtickError",
     "Retry",
