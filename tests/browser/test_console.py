@@ -94,6 +94,8 @@ def test_runs_filter_by_clicking(console: Console, chrome: Any, tmp_path: Path) 
     for status in ("failed", "dead"):
         chrome.find_element(By.CSS_SELECTOR, f'input[name="status"][value="{status}"]').click()
     chrome.find_element(By.ID, "apply-filter").click()
+    # the click starts a navigation; wait for it rather than read the old page's URL
+    WebDriverWait(chrome, 10).until(lambda d: "status=" in d.current_url)
     assert "status=failed" in chrome.current_url and "status=dead" in chrome.current_url
     rows = cells(chrome, "#runs tbody tr")
     assert sorted(r[2] for r in rows) == ["dead", "dead", "failed"]
