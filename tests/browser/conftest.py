@@ -54,11 +54,13 @@ job_type = "record"
 cron = "15 * * * *"
 """
 
-# Runs of a job type no daemon here handles, so they stay as prepared: 3 due, 1 awaiting retry,
-# 2 dead in the last day (one of them hostile), 5 succeeded a few minutes ago.
+# Runs of a job type no daemon here handles, so they stay as prepared: 3 due (enqueued five
+# minutes ago: a backlog on the queue-depth chart), 1 awaiting retry, 2 dead in the last day
+# (one of them hostile), 5 succeeded a few minutes ago.
 PREPARED = """
-INSERT INTO runs (job_type, payload, status, run_at, attempts, max_attempts)
-SELECT 'report', jsonb_build_object('n', i), 'queued', now() - interval '5 minutes', 0, 3
+INSERT INTO runs (job_type, payload, status, run_at, created_at, attempts, max_attempts)
+SELECT 'report', jsonb_build_object('n', i), 'queued', now() - interval '5 minutes',
+       now() - interval '5 minutes', 0, 3
 FROM generate_series(1, 3) i;
 INSERT INTO runs (job_type, status, run_at, attempts, max_attempts, last_error, error_type)
 VALUES ('report', 'failed', now() + interval '1 hour', 1, 3, 'timeout talking to smtp',

@@ -64,9 +64,20 @@ def test_overview_shows_queues_workers_chart_and_schedules(
     assert total == "5 succeeded in the last hour"
     assert len(chrome.find_elements(By.CSS_SELECTOR, "svg#throughput rect.bar")) == 60
     small = chrome.find_element(By.CSS_SELECTOR, 'figure.small-chart[data-job-type="report"]')
-    assert small.find_element(By.TAG_NAME, "figcaption").text == "report: 5 succeeded, 1 dead"
+    caption = small.find_element(By.TAG_NAME, "figcaption").text
+    assert caption == "report: 5 succeeded, 1 dead; 3 waiting now"
     assert len(small.find_elements(By.CSS_SELECTOR, "rect.bar")) == 1  # all in one minute
     assert len(small.find_elements(By.CSS_SELECTOR, "rect.failures")) == 1
+    # the queue depth beside them: the 3 runs due (and enqueued) five minutes ago, waiting
+    # at every minute since, up to now
+    depth = small.find_element(By.CSS_SELECTOR, "svg.depth")
+    assert depth.is_displayed() and "waiting, peak 3" in depth.text
+    bars = depth.find_elements(By.CSS_SELECTOR, "rect.depth")
+    assert 6 <= len(bars) <= 8, len(bars)  # minutes 5..0, and one or two more if slow
+    assert len({(b.get_attribute("y"), b.get_attribute("height")) for b in bars}) == 1
+    titles = [b.find_element(By.TAG_NAME, "title").get_attribute("textContent") for b in bars]
+    assert titles[-1] == "3 due and waiting, this minute" and titles[0].startswith("3 due and")
+    assert float(bars[-1].get_attribute("x")) > 200  # the newest minute, at the right end
     schedules = {row[0]: row for row in cells(chrome, "#schedules tbody tr")}
     assert set(schedules) == {"nightly_report", "hourly_sync"}
     assert schedules["nightly_report"][2] == "active"

@@ -33,6 +33,7 @@ def test_wheel_carries_package_data(tmp_path: Path) -> None:
             # the wheel holds the canonical file's content, not a dangling link
             assert zf.read(f"pgtick/deploy_files/{name}") == source.read_bytes(), name
     assert "pgtick/storage/sql/queries.sql" in names
+    assert "pgtick/surfaces/operations/charts.sql" in names  # the console's queue depth
     assert any(n.startswith("pgtick/storage/sql/migrations/0001_") for n in names)
     assert "pgtick/surfaces/console/templates/base.html" in names
     assert "pgtick/surfaces/console/static/console.css" in names

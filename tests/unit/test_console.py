@@ -384,7 +384,7 @@ def test_overview_small_charts_per_job_type() -> None:
     ok = [0] * 59 + [3]
     dead = [0] * 58 + [2, 1]
     ov = operations.Overview(
-        NOW, [], [], [], [0] * 60, {"zeta": (ok, dead), SCRIPT: (ok, [0] * 60)}
+        NOW, [], [], [], [0] * 60, {"zeta": (ok, dead), SCRIPT: (ok, [0] * 60)}, {}
     )
     page = pages.overview_page(ov, Page(False, NOW))
     tags = Tags(page)
@@ -404,11 +404,50 @@ def test_overview_small_charts_per_job_type() -> None:
     this_minute = {kind: (float(y), float(h)) for kind, x, y, h in rects if float(x) == now_x}
     (y_ok, _), (y_dead, h_dead) = this_minute["bar"], this_minute["failures"]
     assert abs(y_dead + h_dead - y_ok) < 0.11
+    assert "depth" not in tags.names() and 'class="chart small depth"' in zeta
+    assert '<rect class="depth"' not in zeta and "0</span> waiting now" in zeta
     empty = pages.overview_page(
-        operations.Overview(NOW, [], [], [], [0] * 60, {}), Page(False, NOW)
+        operations.Overview(NOW, [], [], [], [0] * 60, {}, {}), Page(False, NOW)
     )
-    assert "No run finished in the last hour." in empty
+    assert "No run waited or finished in the last hour." in empty
+    assert "not available" not in empty
     late = pages.overview_page(
         operations.Overview(NOW, [], [], [], [0] * 60, None), Page(False, NOW)
     )
     assert late.count("Not available: the query ran out of time.") == 1
+
+
+def test_overview_queue_depth_per_job_type() -> None:
+    """A third small chart per job type: the runs due and waiting per minute, one bar per
+    minute with a queue, its height the depth against the hour's peak; a type with a backlog
+    and nothing finished gets its charts too."""
+    depth = [0] * 50 + [1, 2, 4, 4, 3, 0, 0, 0, 0, 2]
+    ov = operations.Overview(
+        NOW, [], [], [], [0] * 60, {"mail": ([0] * 59 + [1], [0] * 60)}, {SCRIPT: depth}
+    )
+    page = pages.overview_page(ov, Page(False, NOW))
+    tags = Tags(page)
+    assert [a["data-job-type"] for n, a in tags.tags if n == "figure"] == [SCRIPT, "mail"]
+    assert "script" not in tags.names()
+    backlog = page[page.index("data-job-type=") : page.index("</figure>")]
+    assert backlog.count('<rect class="depth"') == 6 and '<rect class="bar"' not in backlog
+    assert "waiting, peak 4" in backlog and "2</span> waiting now" in backlog
+    assert "0</span> succeeded" in backlog  # its finished chart, empty
+    assert "<title>4 due and waiting, 7 min ago</title>" in backlog
+    heights = [float(h) for h in re.findall(r'<rect class="depth"[^>]* height="([\d.]+)"', backlog)]
+    usable = fragments.SMALL_HEIGHT - fragments.SMALL_TOP_PADDING - 2
+    assert heights == [pytest.approx(usable * n / 4) for n in (1, 2, 4, 4, 3, 2)]
+    mail = page[page.index('data-job-type="mail"') :]
+    mail = mail[: mail.index("</figure>")]
+    assert '<rect class="depth"' not in mail and "0</span> waiting now" in mail
+    # one read out of time: its message once, the other charts still drawn
+    late = operations.Overview(NOW, [], [], [], [0] * 60, {"mail": ([1] * 60, [0] * 60)}, None)
+    page = pages.overview_page(late, Page(False, NOW))
+    assert page.count("Queue depth: not available: the query ran out of time.") == 1
+    assert 'class="chart small depth"' not in page and page.count('<rect class="bar"') == 120
+    assert "Succeeded and dead per minute: not available" not in page
+    late = operations.Overview(NOW, [], [], [], [0] * 60, None, {"mail": depth})
+    page = pages.overview_page(late, Page(False, NOW))
+    assert page.count("Succeeded and dead per minute: not available: the query ran out") == 1
+    assert 'class="chart small finished"' not in page and page.count('<rect class="depth"') == 6
+    assert "Queue depth: not available" not in page

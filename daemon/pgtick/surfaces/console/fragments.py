@@ -1,6 +1,6 @@
 """What pages are built from besides their templates: times, ages and cuts as an operator reads
 them (the templates' filters), links to filtered run lists, the state every page shows
-(``Page``), the throughput chart's geometry, and ``render``, which fills a template of
+(``Page``), the charts' geometry, and ``render``, which fills a template of
 ``templates/`` through the one environment ``markup`` builds (autoescaping every value).
 """
 
@@ -313,3 +313,57 @@ def small_charts(
             )
         )
     return charts
+
+
+@dataclass(frozen=True)
+class DepthChart:
+    """One job type's queue over the last hour: the runs due and waiting to start at each
+    minute as bars, oldest on the left; ``now`` is the newest minute's."""
+
+    job_type: str
+    bars: list[Bar]
+    peak: int
+    now: int
+    width: int = SMALL_WIDTH
+    height: int = SMALL_HEIGHT
+
+
+def depth_chart(job_type: str, counts: Sequence[int]) -> DepthChart:
+    peak = max(counts, default=0)
+    bars = _small_bars(counts, max(peak, 1), "due and waiting")
+    return DepthChart(job_type, bars, peak, counts[-1] if counts else 0)
+
+
+@dataclass(frozen=True)
+class TypeCharts:
+    """A job type's pictures side by side; a part is None when its read ran out of time."""
+
+    job_type: str
+    finished: SmallChart | None
+    depth: DepthChart | None
+
+
+def type_charts(
+    finished: Mapping[str, tuple[Sequence[int], Sequence[int]]] | None,
+    depth: Mapping[str, Sequence[int]] | None,
+) -> list[TypeCharts] | None:
+    """Per job type that finished or waited in the window, its finished and depth charts (a
+    type missing from one of them shows zeros there); None when both reads ran out of time."""
+    if finished is None and depth is None:
+        return None
+    lengths = [len(ok) for ok, _ in (finished or {}).values()]
+    lengths += [len(counts) for counts in (depth or {}).values()]
+    zeros = [0] * max(lengths, default=0)
+    types = sorted(set(finished or {}) | set(depth or {}))
+    small: dict[str, SmallChart] = {}
+    if finished is not None:
+        filled = {t: finished.get(t, (zeros, zeros)) for t in types}
+        small = {c.job_type: c for c in small_charts(filled) or []}
+    return [
+        TypeCharts(
+            t,
+            small.get(t),
+            None if depth is None else depth_chart(t, depth.get(t, zeros)),
+        )
+        for t in types
+    ]

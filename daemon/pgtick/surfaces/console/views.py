@@ -19,8 +19,8 @@ from pgtick.surfaces.console.fragments import (
     chart,
     render,
     runs_href,
-    small_charts,
     timeline,
+    type_charts,
     when,
 )
 from pgtick.surfaces.http import Response
@@ -41,7 +41,7 @@ def overview_page(ov: operations.Overview, page: Page) -> str:
         "overview",
         ov=ov,
         chart=chart(ov.succeeded_per_minute),
-        small=small_charts(ov.finished_per_type),
+        small=type_charts(ov.finished_per_type, ov.queue_depth_per_type),
         refresh_seconds=OVERVIEW_REFRESH_SECONDS,
     )
 

@@ -6,6 +6,8 @@ command line prints them, the web console renders them. No printing, no argument
   else), prune;
 - ``schedules``: list, pause, resume, trigger, next occurrences, backfill;
 - ``status``: workers, queues and schedules with the problems among them; the console overview;
+- ``charts``: the overview's queue depth per job type over the last hour (its SQL in
+  ``charts.sql`` beside it);
 - ``setup``: the one-connection store of a command, migrations, grants, ``check``.
 
 Callers use this package's names (``operations.list_runs``); the modules are its rooms. May
@@ -16,6 +18,7 @@ import ``pgtick.core``, ``pgtick.config``, ``pgtick.storage``, ``pgtick.scheduli
 from __future__ import annotations
 
 from pgtick.storage.store import STATUSES, TERMINAL_STATUSES
+from pgtick.surfaces.operations.charts import queue_depth_per_type
 from pgtick.surfaces.operations.output import (
     OUTPUT_STREAMS,
     SHOW_TAIL_LINES,
@@ -159,6 +162,7 @@ __all__ = [
     "pause_schedule",
     "plan_bulk",
     "prune",
+    "queue_depth_per_type",
     "resume_schedule",
     "retention_seconds",
     "run_bulk",

@@ -19,6 +19,7 @@ from pgtick.storage.store import (
     ScheduleState,
     WorkerRow,
 )
+from pgtick.surfaces.operations.charts import queue_depth_per_type
 from pgtick.surfaces.operations.schedules import ScheduleView, schedule_views
 
 # A worker whose last heartbeat is older than this many heartbeat intervals is marked stale
@@ -233,11 +234,13 @@ class Overview:
     succeeded_per_minute: list[int] | None
     # per job type, (succeeded, dead) per minute, oldest first; None when out of time
     finished_per_type: dict[str, tuple[list[int], list[int]]] | None = None
+    # per job type, runs due and waiting at each minute, oldest first; None when out of time
+    queue_depth_per_type: dict[str, list[int]] | None = None
 
 
 def overview(store: RunStore, *, heartbeat_seconds: float, next_count: int = 1) -> Overview:
     """What the console's overview shows, read from one store (one snapshot under
-    ``RunStore.reading``); a throughput query that runs out of time leaves the chart empty."""
+    ``RunStore.reading``); a chart's query that runs out of time leaves that chart empty."""
     now = store.now()
     workers, job_types = _workers_and_queues(store, heartbeat_seconds)
     schedules = schedule_views(store, now, next_count)
@@ -249,4 +252,8 @@ def overview(store: RunStore, *, heartbeat_seconds: float, next_count: int = 1) 
         per_type = store.finished_per_type_minute(THROUGHPUT_MINUTES)
     except PgtickError:
         per_type = None
-    return Overview(now, job_types, workers, schedules, per_minute, per_type)
+    try:
+        depth: dict[str, list[int]] | None = queue_depth_per_type(store, THROUGHPUT_MINUTES)
+    except PgtickError:
+        depth = None
+    return Overview(now, job_types, workers, schedules, per_minute, per_type, depth)
