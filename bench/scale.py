@@ -53,6 +53,7 @@ def claim_params(limit: int, lease: float = LEASE_SECONDS) -> dict[str, Any]:
         "job_types": [t.job_type for t in types],
         "leases": [t.lease_seconds for t in types],
         "max_attempts": [t.max_attempts for t in types],
+        "lows": [None for _ in types],  # from the start: a rescan, the keyset claim's worst case
         "limit": limit,
     }
 
