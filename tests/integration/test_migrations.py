@@ -123,6 +123,7 @@ def test_claim_and_reaper_use_their_partial_indexes(conn: db.Connection) -> None
             "job_types": ["noop"],
             "leases": [60.0],
             "max_attempts": [10],
+            "lows": [None],
             "limit": 10,
         },
     )
@@ -152,6 +153,7 @@ def test_claim_and_next_due_skip_other_job_types_through_the_index(conn: db.Conn
         "job_types": ["mine", "also_mine", "third"],
         "leases": [60.0, 60.0, 60.0],
         "max_attempts": [10, 10, 10],
+        "lows": [None, None, None],  # from the start: the rescan, the most a scan can read
         "limit": 8,
     }
     for name in ("claim", "next_due"):
