@@ -27,6 +27,7 @@ from pgtick.config import Config, read_token
 from pgtick.core import handlers
 from pgtick.core.dbstate import METRICS_POOL_SIZE, DatabaseProbe
 from pgtick.core.heartbeat import Heartbeat
+from pgtick.core.keyset import BehindProbe
 from pgtick.core.listener import Listener
 from pgtick.core.output import Flusher, log_job_output
 from pgtick.core.reaper import Reaper
@@ -241,6 +242,7 @@ class Service:
             listen_dsn=cfg.database.listen_dsn,
             on_rescan=worker.rescan,
         )
+        probe = BehindProbe(store, worker.bounds, worker.wake, metrics)
         reaper = Reaper(
             store,
             job_types,
@@ -257,6 +259,7 @@ class Service:
             LoopThread("heartbeat", heartbeat.run),
             LoopThread("listener", listener.run),
             LoopThread("reaper", reaper.run),
+            LoopThread("keyset", probe.run),
             LoopThread("ticker", ticker.run),
         ]
         for loop in loops:
@@ -279,7 +282,7 @@ class Service:
         crashed = self._supervise(worker, worker_threads, loops, heartbeat, ticker)
         crashed = not self._drain(worker, ticker, metrics) or crashed
         self._log_summary(worker)
-        for side in (listener, reaper, ticker):
+        for side in (listener, reaper, ticker, probe):
             side.stop_event.set()
         heartbeat.stop_event.set()
         flusher.stop()

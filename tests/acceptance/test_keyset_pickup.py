@@ -5,6 +5,7 @@ past, and a run enqueued in a transaction that committed seconds after its run_a
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 
@@ -16,6 +17,7 @@ from .conftest import Cluster, wait_for
 
 # Well under the 2 s periodic rescan and the 5 s poll: only a prompt rescan meets it.
 PROMPT_SECONDS = 1.0
+PROBE_SECONDS = 5.0  # how often a daemon asks whether due runs wait behind its bounds
 
 
 def _started_at(cluster: Cluster, run_id: int) -> float:
@@ -70,3 +72,31 @@ def test_runs_behind_the_bound_start_at_once_through_many_rounds(
             enqueued = time.time()
             run_id = store.enqueue(NewRun("record", run_at=now - timedelta(minutes=10)))
             assert _started_at(cluster, run_id) - enqueued < PROMPT_SECONDS
+
+
+def test_a_late_commit_amid_a_steady_stream_is_found_by_the_probe(
+    cluster: Cluster, store: Runs, dsn: str
+) -> None:
+    """With runs claimed every few ms, an empty claim after a NOTIFY says nothing (another claim
+    just took what it announced), so a run committed behind the bound is found by the probe,
+    within its 5 s, not never."""
+    cluster.start()
+    stop = threading.Event()
+
+    def stream() -> None:
+        while not stop.wait(0.01):
+            store.enqueue(NewRun("record", {"stream": True}))
+
+    streamer = threading.Thread(target=stream)
+    streamer.start()
+    try:
+        with psycopg.connect(dsn) as app:
+            app.execute("SET search_path TO pgtick")
+            [(late,)] = app.execute("SELECT enqueue('record', '{\"late\": true}')").fetchall()
+            time.sleep(2.5)  # the stream's runs move the bound past this run's run_at
+            app.commit()
+            committed = time.time()
+        assert _started_at(cluster, late) - committed < PROBE_SECONDS + PROMPT_SECONDS
+    finally:
+        stop.set()
+        streamer.join()

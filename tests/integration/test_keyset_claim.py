@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
+from pgtick.core.keyset import BehindProbe, ClaimBounds
+from pgtick.observability.metrics import Metrics
 from pgtick.storage import db, sqlfile
-from pgtick.storage.store import ClaimType, NewRun, RunStore
+from pgtick.storage.store import ClaimedRun, ClaimType, NewRun, RunStore
 
 NOOP = [ClaimType("noop", 60.0, 10)]
 CONSUMED = 3000  # runs consumed under the snapshot between two measurements
@@ -41,6 +43,10 @@ def test_a_release_and_a_run_enqueued_due_in_the_past_say_rescan(store: RunStore
         assert store.release("w", [(first.id, first.attempt)]) == {first.id}
         payloads = [n.payload for n in listener.notifies(timeout=1.0)]
     assert payloads == ["noop", "noop", "!rescan", "!rescan", "noop"]
+
+
+def _claimed(job_type: str, run_at: datetime) -> ClaimedRun:
+    return ClaimedRun(0, job_type, {}, 1, 1, None, None, run_at, None, run_at, run_at)
 
 
 @pytest.fixture
@@ -102,3 +108,19 @@ def test_under_a_held_snapshot_the_bounded_claim_does_not_grow_with_what_was_con
     assert unbounded_2 > unbounded_1 + 25, costs  # the dead prefix, visited: ~40 pages more
     assert bounded_2 <= bounded_1 + 3, costs
     assert bounded_2 < unbounded_2 / 3, costs
+
+
+def test_the_probe_finds_due_runs_behind_a_bound_and_asks_for_a_rescan(store: RunStore) -> None:
+    now = store.now()
+    store.enqueue(NewRun("noop", run_at=now - timedelta(minutes=5)))
+    store.enqueue(NewRun("noop", run_at=now + timedelta(hours=1)))  # behind nothing: not due
+    store.enqueue(NewRun("other", run_at=now - timedelta(seconds=30)))
+    bounds = ClaimBounds()
+    bounds.lows()  # the first scan, from the start
+    probe = BehindProbe(store, bounds, lambda: None, Metrics(["noop", "other"], "test", 1))
+    assert probe.probe() == []  # no bounds yet: nothing can be behind them
+    bounds.claimed([_claimed("noop", now), _claimed("other", now - timedelta(minutes=1))])
+    assert bounds.pending() is None
+    assert probe.probe() == ["noop"]
+    assert bounds.pending() is not None  # the next claim scans from the start
+    assert store.behind_bounds({"noop": now - timedelta(minutes=6)}) == []

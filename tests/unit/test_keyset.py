@@ -26,27 +26,17 @@ def at(seconds: float) -> datetime:
 
 
 def test_the_first_claim_scans_from_the_start_then_each_type_from_its_latest_claim() -> None:
-    bounds = ClaimBounds(rescan_seconds=60)
+    bounds = ClaimBounds()
     assert bounds.lows() == {}
     claimed(bounds, ("a", 5), ("a", 9), ("b", 3))
     assert bounds.lows() == {"a": at(9), "b": at(3)}
     claimed(bounds, ("a", 7))  # an earlier run_at never moves a bound down
-    assert bounds.lows() == {"a": at(9), "b": at(3)}
+    assert bounds.lows() == {"a": at(9), "b": at(3)} == bounds.snapshot()
     assert bounds.rescans == 1
 
 
-def test_every_scan_starts_from_the_beginning_again_periodically() -> None:
-    bounds = ClaimBounds(rescan_seconds=0.05)
-    bounds.lows()
-    claimed(bounds, ("a", 5))
-    assert bounds.lows() != {}
-    time.sleep(0.06)
-    assert bounds.lows() == {}
-    assert bounds.rescans == 2
-
-
 def test_a_rescan_asked_for_waits_for_the_gap_and_happens_once() -> None:
-    bounds = ClaimBounds(rescan_seconds=60)
+    bounds = ClaimBounds()
     bounds.lows()
     claimed(bounds, ("a", 5))
     assert bounds.pending() is None

@@ -41,6 +41,9 @@ DURATION_SMOOTHING = 0.05  # weight of the newest handler duration in the runnin
 COMPLETE_BATCH_WINDOW_SECONDS = 0.002
 MIN_IDLE_WAIT_SECONDS = 0.02
 BACKLOG_WAIT_SECONDS = 0.005
+# A claim that started this long before a NOTIFY arrived and found runs may have taken the
+# runs the NOTIFY announces (the commit comes first, its NOTIFY a moment later).
+NOTIFY_SLACK_SECONDS = 0.05
 
 log = structlog.get_logger("pgtick.worker")
 
@@ -210,6 +213,8 @@ class Worker:
         self._cond = threading.Condition()
         self._wake = threading.Event()
         self._notified = threading.Event()  # woken by a NOTIFY since the last claim
+        self._notified_at = -math.inf  # monotonic: when the last NOTIFY came
+        self._hit_at = -math.inf  # monotonic: when the last claim that found runs started
         self._stop_claiming = threading.Event()
         self._closing = False
         self.completer = Completer(store, worker_id, self.life, metrics)
@@ -246,6 +251,7 @@ class Worker:
 
     def notified(self) -> None:
         """A NOTIFY about a job type this daemon handles: something is due, claim now."""
+        self._notified_at = time.monotonic()
         self._notified.set()
         self._wake.set()
 
@@ -337,7 +343,11 @@ class Worker:
             self._notified.clear()
             runs = store.claim(self.worker_id, self._claim_types, capacity, self.bounds.lows())
             self.bounds.claimed(runs)
-            if notified and not runs:
+            if runs:
+                self._hit_at = sent_at
+            elif notified and self._hit_at < self._notified_at - NOTIFY_SLACK_SECONDS:
+                # Nothing found for a NOTIFY that no claim just before it can have answered
+                # (a run committed long after its run_at, behind the bound): rescan.
                 self.bounds.missed()
             if runs:
                 self._accept(store, runs, sent_at)

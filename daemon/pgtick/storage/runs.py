@@ -302,6 +302,11 @@ class RunQueries(StoreBase):
         rows = self._all("next_due", "next_due", params)
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
+    def behind_bounds(self, lows: Mapping[str, datetime]) -> list[str]:
+        """The job types with a due run before their entry in ``lows``."""
+        params = {"job_types": list(lows), "lows": list(lows.values())}
+        return [str(row[0]) for row in self._all("keyset_probe", "behind_bounds", params)]
+
     def heartbeat(self, worker_id: str, leases: Sequence[Lease]) -> Beat:
         """Extend the given leases; says which are still held (the others are gone), which of
         the gone ones an operator cancelled, and whether this worker's row still exists."""

@@ -140,6 +140,19 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) n;
 
+-- behind_bounds --
+-- The job types with a due run behind the claimer's lower bound for them (keyset.py's probe):
+-- runs given back, committed late, or enqueued due in the past that no NOTIFY announced. It
+-- walks the index entries a held snapshot keeps below the bound, on the probe's connection.
+SELECT t.job_type
+FROM unnest(%(job_types)s::text[], %(lows)s::timestamptz[]) AS t(job_type, low)
+WHERE EXISTS (
+    SELECT 1
+    FROM {schema}.runs r
+    WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
+      AND r.run_at < t.low AND r.run_at <= now()
+);
+
 -- heartbeat --
 -- Extend the leases this worker still holds (a lease not renewed expires and the run is
 -- recovered) and mark the worker alive, in one round trip. Guarded by the claim: this
