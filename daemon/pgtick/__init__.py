@@ -35,18 +35,24 @@ def enqueue(
     run_at: datetime | None = None,
     idempotency_key: str | None = None,
     max_attempts: int | None = None,
+    priority: int = 0,
+    concurrency_key: str | None = None,
     schema: str = DEFAULT_SCHEMA,
 ) -> int:
     """Enqueue a run inside the caller's own transaction; returns its id.
 
     Nothing is visible to daemons until the caller commits, so a job is enqueued exactly when
     the business change that needs it is. An ``idempotency_key`` that already exists returns
-    the existing run's id and changes nothing.
+    the existing run's id and changes nothing. A higher ``priority`` is claimed first among
+    due runs of its type; ``concurrency_key`` is what ``max_running_per_key`` and
+    ``rate_per_key`` count by (default: the job type's ``concurrency_key`` payload field).
     """
     from pgtick.storage.store import NewRun, enqueue_on
 
     return enqueue_on(
-        conn, schema, NewRun(job_type, payload, run_at, idempotency_key, max_attempts)
+        conn,
+        schema,
+        NewRun(job_type, payload, run_at, idempotency_key, max_attempts, priority, concurrency_key),
     )
 
 

@@ -251,7 +251,14 @@ class Service:
             cfg.retention,
             metrics,
         )
-        ticker = Ticker(store, list(cfg.schedules.values()), worker.handled, cfg.ticker, metrics)
+        ticker = Ticker(
+            store,
+            list(cfg.schedules.values()),
+            worker.handled,
+            cfg.ticker,
+            metrics,
+            priorities={name: jt.config.priority for name, jt in job_types.items()},
+        )
         self._ticker = ticker
         ticker.sync()
         ticker.tick()  # READY=1 means the first tick is done

@@ -17,6 +17,7 @@ EXPECTED_TABLES = {
     "runs",
     "attempts",
     "workers",
+    "rate_starts",
     "effects",
     "schema_migrations",
     "terminal_run_counts",

@@ -22,6 +22,7 @@ from pgtick.config import (
     JobTypeConfig,
     LoggingConfig,
     MetricsConfig,
+    Rate,
     RetentionConfig,
     ScheduleConfig,
     TickerConfig,
@@ -164,6 +165,12 @@ jitter = 0
 timeout = "5m"
 lease = "90s"
 output_max_bytes = "1MiB"
+priority = -5
+max_running = 4
+concurrency_key = "payload.customer.id"
+max_running_per_key = 2
+rate = "100/minute"
+rate_per_key = "3/second"
 
 [job_types.cleanup_sessions]
 command = ["/usr/local/bin/cleanup-sessions", "--older-than", "30d"]
@@ -178,6 +185,7 @@ catchup_limit = 5
 overlap = "allow"
 jitter = "30s"
 max_attempts = 2
+priority = 7
 """
 
 
@@ -222,6 +230,12 @@ def test_every_key_loads_into_its_field() -> None:
         timeout_seconds=300.0,
         lease_seconds=90.0,
         output_max_bytes=1024 * 1024,
+        priority=-5,
+        max_running=4,
+        concurrency_key=("customer", "id"),
+        max_running_per_key=2,
+        rate=Rate(100, 60.0),
+        rate_per_key=Rate(3, 1.0),
     )
     assert cfg.job_types["cleanup_sessions"].command == (
         "/usr/local/bin/cleanup-sessions",
@@ -239,6 +253,7 @@ def test_every_key_loads_into_its_field() -> None:
         overlap="allow",
         jitter_seconds=30.0,
         max_attempts=2,
+        priority=7,
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 import pgtick
 from pgtick.cli import deploy, runs, schedules, setup, status
 from pgtick.cli.exits import EXIT_USAGE
+from pgtick.config.schema import MAX_PRIORITY
 from pgtick.config.values import MAX_INT4
 from pgtick.errors import UsageError
 from pgtick.surfaces import operations
@@ -49,6 +50,19 @@ def _max_attempts(text: str) -> int:
     if value > MAX_INT4:
         raise argparse.ArgumentTypeError(
             f"must be at most {MAX_INT4} (an integer column), got {value}"
+        )
+    return value
+
+
+def _priority(text: str) -> int:
+    """A priority: any integer within ±MAX_PRIORITY (higher first)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if abs(value) > MAX_PRIORITY:
+        raise argparse.ArgumentTypeError(
+            f"must be between -{MAX_PRIORITY} and {MAX_PRIORITY}, got {value}"
         )
     return value
 
@@ -213,6 +227,18 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--in", dest="in_", metavar="DURATION", help="from now, e.g. 90s, 5m, 2h")
     p.add_argument("--key", metavar="KEY", help="idempotency key")
     p.add_argument("--max-attempts", type=_max_attempts, metavar="N")
+    p.add_argument(
+        "--priority",
+        type=_priority,
+        metavar="N",
+        help="higher first among due runs of its type (default: the job type's priority, or 0)",
+    )
+    p.add_argument(
+        "--concurrency-key",
+        metavar="K",
+        help="the run's key for max_running_per_key and rate_per_key (default: the job type's"
+        " concurrency_key field of the payload)",
+    )
     p = add(
         "status",
         status.cmd_status,

@@ -220,6 +220,12 @@ def job_type_config(
             f"{prefix}.lease: must be at least twice worker.heartbeat ({format_duration(least)}),"
             f" got {format_duration(lease)}, so that one late heartbeat does not lose the run"
         )
+    per_key, most = values.get("max_running_per_key"), values.get("max_running")
+    if per_key is not None and most is not None and per_key > most:
+        raise ConfigError(
+            f"{prefix}.max_running_per_key: must not exceed {prefix}.max_running ({most}),"
+            f" got {per_key}"
+        )
     return JobTypeConfig(name=name, **values)
 
 
@@ -286,6 +292,8 @@ def config_from_mapping(
             continue
         if sc is not None:
             checked_schedules[name] = sc
+    for sc in checked_schedules.values():
+        _attempt(errors, _check_key_field, sc, checked_types.get(sc.job_type), default=None)
     return Config(
         database=database,
         worker=worker,
@@ -298,6 +306,21 @@ def config_from_mapping(
         schedules=types.MappingProxyType(checked_schedules),
         path=path,
     )
+
+
+def _check_key_field(schedule: ScheduleConfig, job_type: JobTypeConfig | None) -> None:
+    """A schedule's runs must carry the field their job type's concurrency key reads."""
+    path = job_type.concurrency_key if job_type is not None else None
+    if path is None:
+        return
+    value: Any = schedule.payload
+    for part in path:
+        if not isinstance(value, Mapping) or part not in value:
+            raise ConfigError(
+                f"schedules.{schedule.name}.payload: has no field payload.{'.'.join(path)},"
+                f" which job_types.{schedule.job_type}.concurrency_key reads"
+            )
+        value = value[part]
 
 
 def _job_type(name: str, value: Any, worker: WorkerConfig, errors: _Errors) -> JobTypeConfig:

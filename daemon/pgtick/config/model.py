@@ -31,6 +31,7 @@ from pgtick.config.schema import (
     DEFAULT_POLL_INTERVAL_SECONDS,
     DEFAULT_POOL_SIZE,
     DEFAULT_PREFETCH,
+    DEFAULT_PRIORITY,
     DEFAULT_REAPER_INTERVAL_SECONDS,
     DEFAULT_RETAIN_CANCELLED_SECONDS,
     DEFAULT_RETAIN_DEAD_SECONDS,
@@ -48,7 +49,7 @@ from pgtick.config.schema import (
     DEFAULT_WEB_SESSION_TTL_SECONDS,
     DEFAULT_WEB_TOKEN_FILE,
 )
-from pgtick.config.values import redact_dsn, split_listen
+from pgtick.config.values import Rate, redact_dsn, split_listen
 
 # The package re-exports these (``from pgtick.config import Config``).
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "JobTypeConfig",
     "LoggingConfig",
     "MetricsConfig",
+    "Rate",
     "RetentionConfig",
     "ScheduleConfig",
     "TickerConfig",
@@ -197,6 +199,20 @@ class JobTypeConfig:
     timeout_seconds: float | None = None
     lease_seconds: float | None = None
     output_max_bytes: int = DEFAULT_OUTPUT_MAX_BYTES
+    priority: int = DEFAULT_PRIORITY
+    max_running: int | None = None
+    concurrency_key: tuple[str, ...] | None = None  # the payload field's path
+    max_running_per_key: int | None = None
+    rate: Rate | None = None
+    rate_per_key: Rate | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether a claim of this type must count what runs or started (flow control)."""
+        return any(
+            v is not None
+            for v in (self.max_running, self.max_running_per_key, self.rate, self.rate_per_key)
+        )
 
 
 @dataclass(frozen=True)
@@ -217,6 +233,7 @@ class ScheduleConfig:
     overlap: str = DEFAULT_OVERLAP
     jitter_seconds: float = DEFAULT_SCHEDULE_JITTER_SECONDS
     max_attempts: int | None = None
+    priority: int | None = None  # None: the job type's
 
 
 def _empty_job_types() -> Mapping[str, JobTypeConfig]:

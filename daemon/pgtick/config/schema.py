@@ -31,6 +31,8 @@ from pgtick.config.values import (
     optional_path,
     optional_string,
     payload,
+    payload_field,
+    rate,
     schema,
     string,
 )
@@ -98,6 +100,10 @@ DEFAULT_JITTER_FRACTION = 0.2  # ±20 % of the delay
 DEFAULT_OUTPUT_MAX_BYTES = 64 * 1024
 MIN_OUTPUT_MAX_BYTES = 1024
 MAX_OUTPUT_MAX_BYTES = 16 * 1024 * 1024
+
+# Priorities are integers either side of 0 (the default); beyond a million is a typo.
+DEFAULT_PRIORITY = 0
+MAX_PRIORITY = 1_000_000
 
 DEFAULT_TIMEZONE = "UTC"
 CATCHUPS = ("latest", "all", "none")
@@ -258,6 +264,18 @@ KEYS: tuple[Key, ...] = (
     Key(JOB, "output_max_bytes", 'size ("64KiB")', DEFAULT_OUTPUT_MAX_BYTES,
         byte_size(MIN_OUTPUT_MAX_BYTES, MAX_OUTPUT_MAX_BYTES),
         "what an attempt printed is kept up to this: half head, half tail"),
+    Key(JOB, "priority", "integer", DEFAULT_PRIORITY, integer(-MAX_PRIORITY, MAX_PRIORITY),
+        "default priority of its runs (higher first among due runs; enqueue may set another)"),
+    Key(JOB, "max_running", INT_POSITIVE, None, integer(1),
+        "at most this many of its runs running at once across every daemon; default: no limit"),
+    Key(JOB, "concurrency_key", '"payload.FIELD"', None, payload_field,
+        "the key of a run not given one at enqueue, read from its payload"),
+    Key(JOB, "max_running_per_key", INT_POSITIVE, None, integer(1),
+        "at most this many running at once per concurrency key (1: one at a time per key)"),
+    Key(JOB, "rate", '"N/second|minute|hour"', None, rate,
+        "at most N starts in any window of that length, across every daemon"),
+    Key(JOB, "rate_per_key", '"N/second|minute|hour"', None, rate,
+        "the same per concurrency key"),
 
     Key(SCHEDULE, "job_type", "job type name", None, job_type_ref,
         "a [job_types] entry or a @pgtick.job type", required=True),
@@ -277,6 +295,8 @@ KEYS: tuple[Key, ...] = (
         "delay each run by a stable offset of up to this, so not all start at :00"),
     Key(SCHEDULE, "max_attempts", INT_POSITIVE, None, integer(1),
         "default: the job type's max_attempts"),
+    Key(SCHEDULE, "priority", "integer", None, integer(-MAX_PRIORITY, MAX_PRIORITY),
+        "the priority of its runs; default: the job type's"),
 )
 # fmt: on
 

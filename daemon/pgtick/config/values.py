@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from datetime import date, time
-from typing import Any
+from typing import Any, NamedTuple
 
 from pgtick.errors import ConfigError
 
@@ -168,7 +168,9 @@ def optional_path(key: str, value: Any) -> str:
 
 
 def integer(low: int, high: int = MAX_INT4, why: str = "") -> Checker:
-    wanted = "a positive integer" if low > 0 else "a non-negative integer"
+    wanted = (
+        "a positive integer" if low > 0 else "a non-negative integer" if low == 0 else "an integer"
+    )
     because = f" ({why})" if why else ""
 
     def parse(key: str, value: Any) -> int:
@@ -179,6 +181,47 @@ def integer(low: int, high: int = MAX_INT4, why: str = "") -> Checker:
         return value
 
     return parse
+
+
+class Rate(NamedTuple):
+    """A rate limit: at most ``limit`` starts in any window of ``window_seconds``."""
+
+    limit: int
+    window_seconds: float
+
+    def __str__(self) -> str:
+        unit = {1.0: "second", MINUTE_SECONDS: "minute", HOUR_SECONDS: "hour"}
+        return f"{self.limit}/{unit[self.window_seconds]}"
+
+
+_RATE_UNITS = {"second": 1.0, "minute": MINUTE_SECONDS, "hour": HOUR_SECONDS}
+_RATE = re.compile(r"(\d+)\s*/\s*([a-z]+)", re.ASCII)
+
+
+def rate(key: str, value: Any) -> Rate:
+    """``"N/second"``, ``"N/minute"`` or ``"N/hour"`` with N >= 1."""
+    match = _RATE.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        raise ConfigError(f'{key}: expected "N/second", "N/minute" or "N/hour", got {show(value)}')
+    limit, unit = int(match[1]), match[2]
+    if unit not in _RATE_UNITS:
+        raise ConfigError(f"{key}: unknown unit {unit!r} (second, minute or hour)")
+    if not 1 <= limit <= MAX_INT4:
+        raise ConfigError(f"{key}: the number of starts must be at least 1, got {show(value)}")
+    return Rate(limit, _RATE_UNITS[unit])
+
+
+_FIELD = re.compile(r"[A-Za-z0-9_-]+", re.ASCII)
+
+
+def payload_field(key: str, value: Any) -> tuple[str, ...]:
+    """``"payload.FIELD"`` (or ``"payload.a.b"`` for a nested object): the path of the field."""
+    parts = value.split(".") if isinstance(value, str) else []
+    if len(parts) < 2 or parts[0] != "payload" or not all(_FIELD.fullmatch(p) for p in parts[1:]):
+        raise ConfigError(
+            f'{key}: expected "payload.FIELD" (a field of the run\'s payload), got {show(value)}'
+        )
+    return tuple(parts[1:])
 
 
 def choice(choices: tuple[str, ...]) -> Checker:

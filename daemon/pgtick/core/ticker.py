@@ -26,7 +26,7 @@ import functools
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -94,8 +94,9 @@ def refusal(row: ScheduleRow) -> str | None:
     )
 
 
-def schedule_def(cfg: ScheduleConfig) -> ScheduleDef:
-    """The database form of a ``[schedules.NAME]`` table."""
+def schedule_def(cfg: ScheduleConfig, type_priority: int = 0) -> ScheduleDef:
+    """The database form of a ``[schedules.NAME]`` table; its runs get the schedule's
+    priority, else ``type_priority`` (its job type's)."""
     return ScheduleDef(
         name=cfg.name,
         job_type=cfg.job_type,
@@ -107,6 +108,7 @@ def schedule_def(cfg: ScheduleConfig) -> ScheduleDef:
         catchup_limit=cfg.catchup_limit,
         overlap=cfg.overlap,
         jitter_seconds=cfg.jitter_seconds,
+        priority=cfg.priority if cfg.priority is not None else type_priority,
     )
 
 
@@ -207,9 +209,11 @@ class Ticker:
         cfg: TickerConfig,
         metrics: Metrics,
         wall_clock: Callable[[], float] = time.time,
+        priorities: Mapping[str, int] | None = None,
     ) -> None:
         self._store = store
-        self._defs = [schedule_def(s) for s in schedules]
+        priorities = priorities or {}
+        self._defs = [schedule_def(s, priorities.get(s.job_type, 0)) for s in schedules]
         self._job_types = list(job_types)
         self._cfg = cfg
         self._metrics = metrics

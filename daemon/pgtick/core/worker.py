@@ -44,6 +44,9 @@ BACKLOG_WAIT_SECONDS = 0.005
 # A claim that started this long before a NOTIFY arrived and found runs may have taken the
 # runs the NOTIFY announces (the commit comes first, its NOTIFY a moment later).
 NOTIFY_SLACK_SECONDS = 0.05
+# Due runs held back by a concurrency or rate limit are asked for again this often (sooner
+# when a NOTIFY says a slot came free): a rate window frees up with no event to announce it.
+FLOW_WAIT_SECONDS = 0.1
 
 log = structlog.get_logger("pgtick.worker")
 
@@ -55,7 +58,15 @@ Result = tuple[Held, Outcome, float | None]
 class Completer:
     """Writes outcomes in batches: one transaction per batch, each guarded by its claim."""
 
-    def __init__(self, store: RunStore, worker_id: str, life: Lifecycle, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        worker_id: str,
+        life: Lifecycle,
+        metrics: Metrics,
+        limited: frozenset[str] = frozenset(),
+    ) -> None:
+        self._limited = limited  # job types whose freed slots other daemons must hear of
         self._store = store
         self._worker_id = worker_id
         self._life = life
@@ -163,6 +174,9 @@ class Completer:
             succeeded, failed = store.finish(self._worker_id, succeed, failures)
             failed_by_id = {r.id: r for r in failed}
             done = succeeded | failed_by_id.keys()
+            freed = {h.run.job_type for h, _, _ in batch if h.id in done} & self._limited
+            if freed:
+                store.notify(sorted(freed))
             if done:
                 self._life.written(
                     [item for item in batch if item[0].id in done], succeeded, failed_by_id
@@ -200,9 +214,22 @@ class Worker:
         self._job_types = dict(job_types)
         self._metrics = metrics
         self._claim_types = [
-            ClaimType(jt.name, jt.lease_seconds, jt.config.max_attempts)
+            ClaimType(
+                jt.name,
+                jt.lease_seconds,
+                jt.config.max_attempts,
+                max_running=jt.config.max_running,
+                key_path=jt.config.concurrency_key,
+                max_running_per_key=jt.config.max_running_per_key,
+                rate=jt.config.rate,
+                rate_per_key=jt.config.rate_per_key,
+            )
             for jt in self._job_types.values()
         ]
+        # Types with a limit: a slot they free is announced to the fleet (NOTIFY), and a
+        # claim that finds their due runs held back waits instead of asking again at once.
+        self.limited = frozenset(t.job_type for t in self._claim_types if t.limited)
+        self._held_back = False  # the last claim found nothing, and limits may be why
         self.handled = sorted(self._job_types)
         leases = [jt.lease_seconds for jt in self._job_types.values()]
         self.life = Lifecycle(
@@ -217,7 +244,7 @@ class Worker:
         self._hit_at = -math.inf  # monotonic: when the last claim that found runs started
         self._stop_claiming = threading.Event()
         self._closing = False
-        self.completer = Completer(store, worker_id, self.life, metrics)
+        self.completer = Completer(store, worker_id, self.life, metrics, self.limited)
         self._threads: list[threading.Thread] = []
         self._dispatcher: threading.Thread | None = None
         self._completer: threading.Thread | None = None
@@ -329,6 +356,13 @@ class Worker:
                 # Idle: one cheap probe per poll, and a claim only when something is due
                 # (a NOTIFY wakes us and claims at once).
                 due_in = store.next_due_in(self.handled, self.bounds.lows())
+                if due_in is not None and due_in <= 0 and self._held_back:
+                    # Due runs the last claim did not take: held back by a limit (or taken
+                    # by another daemon meanwhile). Claim again when a slot frees (a NOTIFY,
+                    # or a run of ours finishing) or after a short wait (a rate window).
+                    self._held_back = False
+                    idle = not self._wake.wait(FLOW_WAIT_SECONDS)
+                    continue
                 if due_in is None or due_in > 0:
                     wait = self._cfg.poll_interval_seconds
                     if due_in is not None:
@@ -342,6 +376,7 @@ class Worker:
             notified = self._notified.is_set()
             self._notified.clear()
             runs = store.claim(self.worker_id, self._claim_types, capacity, self.bounds.lows())
+            self._held_back = not runs and bool(self.limited)
             self.bounds.claimed(runs)
             if runs:
                 self._hit_at = sent_at

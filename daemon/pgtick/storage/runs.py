@@ -29,15 +29,30 @@ class NewRun:
     run_at: datetime | None = None
     idempotency_key: str | None = None
     max_attempts: int | None = None
+    priority: int | None = None  # None: 0
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
 class ClaimType:
-    """What a claimer tells the database about a job type it handles."""
+    """What a claimer tells the database about a job type it handles: its lease and attempts,
+    and its flow-control limits (None: no limit; a rate is (starts, window seconds))."""
 
     job_type: str
     lease_seconds: float
     max_attempts: int
+    max_running: int | None = None
+    key_path: tuple[str, ...] | None = None  # the payload field a run's key defaults to
+    max_running_per_key: int | None = None
+    rate: tuple[int, float] | None = None
+    rate_per_key: tuple[int, float] | None = None
+
+    @property
+    def limited(self) -> bool:
+        return any(
+            v is not None
+            for v in (self.max_running, self.max_running_per_key, self.rate, self.rate_per_key)
+        )
 
 
 @dataclass(frozen=True)
@@ -121,6 +136,8 @@ class Run:
     finished_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    priority: int = 0
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -195,7 +212,18 @@ def _enqueue_params(run: NewRun) -> dict[str, Any]:
         "run_at": run.run_at,
         "idempotency_key": run.idempotency_key,
         "max_attempts": run.max_attempts,
+        "priority": run.priority,
+        "concurrency_key": run.concurrency_key,
     }
+
+
+def _pg_path(path: Sequence[str] | None) -> str | None:
+    """A payload field's path as a PostgreSQL text[] literal (``#>>``'s right side)."""
+    if path is None:
+        return None
+    return (
+        "{" + ",".join('"' + p.replace("\\", "\\\\").replace('"', '\\"') + '"' for p in path) + "}"
+    )
 
 
 def _claims(worker_id: str, claims: Sequence[Claim]) -> dict[str, Any]:
@@ -250,6 +278,8 @@ class RunQueries(StoreBase):
             "run_ats": [r.run_at for r in unique],
             "keys": [r.idempotency_key for r in unique],
             "max_attempts": [r.max_attempts for r in unique],
+            "priorities": [r.priority for r in unique],
+            "concurrency_keys": [r.concurrency_key for r in unique],
         }
         with self._conn("enqueue") as conn, conn.transaction():
             rows = conn.execute(sqlfile.query("enqueue_many", conn.schema), params).fetchall()
@@ -278,11 +308,13 @@ class RunQueries(StoreBase):
         lows: Mapping[str, datetime] | None = None,
     ) -> list[ClaimedRun]:
         """Claim up to ``limit`` due runs of the given types in one statement; a type's runs
-        due before its entry in ``lows`` are not looked at (the keyset claim)."""
+        due before its entry in ``lows`` are not looked at (the keyset claim). When some of
+        the types have limits, the claim takes their advisory locks first and counts what
+        runs and started, in one short transaction (``claim_limited``)."""
         if limit <= 0 or not types:
             return []
         lows = lows or {}
-        params = {
+        params: dict[str, Any] = {
             "worker_id": worker_id,
             "job_types": [t.job_type for t in types],
             "leases": [t.lease_seconds for t in types],
@@ -290,7 +322,31 @@ class RunQueries(StoreBase):
             "lows": [lows.get(t.job_type) for t in types],
             "limit": limit,
         }
-        return [ClaimedRun(*row) for row in self._all("claim", "claim", params)]
+        limited = [t.job_type for t in types if t.limited]
+        if not limited:
+            return [ClaimedRun(*row) for row in self._all("claim", "claim", params)]
+        params |= {
+            "max_running": [t.max_running for t in types],
+            "key_paths": [_pg_path(t.key_path) for t in types],
+            "per_key": [t.max_running_per_key for t in types],
+            "rates": [t.rate[0] if t.rate else None for t in types],
+            "rate_windows": [t.rate[1] if t.rate else None for t in types],
+            "key_rates": [t.rate_per_key[0] if t.rate_per_key else None for t in types],
+            "key_windows": [t.rate_per_key[1] if t.rate_per_key else None for t in types],
+        }
+        with self._conn("claim") as conn, conn.transaction():
+            conn.execute(
+                sqlfile.query("claim_limit_lock", conn.schema),
+                {"job_types": limited, "lock_prefix": f"pgtick.limit.{conn.schema}."},
+            )
+            rows = conn.execute(sqlfile.query("claim_limited", conn.schema), params).fetchall()
+        return [ClaimedRun(*row) for row in rows]
+
+    def notify(self, job_types: Sequence[str]) -> None:
+        """Wake the daemons that handle these types (a limited type's slot came free)."""
+        with self._conn("notify") as conn:
+            for job_type in sorted(set(job_types)):
+                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
 
     def next_due_in(
         self, job_types: Sequence[str], lows: Mapping[str, datetime] | None = None

@@ -30,6 +30,7 @@ class ScheduleDef:
     catchup_limit: int
     overlap: str
     jitter_seconds: float
+    priority: int = 0  # of its runs
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class ScheduleRow:
     jitter_seconds: float
     materialized_until: datetime | None
     db_now: datetime
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ class ScheduleQueries(StoreBase):
                         "catchup_limit": d.catchup_limit,
                         "overlap": d.overlap,
                         "jitter_seconds": d.jitter_seconds,
+                        "priority": d.priority,
                     },
                 ).fetchone()
                 if row is not None:
@@ -188,6 +191,7 @@ class ScheduleQueries(StoreBase):
                     "job_type": schedule.job_type,
                     "payload": Jsonb(schedule.payload),
                     "max_attempts": schedule.max_attempts,
+                    "priority": schedule.priority,
                     "skip": schedule.overlap == "skip",
                     "scheduled_for": [o.scheduled_for for o in occurrences],
                     "run_at": [o.run_at for o in occurrences],

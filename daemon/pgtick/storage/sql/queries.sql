@@ -16,11 +16,13 @@ SELECT current_user::text;
 
 -- enqueue --
 -- One run through the schema's own SQL function, so the rules live in one place.
-SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s);
+SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s,
+                        %(priority)s, %(concurrency_key)s);
 
 -- enqueue_qualified --
 -- The same from a caller's connection, whose search_path we must not touch.
-SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s);
+SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s,
+                        %(priority)s, %(concurrency_key)s);
 
 -- enqueue_many --
 -- Many runs in one statement. Ids are drawn first so that each input row maps back to its
@@ -29,13 +31,16 @@ SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key
 WITH input AS (
     SELECT i.*, nextval(pg_get_serial_sequence({runs_table}, 'id')) AS new_id
     FROM unnest(%(job_types)s::text[], %(payloads)s::jsonb[], %(run_ats)s::timestamptz[],
-                %(keys)s::text[], %(max_attempts)s::int[])
-         WITH ORDINALITY AS i(job_type, payload, run_at, idempotency_key, max_attempts, ord)
+                %(keys)s::text[], %(max_attempts)s::int[], %(priorities)s::int[],
+                %(concurrency_keys)s::text[])
+         WITH ORDINALITY AS i(job_type, payload, run_at, idempotency_key, max_attempts, priority,
+                              concurrency_key, ord)
 ), inserted AS (
-    INSERT INTO {schema}.runs (id, job_type, payload, run_at, idempotency_key, max_attempts)
+    INSERT INTO {schema}.runs (id, job_type, payload, run_at, idempotency_key, max_attempts,
+                               priority, concurrency_key)
     OVERRIDING SYSTEM VALUE
     SELECT new_id, job_type, coalesce(payload, '{{}}'::jsonb), coalesce(run_at, now()),
-           idempotency_key, max_attempts
+           idempotency_key, max_attempts, coalesce(priority, 0), concurrency_key
     FROM input ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
@@ -78,34 +83,56 @@ WHERE %(earliest)s::timestamptz < now() - interval '1 second';
 -- claim --
 -- Claim up to %(limit)s due runs of the given job types in one statement (a run is held by
 -- exactly one daemon at a time):
--- SKIP LOCKED so claimers never wait on each other. One index range scan of runs_claim_idx
--- per job type (it leads with job_type), so due runs of types this daemon does not handle are
--- never read; the oldest %(limit)s of those candidates are claimed. Fills in max_attempts
--- from the job type when the run did not set one, and opens the attempt rows.
--- Each type's range starts at its lower bound (%(lows)s, NULL: from the start): the claimer
--- keeps it just below the run_at it last claimed, so the scan skips the index entries of runs
--- consumed since, which a snapshot held elsewhere keeps from being removed (the "keyset
--- claim"; worker.py says when it starts from the beginning again).
+-- SKIP LOCKED so claimers never wait on each other. Index range scans of runs_claim_idx per
+-- job type (it leads with job_type), so due runs of types this daemon does not handle are
+-- never read. Higher priority first, oldest due first within a priority (flow control): the
+-- runs of priority above 0, then those of 0 (the default, nearly all), then those below,
+-- each read in index order; the outer LIMIT stops reading once it has enough, so a type
+-- whose runs all have priority 0 costs one empty probe more than before, nothing else. Fills
+-- in max_attempts from the job type when the run did not set one, and opens the attempt rows.
+-- The priority-0 range starts at the type's lower bound (%(lows)s, NULL: from the start):
+-- the claimer keeps it just below the run_at it last claimed, so the scan skips the index
+-- entries of runs consumed since, which a snapshot held elsewhere keeps from being removed
+-- (the "keyset claim"; keyset.py says when it starts from the beginning again).
 WITH types AS (
     SELECT * FROM unnest(%(job_types)s::text[], %(leases)s::float8[], %(max_attempts)s::int[],
                          %(lows)s::timestamptz[])
         AS t(job_type, lease, max_attempts, low)
 ), candidates AS (
-    SELECT c.id, c.run_at
+    SELECT c.id, c.priority, c.run_at
     FROM types t
     CROSS JOIN LATERAL (
-        SELECT r.id, r.run_at
-        FROM {schema}.runs r
-        WHERE r.job_type = t.job_type
-          AND r.status IN ('queued', 'failed')
-          AND r.run_at >= coalesce(t.low, '-infinity')
-          AND r.run_at <= now()
-        ORDER BY r.run_at, r.id
+        SELECT * FROM (
+            (SELECT * FROM (SELECT r.id, r.priority, r.run_at
+             FROM {schema}.runs r
+             WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
+               AND r.priority > 0 AND r.run_at <= now()
+             ORDER BY r.priority DESC, r.run_at, r.id
+             LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED) lane)
+            UNION ALL
+            (SELECT * FROM (SELECT r.id, r.priority, r.run_at
+             FROM {schema}.runs r
+             WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
+               AND r.priority = 0
+               AND r.run_at >= coalesce(t.low, '-infinity') AND r.run_at <= now()
+             ORDER BY r.run_at, r.id
+             LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED) lane)
+            UNION ALL
+            (SELECT * FROM (SELECT r.id, r.priority, r.run_at
+             FROM {schema}.runs r
+             WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
+               AND r.priority < 0 AND r.run_at <= now()
+             ORDER BY r.priority DESC, r.run_at, r.id
+             LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED) lane)
+        ) lanes
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
     ) c
 ), picked AS (
-    SELECT id FROM candidates ORDER BY run_at, id LIMIT %(limit)s
+    SELECT id, priority, run_at FROM candidates ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
 ), claimed AS (
     UPDATE {schema}.runs r
     SET status = 'running',
@@ -123,21 +150,195 @@ WITH types AS (
     INSERT INTO {schema}.attempts (run_id, attempt, worker_id, started_at)
     SELECT id, attempts, %(worker_id)s, started_at FROM claimed
 )
-SELECT * FROM claimed;
+SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.priority DESC, p.run_at, p.id;
+
+-- claim_limit_lock --
+-- Before a claim of job types with a concurrency or rate limit: take each such type's
+-- transaction-level advisory lock, in name order (no deadlock between claimers of
+-- overlapping sets). Claimers of one limited type queue here for the length of a claim, so
+-- the next statement's snapshot, taken after the lock, sees every claim committed before:
+-- counting and claiming cannot let N+1 through. Transaction-level: nothing outlives the
+-- transaction, through a pooler or a crash.
+SELECT count(pg_advisory_xact_lock(hashtextextended(%(lock_prefix)s || s.job_type, 0)))
+FROM (SELECT DISTINCT job_type FROM unnest(%(job_types)s::text[]) AS u(job_type)
+      ORDER BY job_type) s;
+
+-- claim_limited --
+-- The claim (above) for a set of job types of which some have limits, after
+-- claim_limit_lock in the same transaction. Counts, per limited type, the runs held now
+-- (runs_held_idx: claimed, or cancelled and not let go of; a slot of a dead daemon frees when
+-- the reaper recovers its run) and the starts inside each rate window (rate_starts), then
+-- claims at most what the limits leave: per type (max_running, rate) and per concurrency key
+-- (max_running_per_key, rate_per_key; a run's key is the one given at enqueue, else the
+-- payload field the type names; a run without one is limited per type only). Runs of a key
+-- at its limit are skipped in the scan, so one busy key does not hold back the others.
+-- started_at and the rate rows use statement_timestamp(): claims of one limited type run
+-- one after another under the lock, so their times are in the order of their counting, and
+-- no window of the rate's length ever holds more starts than the rate.
+WITH types AS (
+    SELECT * FROM unnest(%(job_types)s::text[], %(leases)s::float8[], %(max_attempts)s::int[],
+                         %(lows)s::timestamptz[], %(max_running)s::int[], %(key_paths)s::text[],
+                         %(per_key)s::int[], %(rates)s::int[], %(rate_windows)s::float8[],
+                         %(key_rates)s::int[], %(key_windows)s::float8[])
+        AS t(job_type, lease, max_attempts, low, max_running, key_path, per_key, rate,
+             rate_window, key_rate, key_window)
+), held AS (
+    SELECT r.job_type, coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]) AS ckey
+    FROM types t
+    JOIN {schema}.runs r ON r.job_type = t.job_type AND r.locked_by IS NOT NULL
+    WHERE t.max_running IS NOT NULL OR t.per_key IS NOT NULL
+), held_type AS (
+    SELECT job_type, count(*) AS n FROM held GROUP BY job_type
+), held_key AS (
+    SELECT job_type, ckey, count(*) AS n FROM held WHERE ckey IS NOT NULL GROUP BY job_type, ckey
+), started_type AS (
+    SELECT t.job_type, count(*) AS n
+    FROM types t
+    JOIN {schema}.rate_starts s ON s.job_type = t.job_type
+     AND s.started_at > statement_timestamp() - make_interval(secs => t.rate_window)
+    WHERE t.rate IS NOT NULL
+    GROUP BY t.job_type
+), started_key AS (
+    SELECT t.job_type, s.concurrency_key AS ckey, count(*) AS n
+    FROM types t
+    JOIN {schema}.rate_starts s ON s.job_type = t.job_type AND s.concurrency_key IS NOT NULL
+     AND s.started_at > statement_timestamp() - make_interval(secs => t.key_window)
+    WHERE t.key_rate IS NOT NULL
+    GROUP BY t.job_type, s.concurrency_key
+), rooms AS (
+    SELECT t.*, greatest(0, least(%(limit)s, t.max_running - coalesce(h.n, 0),
+                                  t.rate - coalesce(s.n, 0))) AS room
+    FROM types t
+    LEFT JOIN held_type h ON h.job_type = t.job_type
+    LEFT JOIN started_type s ON s.job_type = t.job_type
+), candidates AS (
+    SELECT t.job_type, c.id, c.priority, c.run_at, c.ckey
+    FROM rooms t
+    CROSS JOIN LATERAL (
+        SELECT * FROM (
+            (SELECT * FROM (SELECT r.id, r.priority, r.run_at,
+                    coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]) AS ckey
+             FROM {schema}.runs r
+             WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
+               AND r.priority > 0 AND r.run_at <= now()
+               AND NOT EXISTS (
+                   SELECT 1 FROM held_key k
+                   WHERE k.job_type = t.job_type AND k.n >= t.per_key
+                     AND k.ckey = coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]))
+               AND NOT EXISTS (
+                   SELECT 1 FROM started_key k
+                   WHERE k.job_type = t.job_type AND k.n >= t.key_rate
+                     AND k.ckey = coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]))
+             ORDER BY r.priority DESC, r.run_at, r.id
+             LIMIT t.room
+             FOR UPDATE SKIP LOCKED) lane)
+            UNION ALL
+            (SELECT * FROM (SELECT r.id, r.priority, r.run_at,
+                    coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]) AS ckey
+             FROM {schema}.runs r
+             WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
+               AND r.priority = 0
+               AND r.run_at >= coalesce(t.low, '-infinity') AND r.run_at <= now()
+               AND NOT EXISTS (
+                   SELECT 1 FROM held_key k
+                   WHERE k.job_type = t.job_type AND k.n >= t.per_key
+                     AND k.ckey = coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]))
+               AND NOT EXISTS (
+                   SELECT 1 FROM started_key k
+                   WHERE k.job_type = t.job_type AND k.n >= t.key_rate
+                     AND k.ckey = coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]))
+             ORDER BY r.run_at, r.id
+             LIMIT t.room
+             FOR UPDATE SKIP LOCKED) lane)
+            UNION ALL
+            (SELECT * FROM (SELECT r.id, r.priority, r.run_at,
+                    coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]) AS ckey
+             FROM {schema}.runs r
+             WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
+               AND r.priority < 0 AND r.run_at <= now()
+               AND NOT EXISTS (
+                   SELECT 1 FROM held_key k
+                   WHERE k.job_type = t.job_type AND k.n >= t.per_key
+                     AND k.ckey = coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]))
+               AND NOT EXISTS (
+                   SELECT 1 FROM started_key k
+                   WHERE k.job_type = t.job_type AND k.n >= t.key_rate
+                     AND k.ckey = coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]))
+             ORDER BY r.priority DESC, r.run_at, r.id
+             LIMIT t.room
+             FOR UPDATE SKIP LOCKED) lane)
+        ) lanes
+        LIMIT t.room
+    ) c
+), keyed AS (
+    SELECT c.*, row_number() OVER (PARTITION BY c.job_type, c.ckey
+                                   ORDER BY c.priority DESC, c.run_at, c.id) AS key_rank
+    FROM candidates c
+), picked AS (
+    SELECT k.id, k.ckey, k.priority, k.run_at
+    FROM keyed k
+    JOIN types t ON t.job_type = k.job_type
+    LEFT JOIN held_key hk ON hk.job_type = k.job_type AND hk.ckey = k.ckey
+    LEFT JOIN started_key sk ON sk.job_type = k.job_type AND sk.ckey = k.ckey
+    WHERE k.ckey IS NULL
+       OR ((t.per_key IS NULL OR k.key_rank <= t.per_key - coalesce(hk.n, 0))
+           AND (t.key_rate IS NULL OR k.key_rank <= t.key_rate - coalesce(sk.n, 0)))
+    ORDER BY k.priority DESC, k.run_at, k.id
+    LIMIT %(limit)s
+), claimed AS (
+    UPDATE {schema}.runs r
+    SET status = 'running',
+        locked_by = %(worker_id)s,
+        locked_until = statement_timestamp() + make_interval(secs => t.lease),
+        attempts = r.attempts + 1,
+        max_attempts = coalesce(r.max_attempts, t.max_attempts),
+        started_at = statement_timestamp(),
+        updated_at = statement_timestamp()
+    FROM picked, types t
+    WHERE r.id = picked.id AND t.job_type = r.job_type
+    RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
+              r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until
+), opened AS (
+    INSERT INTO {schema}.attempts (run_id, attempt, worker_id, started_at)
+    SELECT id, attempts, %(worker_id)s, started_at FROM claimed
+), counted AS (
+    INSERT INTO {schema}.rate_starts (job_type, concurrency_key, started_at)
+    SELECT c.job_type, p.ckey, statement_timestamp()
+    FROM claimed c
+    JOIN picked p ON p.id = c.id
+    JOIN types t ON t.job_type = c.job_type
+    WHERE t.rate IS NOT NULL OR (t.key_rate IS NOT NULL AND p.ckey IS NOT NULL)
+), pruned AS (
+    DELETE FROM {schema}.rate_starts s
+    USING types t
+    WHERE s.job_type = t.job_type AND (t.rate IS NOT NULL OR t.key_rate IS NOT NULL)
+      AND s.started_at <= statement_timestamp()
+          - make_interval(secs => greatest(coalesce(t.rate_window, 0), coalesce(t.key_window, 0)))
+)
+SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.priority DESC, p.run_at, p.id;
 
 -- next_due --
 -- Seconds until the earliest runnable run of these job types comes due (negative: overdue),
 -- on the database clock: how long an idle dispatcher may sleep. One index probe per job type,
--- from the type's lower bound as the claim's.
+-- from the type's lower bound as the claim's (priority 0), and the earliest of the few runs
+-- of other priorities.
 SELECT extract(epoch FROM min(n.run_at) - now())::float8
 FROM unnest(%(job_types)s::text[], %(lows)s::timestamptz[]) AS t(job_type, low)
 CROSS JOIN LATERAL (
-    SELECT r.run_at
-    FROM {schema}.runs r
-    WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
-      AND r.run_at >= coalesce(t.low, '-infinity')
-    ORDER BY r.run_at
-    LIMIT 1
+    (SELECT r.run_at
+     FROM {schema}.runs r
+     WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed') AND r.priority = 0
+       AND r.run_at >= coalesce(t.low, '-infinity')
+     ORDER BY r.run_at
+     LIMIT 1)
+    UNION ALL
+    (SELECT min(r.run_at)
+     FROM {schema}.runs r
+     WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed') AND r.priority > 0)
+    UNION ALL
+    (SELECT min(r.run_at)
+     FROM {schema}.runs r
+     WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed') AND r.priority < 0)
 ) n;
 
 -- behind_bounds --
@@ -149,7 +350,7 @@ FROM unnest(%(job_types)s::text[], %(lows)s::timestamptz[]) AS t(job_type, low)
 WHERE EXISTS (
     SELECT 1
     FROM {schema}.runs r
-    WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
+    WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed') AND r.priority = 0
       AND r.run_at < t.low AND r.run_at <= now()
 );
 
@@ -399,7 +600,7 @@ SELECT count(*) FROM gone;
 -- One run by id.
 SELECT id, schedule_id, scheduled_for, job_type, payload, idempotency_key, status, run_at,
        attempts, max_attempts, locked_by, locked_until, last_error, error_type, started_at,
-       finished_at, created_at, updated_at
+       finished_at, created_at, updated_at, priority, concurrency_key
 FROM {schema}.runs WHERE id = %(id)s;
 
 -- get_attempts --
@@ -445,14 +646,15 @@ RETURNING key;
 -- from the config, or because its row was invalid, comes back un-paused and continues from now;
 -- an operator's pause stays. Any change forgets next_due_at, so the next tick plans it afresh.
 INSERT INTO {schema}.schedules (name, job_type, payload, cron, timezone, max_attempts, catchup,
-                       catchup_limit, overlap, jitter_seconds, materialized_until)
+                       catchup_limit, overlap, jitter_seconds, priority, materialized_until)
 VALUES (%(name)s, %(job_type)s, %(payload)s, %(cron)s, %(timezone)s, %(max_attempts)s,
-        %(catchup)s, %(catchup_limit)s, %(overlap)s, %(jitter_seconds)s, now())
+        %(catchup)s, %(catchup_limit)s, %(overlap)s, %(jitter_seconds)s, %(priority)s, now())
 ON CONFLICT (name) DO UPDATE
 SET job_type = excluded.job_type, payload = excluded.payload, cron = excluded.cron,
     timezone = excluded.timezone, max_attempts = excluded.max_attempts,
     catchup = excluded.catchup, catchup_limit = excluded.catchup_limit,
     overlap = excluded.overlap, jitter_seconds = excluded.jitter_seconds,
+    priority = excluded.priority,
     paused = schedules.paused AND schedules.paused_reason NOT IN ('removed', 'invalid'),
     paused_reason = CASE WHEN schedules.paused_reason IN ('removed', 'invalid') THEN NULL
                          ELSE schedules.paused_reason END,
@@ -464,11 +666,11 @@ SET job_type = excluded.job_type, payload = excluded.payload, cron = excluded.cr
     updated_at = now()
 WHERE (schedules.job_type, schedules.payload, schedules.cron, schedules.timezone,
        schedules.max_attempts, schedules.catchup, schedules.catchup_limit, schedules.overlap,
-       schedules.jitter_seconds, schedules.paused_reason)
+       schedules.jitter_seconds, schedules.priority, schedules.paused_reason)
       IS DISTINCT FROM
       (excluded.job_type, excluded.payload, excluded.cron, excluded.timezone,
        excluded.max_attempts, excluded.catchup, excluded.catchup_limit, excluded.overlap,
-       excluded.jitter_seconds, NULL)
+       excluded.jitter_seconds, excluded.priority, NULL)
 RETURNING name;
 
 -- pause_vanished_schedules --
@@ -484,7 +686,7 @@ RETURNING name;
 -- neither read nor locked. A schedule another daemon is materializing right now is skipped
 -- (it does the same work).
 SELECT id, name, job_type, payload, cron, timezone, max_attempts, catchup, catchup_limit,
-       overlap, jitter_seconds, materialized_until, now()
+       overlap, jitter_seconds, materialized_until, now(), priority
 FROM {schema}.schedules
 WHERE NOT paused AND (next_due_at IS NULL OR next_due_at <= now())
 ORDER BY id
@@ -520,9 +722,9 @@ WITH occ AS (
     ) AS busy
 ), inserted AS (
     INSERT INTO {schema}.runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts,
-                      status, finished_at)
+                      priority, status, finished_at)
     SELECT %(schedule_id)s, occ.scheduled_for, %(job_type)s, %(payload)s, occ.run_at,
-           %(max_attempts)s,
+           %(max_attempts)s, %(priority)s,
            CASE WHEN %(skip)s AND (busy.busy OR occ.ord < occ.total)
                 THEN 'skipped' ELSE 'queued' END,
            CASE WHEN %(skip)s AND (busy.busy OR occ.ord < occ.total) THEN now() END
@@ -590,15 +792,16 @@ RETURNING id;
 -- Run a schedule now, outside its cron: an extra run (scheduled_for NULL never conflicts).
 -- It changes neither the cursor nor next_due_at: the schedule's own occurrences stay due when
 -- they were.
-INSERT INTO {schema}.runs (schedule_id, job_type, payload, max_attempts)
-SELECT id, job_type, payload, max_attempts FROM {schema}.schedules WHERE name = %(name)s
+INSERT INTO {schema}.runs (schedule_id, job_type, payload, max_attempts, priority)
+SELECT id, job_type, payload, max_attempts, priority FROM {schema}.schedules WHERE name = %(name)s
 RETURNING id, job_type;
 
 -- backfill_schedule --
 -- Create runs for given past occurrences; existing occurrences are left alone. The cursor and
 -- next_due_at do not move: backfill is behind the cursor, the ticker ahead of it.
-INSERT INTO {schema}.runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts)
-SELECT s.id, o.t, s.job_type, s.payload, now(), s.max_attempts
+INSERT INTO {schema}.runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts,
+                           priority)
+SELECT s.id, o.t, s.job_type, s.payload, now(), s.max_attempts, s.priority
 FROM {schema}.schedules s, unnest(%(occurrences)s::timestamptz[]) AS o(t)
 WHERE s.name = %(name)s
 ON CONFLICT (schedule_id, scheduled_for) DO NOTHING

@@ -365,11 +365,24 @@ def enqueue(
     when: When | None = None,
     idempotency_key: str | None = None,
     max_attempts: int | None = None,
+    priority: int | None = None,
+    concurrency_key: str | None = None,
 ) -> int:
     """Add a run (or find the one its idempotency key names); its id. A duration ``when``
     counts from the database's clock, like every time pgtick compares."""
     run_at = store.now() + when if isinstance(when, timedelta) else when
-    return store.enqueue(NewRun(job_type, payload, run_at, idempotency_key, max_attempts))
+    return store.enqueue(
+        NewRun(job_type, payload, run_at, idempotency_key, max_attempts, priority, concurrency_key)
+    )
+
+
+def default_priority(config: Config, job_type: str, given: int | None) -> int | None:
+    """The priority a run gets: the one given, else its job type's in the config (the SQL
+    function and a type the config does not declare: 0)."""
+    if given is not None:
+        return given
+    declared = config.job_types.get(job_type)
+    return declared.priority if declared is not None else None
 
 
 def declares_job_type(config: Config, job_type: str) -> bool | None:
