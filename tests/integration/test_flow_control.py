@@ -1,6 +1,6 @@
 """Flow control in the claim, against a real PostgreSQL: priority order, concurrency limits per
 job type and per key (under concurrent claimers), rate windows, and slots of a dead holder
-coming back through the reaper. The daemon-level checks are in tests/acceptance/test_flow_control.py."""
+coming back through the reaper. Daemon-level checks: tests/acceptance/test_flow_control.py."""
 
 from __future__ import annotations
 
@@ -167,7 +167,7 @@ def test_concurrent_claimers_never_let_more_than_the_limit_through(
                         mine.succeed(name, [(r.id, r.attempt) for r in runs])
             finally:
                 pool.close()
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     def sampler() -> None:
