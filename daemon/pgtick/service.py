@@ -15,7 +15,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Protocol
@@ -32,13 +32,13 @@ from pgtick.core.listener import Listener
 from pgtick.core.output import Flusher, log_job_output
 from pgtick.core.reaper import Reaper
 from pgtick.core.ticker import Ticker
-from pgtick.core.worker import Worker
+from pgtick.core.worker import Worker, claim_type
 from pgtick.errors import ConfigError
 from pgtick.observability import logs
 from pgtick.observability.metrics import DatabaseCollector, Metrics, PoolStatsCollector, Readiness
 from pgtick.observability.systemd import Notifier
 from pgtick.storage import db, migrate
-from pgtick.storage.store import RunStore, WorkerInfo
+from pgtick.storage.store import ClaimType, RunStore, WorkerInfo
 from pgtick.surfaces.console.routes import SECURITY_HEADERS, Console
 from pgtick.surfaces.console.server import ConsoleServer
 from pgtick.surfaces.http import HttpServer, observability_routes
@@ -210,8 +210,11 @@ class Service:
     ) -> int:
         cfg = self.config
         metrics = Metrics(job_types, pgtick.__version__, cfg.worker.threads)
-        self._start_http(store, metrics)
-        self._start_web()
+        limits = [
+            t for jt in job_types.values() if (t := claim_type(jt.config, jt.lease_seconds)).limited
+        ]
+        self._start_http(store, metrics, limits)
+        self._start_web(limits)
         flusher = Flusher(store, self.worker_id, log_job_output if cfg.logging.job_output else None)
         worker = Worker(
             store,
@@ -302,7 +305,9 @@ class Service:
         log.info("daemon_stopped", worker_id=self.worker_id, exit_code=1 if crashed else 0)
         return 1 if crashed else 0
 
-    def _start_http(self, store: RunStore, metrics: Metrics) -> None:
+    def _start_http(
+        self, store: RunStore, metrics: Metrics, limits: Sequence[ClaimType] = ()
+    ) -> None:
         """Serve /metrics, /healthz and /readyz from before READY=1 until the very end; the
         database-derived gauges use a small pool of their own so a busy worker pool cannot
         starve a scrape. ``metrics.listen = ""`` disables all of it."""
@@ -318,7 +323,10 @@ class Service:
         pools["pgtick-metrics"] = metrics_pool.get_stats
         metrics.registry.register(PoolStatsCollector(pools))
         probe = DatabaseProbe(
-            self._metrics_store, list(cfg.schedules.values()), cfg.ticker.interval_seconds
+            self._metrics_store,
+            list(cfg.schedules.values()),
+            cfg.ticker.interval_seconds,
+            limits=limits,
         )
         collector = DatabaseCollector(
             probe,
@@ -335,7 +343,7 @@ class Service:
         self._http = HttpServer("metrics.listen", cfg.metrics.host, cfg.metrics.port, routes)
         self._http.start()
 
-    def _start_web(self) -> None:
+    def _start_web(self, limits: Sequence[ClaimType] = ()) -> None:
         """Serve the console (``web.listen``) on a small pool of its own, so that a page load
         never takes a connection a worker or a scrape is waiting for."""
         web = self.config.web
@@ -354,6 +362,7 @@ class Service:
             hosts=web.hosts,
             session_ttl_seconds=web.session_ttl_seconds,
             public_reads=web.public_reads,
+            limits=limits,
         )
         routes = console.routes()
         self._web = ConsoleServer("web.listen", web.host, web.port, routes, SECURITY_HEADERS)

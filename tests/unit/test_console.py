@@ -206,6 +206,8 @@ def test_overview_counts_chart_and_refresh() -> None:
         "4",
         "5",
         "1",
+        "-",
+        "-",
     ]
     assert '<meta http-equiv="refresh" content="5">' in page
     assert page.count('<rect class="bar"') == 60 and "9 succeeded in the last hour" in page

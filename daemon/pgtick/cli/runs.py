@@ -84,7 +84,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    detail = context.call(args, context.begin(args), lambda s: operations.show_run(s, args.run_id))
+    cfg = context.begin(args)
+    limits = operations.flow_limits(cfg)
+    detail = context.call(args, cfg, lambda s: operations.show_run(s, args.run_id, limits))
     if args.json:
         print_json(views.detail_fields(detail))
     else:

@@ -24,6 +24,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             heartbeat_seconds=cfg.worker.heartbeat_seconds,
             tick_interval_seconds=cfg.ticker.interval_seconds,
             horizon_threshold_seconds=threshold,
+            limits=operations.flow_limits(cfg),
         ),
     )
     if args.json:

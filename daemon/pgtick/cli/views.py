@@ -167,6 +167,9 @@ def detail_fields(d: operations.RunDetail) -> dict[str, Any]:
         "locked_until": iso(r.locked_until),
         "last_error": r.last_error,
         "error_type": r.error_type,
+        "priority": r.priority,
+        "concurrency_key": r.concurrency_key,
+        "waiting": d.waiting,
         "attempt_history": [
             {
                 "attempt": a.attempt,
@@ -204,6 +207,9 @@ def print_detail(d: operations.RunDetail) -> None:
     lines: list[tuple[str, str | None]] = [
         ("payload", json.dumps(r.payload)),
         ("idempotency key", r.idempotency_key),
+        ("priority", None if r.priority == 0 else str(r.priority)),
+        ("concurrency key", r.concurrency_key),
+        ("waiting", d.waiting),
         ("created", iso(r.created_at)),
         ("run_at", iso(r.run_at)),
         ("started", iso(r.started_at)),
@@ -342,6 +348,10 @@ def status_fields(st: operations.Status) -> dict[str, Any]:
                 "dead_24h": t.stats.dead_recent,
                 "live_workers": t.live_workers,
                 "unserved": t.unserved,
+                "limits": t.limits_text or None,
+                "limited_running": t.flow.running if t.flow else None,
+                "waiting_concurrency": t.flow.waiting_concurrency if t.flow else 0,
+                "waiting_rate": t.flow.waiting_rate if t.flow else 0,
             }
             for t in st.job_types
         ],
@@ -405,7 +415,17 @@ def print_status(st: operations.Status) -> None:
     print("job types:" if st.job_types else "job types: no queued, running or recently dead runs")
     if st.job_types:
         print_table(
-            ("  JOB TYPE", "DUE", "OLDEST", "RUNNING", "STUCK", "RETRYING", "DEAD 24H", "DAEMONS"),
+            (
+                "  JOB TYPE",
+                "DUE",
+                "OLDEST",
+                "RUNNING",
+                "STUCK",
+                "RETRYING",
+                "DEAD 24H",
+                "DAEMONS",
+                "HELD BACK",
+            ),
             [
                 (
                     "  " + cut(t.stats.job_type, 30),
@@ -416,10 +436,14 @@ def print_status(st: operations.Status) -> None:
                     str(t.stats.awaiting_retry),
                     str(t.stats.dead_recent),
                     "NONE" if t.unserved else str(t.live_workers),
+                    t.held_back_text or "-",
                 )
                 for t in st.job_types
             ],
         )
+        for t in st.job_types:
+            if t.limits is not None:
+                print(f"  {t.stats.job_type}: {t.limits_text}")
     print()
     print("schedules:" if st.schedules else "schedules: none")
     _print_schedules(st)

@@ -14,10 +14,12 @@ ticks.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import structlog
 
@@ -25,7 +27,14 @@ from pgtick.config import ScheduleConfig
 from pgtick.errors import PgtickError, ScheduleError
 from pgtick.observability.metrics import DatabaseSnapshot
 from pgtick.scheduling.cron import Cron
-from pgtick.storage.store import HorizonHolder, MetricsSnapshot, RunStore, ScheduleHealth
+from pgtick.storage.store import (
+    ClaimType,
+    FlowState,
+    HorizonHolder,
+    MetricsSnapshot,
+    RunStore,
+    ScheduleHealth,
+)
 
 TERMINAL_RECOUNT_SECONDS = 300.0
 TERMINAL_RECOUNT_TIMEOUT_SECONDS = 120.0
@@ -69,8 +78,10 @@ class DatabaseProbe:
         *,
         recount_seconds: float = TERMINAL_RECOUNT_SECONDS,
         wall_clock: Callable[[], float] = time.time,
+        limits: Sequence[ClaimType] = (),
     ) -> None:
         self._store = store
+        self._limits = [t for t in limits if t.limited]  # flow control: pgtick_runs_waiting
         self._schedules = {
             s.name: (
                 Cron.parse(s.cron, s.timezone, s.name),
@@ -96,7 +107,26 @@ class DatabaseProbe:
         counted = snap.terminal_counted_at
         if counted is None or snap.db_now - counted > self._recount_seconds:
             self._start_recount()
-        return self._gauges(snap)
+        flows = self._store.flow_state(
+            self._limits, statement_timeout_seconds=STATEMENT_TIMEOUT_SECONDS
+        )
+        return dataclasses.replace(self._gauges(snap), **self._flow_gauges(flows))
+
+    def _flow_gauges(self, flows: Sequence[FlowState]) -> dict[str, Any]:
+        by_type = {f.job_type: f for f in flows}
+        limits: dict[tuple[str, str], float] = {}
+        in_use: dict[tuple[str, str], float] = {}
+        for t in self._limits:
+            f = by_type.get(t.job_type)
+            if t.max_running is not None:
+                limits[(t.job_type, "max_running")] = t.max_running
+                in_use[(t.job_type, "max_running")] = f.running if f else 0
+            if t.rate is not None:
+                limits[(t.job_type, "rate")] = t.rate[0]
+                in_use[(t.job_type, "rate")] = f.started if f else 0
+        waiting = {(f.job_type, "concurrency"): f.waiting_concurrency for f in flows}
+        waiting |= {(f.job_type, "rate"): f.waiting_rate for f in flows}
+        return {"waiting": waiting, "limits": limits, "limits_in_use": in_use}
 
     def _gauges(self, snap: MetricsSnapshot) -> DatabaseSnapshot:
         db_now = datetime.fromtimestamp(snap.db_now, UTC)

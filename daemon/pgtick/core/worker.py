@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import structlog
 
-from pgtick.config import WorkerConfig
+from pgtick.config import JobTypeConfig, WorkerConfig
 from pgtick.core import handlers
 from pgtick.core.handlers import JobType, Outcome
 from pgtick.core.keyset import ClaimBounds
@@ -53,6 +53,20 @@ log = structlog.get_logger("pgtick.worker")
 # What the completer writes: a run, what to record of it, and its handler's wall time (None:
 # no handler ran).
 Result = tuple[Held, Outcome, float | None]
+
+
+def claim_type(config: JobTypeConfig, lease_seconds: float) -> ClaimType:
+    """What a claim tells the database of a job type: its lease, attempts and limits."""
+    return ClaimType(
+        config.name,
+        lease_seconds,
+        config.max_attempts,
+        max_running=config.max_running,
+        key_path=config.concurrency_key,
+        max_running_per_key=config.max_running_per_key,
+        rate=config.rate,
+        rate_per_key=config.rate_per_key,
+    )
 
 
 class Completer:
@@ -214,17 +228,7 @@ class Worker:
         self._job_types = dict(job_types)
         self._metrics = metrics
         self._claim_types = [
-            ClaimType(
-                jt.name,
-                jt.lease_seconds,
-                jt.config.max_attempts,
-                max_running=jt.config.max_running,
-                key_path=jt.config.concurrency_key,
-                max_running_per_key=jt.config.max_running_per_key,
-                rate=jt.config.rate,
-                rate_per_key=jt.config.rate_per_key,
-            )
-            for jt in self._job_types.values()
+            claim_type(jt.config, jt.lease_seconds) for jt in self._job_types.values()
         ]
         # Types with a limit: a slot they free is announced to the fleet (NOTIFY), and a
         # claim that finds their due runs held back waits instead of asking again at once.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import structlog
@@ -36,6 +36,7 @@ ATTEMPT_OUTCOMES = ("succeeded", "failed", "lost", "cancelled", "released")
 # until the first error; an operation missing here still gets its series on first use.
 DB_OPERATIONS = ("claim", "complete", "heartbeat", "listen", "metrics", "reap", "release", "tick")
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped")
+WAITING_REASONS = ("concurrency", "rate")  # pgtick_runs_waiting: which limit holds runs back
 DB_CACHE_SECONDS = 5.0  # one aggregate query per this period, whatever the number of scrapers
 DB_WAIT_SECONDS = 0.8  # a scrape waits this long for a fresh read, then answers without it
 READY_TICK_INTERVALS = 2.0  # /readyz fails once the ticker missed this many intervals
@@ -176,6 +177,11 @@ class DatabaseSnapshot:
     horizon_age_transactions: int = 0
     horizon_sessions_visible: bool = True  # False: other roles' sessions cannot be seen
     dead_tuples: Mapping[str, int] = field(default_factory=dict)  # pgtick table -> dead rows
+    waiting: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (job_type, reason)
+    # Flow-control limits of this daemon's config and what they hold now, per (job_type, limit
+    # name): max_running and the runs held; rate (starts per window) and the starts in it.
+    limits: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    limits_in_use: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
 
 @dataclass
@@ -304,6 +310,7 @@ class DatabaseCollector(Collector):
             oldest.add_metric([job_type], snap.oldest_due_seconds.get(job_type, 0.0))
             stuck.add_metric([job_type], snap.stuck.get(job_type, 0))
         yield from (runs, depth, oldest, stuck)
+        yield from _flow_families(snap, job_types)
         names = sorted({*self._schedules, *snap.schedule_last_success, *snap.schedule_next_run})
         last = GaugeMetricFamily(
             "pgtick_schedule_last_success_timestamp_seconds",
@@ -329,6 +336,33 @@ class DatabaseCollector(Collector):
                 snap.terminal_counted_at,
             )
         yield from _vacuum_families(snap)
+
+
+def _flow_families(snap: DatabaseSnapshot, job_types: Sequence[str]) -> Iterator[Metric]:
+    waiting = GaugeMetricFamily(
+        "pgtick_runs_waiting",
+        "Due runs held back by a concurrency or rate limit (flow control)",
+        labels=["job_type", "reason"],
+    )
+    for job_type in sorted({*job_types, *(t for t, _ in snap.waiting)}):
+        for reason in WAITING_REASONS:
+            waiting.add_metric([job_type, reason], snap.waiting.get((job_type, reason), 0))
+    yield waiting
+    limit = GaugeMetricFamily(
+        "pgtick_limit",
+        "A flow-control limit of this daemon's config: max_running, or rate (starts per window)",
+        labels=["job_type", "limit"],
+    )
+    in_use = GaugeMetricFamily(
+        "pgtick_limit_in_use",
+        "What a flow-control limit counts now: runs held (max_running), starts in the window"
+        " (rate)",
+        labels=["job_type", "limit"],
+    )
+    for key in sorted(snap.limits):
+        limit.add_metric(list(key), snap.limits[key])
+        in_use.add_metric(list(key), snap.limits_in_use.get(key, 0.0))
+    yield from (limit, in_use)
 
 
 def _vacuum_families(snap: DatabaseSnapshot) -> Iterator[Metric]:

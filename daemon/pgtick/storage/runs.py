@@ -13,7 +13,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgtick.storage import db, sqlfile
-from pgtick.storage.base import StoreBase
+from pgtick.storage.base import StoreBase, set_statement_timeout
 
 TERMINAL_STATUSES = ("succeeded", "dead", "cancelled", "skipped")
 ACTIVE_STATUSES = ("queued", "running", "failed")
@@ -53,6 +53,18 @@ class ClaimType:
             v is not None
             for v in (self.max_running, self.max_running_per_key, self.rate, self.rate_per_key)
         )
+
+
+@dataclass(frozen=True)
+class FlowState:
+    """What one limited job type's limits hold back now (``flow_state``)."""
+
+    job_type: str
+    running: int  # held: running, or cancelled and not let go of
+    started: int  # starts inside the rate window
+    due: int  # due runs not claimed
+    waiting_concurrency: int  # of those, held back by max_running or max_running_per_key
+    waiting_rate: int  # of those, held back by rate or rate_per_key
 
 
 @dataclass(frozen=True)
@@ -226,6 +238,19 @@ def _pg_path(path: Sequence[str] | None) -> str | None:
     )
 
 
+def _limit_params(types: Sequence[ClaimType]) -> dict[str, Any]:
+    """The flow-control limits of ``types``, one array per limit (claim_limited, flow_state)."""
+    return {
+        "max_running": [t.max_running for t in types],
+        "key_paths": [_pg_path(t.key_path) for t in types],
+        "per_key": [t.max_running_per_key for t in types],
+        "rates": [t.rate[0] if t.rate else None for t in types],
+        "rate_windows": [t.rate[1] if t.rate else None for t in types],
+        "key_rates": [t.rate_per_key[0] if t.rate_per_key else None for t in types],
+        "key_windows": [t.rate_per_key[1] if t.rate_per_key else None for t in types],
+    }
+
+
 def _claims(worker_id: str, claims: Sequence[Claim]) -> dict[str, Any]:
     return {
         "worker_id": worker_id,
@@ -325,15 +350,7 @@ class RunQueries(StoreBase):
         limited = [t.job_type for t in types if t.limited]
         if not limited:
             return [ClaimedRun(*row) for row in self._all("claim", "claim", params)]
-        params |= {
-            "max_running": [t.max_running for t in types],
-            "key_paths": [_pg_path(t.key_path) for t in types],
-            "per_key": [t.max_running_per_key for t in types],
-            "rates": [t.rate[0] if t.rate else None for t in types],
-            "rate_windows": [t.rate[1] if t.rate else None for t in types],
-            "key_rates": [t.rate_per_key[0] if t.rate_per_key else None for t in types],
-            "key_windows": [t.rate_per_key[1] if t.rate_per_key else None for t in types],
-        }
+        params |= _limit_params(types)
         with self._conn("claim") as conn, conn.transaction():
             conn.execute(
                 sqlfile.query("claim_limit_lock", conn.schema),
@@ -341,6 +358,26 @@ class RunQueries(StoreBase):
             )
             rows = conn.execute(sqlfile.query("claim_limited", conn.schema), params).fetchall()
         return [ClaimedRun(*row) for row in rows]
+
+    def flow_state(
+        self,
+        types: Sequence[ClaimType],
+        run_id: int | None = None,
+        *,
+        statement_timeout_seconds: float | None = None,
+    ) -> list[FlowState]:
+        """What the limits of these job types hold back now (one run's reason with
+        ``run_id``); types without limits are left out."""
+        limited = [t for t in types if t.limited]
+        if not limited:
+            return []
+        params = {"job_types": [t.job_type for t in limited], "run_id": run_id}
+        params |= _limit_params(limited)
+        with self._conn("flow_state") as conn, conn.transaction():
+            if statement_timeout_seconds is not None:
+                set_statement_timeout(conn, statement_timeout_seconds)
+            rows = conn.execute(sqlfile.query("flow_state", conn.schema), params).fetchall()
+        return [FlowState(*row) for row in rows]
 
     def notify(self, job_types: Sequence[str]) -> None:
         """Wake the daemons that handle these types (a limited type's slot came free)."""

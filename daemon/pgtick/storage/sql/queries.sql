@@ -317,6 +317,69 @@ WITH types AS (
 )
 SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.priority DESC, p.run_at, p.id;
 
+-- flow_state --
+-- Per limited job type (the claim_limited parameters), what its limits hold back now: runs
+-- held (running, or cancelled and not let go of) and starts inside the rate window, the due
+-- runs not claimed, and how many of those wait on a concurrency limit (the type's or their
+-- key's) and how many on a rate; the rest wait for a free thread. With %(run_id)s, the due
+-- runs are that one run alone (`pgtick show`: why it is not starting). Read-only; counts
+-- may be a moment old by the time they are shown.
+WITH types AS (
+    SELECT * FROM unnest(%(job_types)s::text[], %(max_running)s::int[], %(key_paths)s::text[],
+                         %(per_key)s::int[], %(rates)s::int[], %(rate_windows)s::float8[],
+                         %(key_rates)s::int[], %(key_windows)s::float8[])
+        AS t(job_type, max_running, key_path, per_key, rate, rate_window, key_rate, key_window)
+), held AS (
+    SELECT r.job_type, coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]) AS ckey
+    FROM types t
+    JOIN {schema}.runs r ON r.job_type = t.job_type AND r.locked_by IS NOT NULL
+), held_type AS (
+    SELECT job_type, count(*) AS n FROM held GROUP BY job_type
+), held_key AS (
+    SELECT job_type, ckey, count(*) AS n FROM held WHERE ckey IS NOT NULL GROUP BY job_type, ckey
+), started_type AS (
+    SELECT t.job_type, count(*) AS n
+    FROM types t
+    JOIN {schema}.rate_starts s ON s.job_type = t.job_type
+     AND s.started_at > statement_timestamp() - make_interval(secs => t.rate_window)
+    WHERE t.rate IS NOT NULL
+    GROUP BY t.job_type
+), started_key AS (
+    SELECT t.job_type, s.concurrency_key AS ckey, count(*) AS n
+    FROM types t
+    JOIN {schema}.rate_starts s ON s.job_type = t.job_type AND s.concurrency_key IS NOT NULL
+     AND s.started_at > statement_timestamp() - make_interval(secs => t.key_window)
+    WHERE t.key_rate IS NOT NULL
+    GROUP BY t.job_type, s.concurrency_key
+), due AS (
+    SELECT t.job_type, coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]) AS ckey
+    FROM types t
+    JOIN {schema}.runs r ON r.job_type = t.job_type AND r.status IN ('queued', 'failed')
+     AND r.run_at <= now()
+    WHERE %(run_id)s::bigint IS NULL OR r.id = %(run_id)s::bigint
+), reasons AS (
+    SELECT d.job_type,
+           CASE WHEN coalesce(ht.n, 0) >= t.max_running THEN 'concurrency'
+                WHEN coalesce(st.n, 0) >= t.rate THEN 'rate'
+                WHEN coalesce(hk.n, 0) >= t.per_key THEN 'concurrency'
+                WHEN coalesce(sk.n, 0) >= t.key_rate THEN 'rate'
+           END AS reason
+    FROM due d
+    JOIN types t ON t.job_type = d.job_type
+    LEFT JOIN held_type ht ON ht.job_type = d.job_type
+    LEFT JOIN started_type st ON st.job_type = d.job_type
+    LEFT JOIN held_key hk ON hk.job_type = d.job_type AND hk.ckey = d.ckey
+    LEFT JOIN started_key sk ON sk.job_type = d.job_type AND sk.ckey = d.ckey
+)
+SELECT t.job_type, coalesce(ht.n, 0), coalesce(st.n, 0),
+       (SELECT count(*) FROM reasons x WHERE x.job_type = t.job_type),
+       (SELECT count(*) FROM reasons x WHERE x.job_type = t.job_type AND x.reason = 'concurrency'),
+       (SELECT count(*) FROM reasons x WHERE x.job_type = t.job_type AND x.reason = 'rate')
+FROM types t
+LEFT JOIN held_type ht ON ht.job_type = t.job_type
+LEFT JOIN started_type st ON st.job_type = t.job_type
+ORDER BY t.job_type;
+
 -- next_due --
 -- Seconds until the earliest runnable run of these job types comes due (negative: overdue),
 -- on the database clock: how long an idle dispatcher may sleep. One index probe per job type,

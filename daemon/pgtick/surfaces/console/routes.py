@@ -18,14 +18,14 @@ import functools
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from http import HTTPStatus
 
 import structlog
 
 from pgtick.errors import DatabaseError, NotFoundError, PgtickError, UsageError
-from pgtick.storage.store import RunStore
+from pgtick.storage.store import ClaimType, RunStore
 from pgtick.surfaces import operations
 from pgtick.surfaces.console import guard
 from pgtick.surfaces.console.fragments import (
@@ -88,8 +88,10 @@ class Console:
         hosts: tuple[str, ...] = (),
         session_ttl_seconds: float = 12 * 3600.0,
         public_reads: bool = False,
+        limits: Sequence[ClaimType] = (),
     ) -> None:
         self.store = store
+        self.limits = tuple(limits)  # job types with flow-control limits (the overview)
         self.token = token
         self.heartbeat_seconds = heartbeat_seconds
         self.listen_host = listen_host
@@ -186,7 +188,9 @@ class Console:
         return handle
 
     def _overview(self, request: Request, store: RunStore) -> str:
-        ov = operations.overview(store, heartbeat_seconds=self.heartbeat_seconds)
+        ov = operations.overview(
+            store, heartbeat_seconds=self.heartbeat_seconds, limits=self.limits
+        )
         return overview_page(ov, self._context(request, ov.db_now))
 
     @staticmethod
@@ -230,7 +234,7 @@ class Console:
 
     def _run(self, request: Request, store: RunStore) -> str:
         run_id = self._run_id(request)
-        detail = operations.show_run(store, run_id)
+        detail = operations.show_run(store, run_id, self.limits)
         output = operations.run_output(store, run_id) if detail.attempts else []
         return run_page(detail, self._context(request, detail.db_now), output)
 

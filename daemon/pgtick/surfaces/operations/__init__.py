@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pgtick.storage.store import STATUSES, TERMINAL_STATUSES
 from pgtick.surfaces.operations.charts import queue_depth_per_type
+from pgtick.surfaces.operations.flow import describe_limits, flow_limits
 from pgtick.surfaces.operations.output import (
     OUTPUT_STREAMS,
     SHOW_TAIL_LINES,
@@ -150,7 +151,9 @@ __all__ = [
     "declares_job_type",
     "default_priority",
     "describe_holder",
+    "describe_limits",
     "enqueue",
+    "flow_limits",
     "follow_output",
     "grants_sql",
     "handler_summary",

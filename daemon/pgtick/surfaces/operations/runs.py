@@ -21,6 +21,7 @@ from pgtick.storage.store import (
     STATUSES,
     TERMINAL_STATUSES,
     Attempt,
+    ClaimType,
     EffectKey,
     NewRun,
     Run,
@@ -29,6 +30,7 @@ from pgtick.storage.store import (
     RunSummary,
     ScheduleRef,
 )
+from pgtick.surfaces.operations.flow import describe_limits
 from pgtick.surfaces.operations.output import OutputLine, output_tail
 
 # The state rules: which runs an operator may retry (back to queued, due now) or cancel.
@@ -149,10 +151,12 @@ class RunDetail:
     effects: list[EffectKey]
     db_now: datetime
     output: list[OutputLine] = field(default_factory=list)  # the tail of the latest output
+    waiting: str | None = None  # why a due run is not starting (a limit), None: not held back
 
 
-def show_run(store: RunStore, run_id: int) -> RunDetail:
-    """One run in full; NotFoundError when there is no such run."""
+def show_run(store: RunStore, run_id: int, limits: Sequence[ClaimType] = ()) -> RunDetail:
+    """One run in full; NotFoundError when there is no such run. With the config's ``limits``,
+    a due run held back by one says which."""
     if run_id < 1:
         raise UsageError(f"RUN_ID: not a run id: {run_id} (ids start at 1)")
     run = store.get_run(run_id)
@@ -166,7 +170,31 @@ def show_run(store: RunStore, run_id: int) -> RunDetail:
         store.effect_keys(run_id),
         store.now(),
         output_tail(store, run_id),
+        _waiting(store, run, limits),
     )
+
+
+def _waiting(store: RunStore, run: Run, limits: Sequence[ClaimType]) -> str | None:
+    """Why this due run is held back by its job type's limits (None: it is not)."""
+    mine = [t for t in limits if t.job_type == run.job_type and t.limited]
+    if run.status not in ("queued", "failed") or not mine:
+        return None
+    flows = store.flow_state(mine, run.id)
+    if not flows or flows[0].due == 0:
+        return None  # not due yet
+    flow = flows[0]
+    limits_text = describe_limits(mine[0])
+    if flow.waiting_concurrency:
+        return (
+            f"held back by a concurrency limit ({limits_text}; {flow.running} held now):"
+            " it starts when a run of its type or key finishes"
+        )
+    if flow.waiting_rate:
+        return (
+            f"held back by a rate limit ({limits_text}; {flow.started} started in the"
+            " window): it starts when the window allows"
+        )
+    return None
 
 
 # -- retry and cancel ------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ from pgtick.core import dbstate
 from pgtick.errors import PgtickError, ScheduleError
 from pgtick.scheduling.cron import Cron
 from pgtick.storage.store import (
+    ClaimType,
+    FlowState,
     HorizonHolder,
     JobTypeStats,
     RunStore,
@@ -20,6 +22,7 @@ from pgtick.storage.store import (
     WorkerRow,
 )
 from pgtick.surfaces.operations.charts import queue_depth_per_type
+from pgtick.surfaces.operations.flow import describe_limits
 from pgtick.surfaces.operations.schedules import ScheduleView, schedule_views
 
 # A worker whose last heartbeat is older than this many heartbeat intervals is marked stale
@@ -89,10 +92,28 @@ class WorkerStatus:
 
 @dataclass(frozen=True)
 class JobTypeStatus:
-    """A job type's queue and how many live daemons handle it."""
+    """A job type's queue and how many live daemons handle it; for a type with limits (in the
+    config this was read with), what they allow and what they hold back now."""
 
     stats: JobTypeStats
     live_workers: int
+    limits: ClaimType | None = None
+    flow: FlowState | None = None
+
+    @property
+    def limits_text(self) -> str:
+        """``max_running 3, 1 per key, rate 60/second`` ('' without limits)."""
+        return describe_limits(self.limits) if self.limits is not None else ""
+
+    @property
+    def held_back_text(self) -> str:
+        """``12 on concurrency, 4 on rate`` ('' when nothing waits on a limit)."""
+        f = self.flow
+        if f is None:
+            return ""
+        parts = [f"{f.waiting_concurrency} on concurrency"] if f.waiting_concurrency else []
+        parts += [f"{f.waiting_rate} on rate"] if f.waiting_rate else []
+        return ", ".join(parts)
 
     @property
     def unserved(self) -> bool:
@@ -138,7 +159,7 @@ def _parsed(states: Sequence[ScheduleState]) -> dict[str, Cron | ScheduleError]:
 
 
 def _workers_and_queues(
-    store: RunStore, heartbeat_seconds: float
+    store: RunStore, heartbeat_seconds: float, limits: Sequence[ClaimType] = ()
 ) -> tuple[list[WorkerStatus], list[JobTypeStatus]]:
     """Registered daemons (stale after a few missed heartbeats) and each job type's queue with
     how many live daemons handle it: what `status` and the console's overview both show."""
@@ -149,7 +170,12 @@ def _workers_and_queues(
         if not w.stale:
             for job_type in w.worker.job_types:
                 served[job_type] = served.get(job_type, 0) + 1
-    job_types = [JobTypeStatus(t, served.get(t.job_type, 0)) for t in store.job_type_stats()]
+    by_type = {t.job_type: t for t in limits}
+    flows = {f.job_type: f for f in store.flow_state(limits)}
+    job_types = [
+        JobTypeStatus(t, served.get(t.job_type, 0), by_type.get(t.job_type), flows.get(t.job_type))
+        for t in store.job_type_stats()
+    ]
     return workers, job_types
 
 
@@ -159,11 +185,12 @@ def status(
     heartbeat_seconds: float,
     tick_interval_seconds: float,
     horizon_threshold_seconds: float = DEFAULT_HORIZON_THRESHOLD_SECONDS,
+    limits: Sequence[ClaimType] = (),
 ) -> Status:
     """Workers, queues per job type and schedules, with the problems among them: stuck runs,
     overdue schedules, due runs of a job type no live daemon handles, and a snapshot holding
     the MVCC horizon past ``horizon_threshold_seconds``."""
-    workers, job_types = _workers_and_queues(store, heartbeat_seconds)
+    workers, job_types = _workers_and_queues(store, heartbeat_seconds, limits)
 
     states = store.schedule_states()
     crons = _parsed(states)
@@ -238,11 +265,17 @@ class Overview:
     queue_depth_per_type: dict[str, list[int]] | None = None
 
 
-def overview(store: RunStore, *, heartbeat_seconds: float, next_count: int = 1) -> Overview:
+def overview(
+    store: RunStore,
+    *,
+    heartbeat_seconds: float,
+    next_count: int = 1,
+    limits: Sequence[ClaimType] = (),
+) -> Overview:
     """What the console's overview shows, read from one store (one snapshot under
     ``RunStore.reading``); a chart's query that runs out of time leaves that chart empty."""
     now = store.now()
-    workers, job_types = _workers_and_queues(store, heartbeat_seconds)
+    workers, job_types = _workers_and_queues(store, heartbeat_seconds, limits)
     schedules = schedule_views(store, now, next_count)
     try:
         per_minute: list[int] | None = store.succeeded_per_minute(THROUGHPUT_MINUTES)
