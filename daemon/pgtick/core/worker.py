@@ -47,6 +47,7 @@ NOTIFY_SLACK_SECONDS = 0.05
 # Due runs held back by a concurrency or rate limit are asked for again this often (sooner
 # when a NOTIFY says a slot came free): a rate window frees up with no event to announce it.
 FLOW_WAIT_SECONDS = 0.1
+MIN_RATE_WAIT_SECONDS = 0.001
 
 log = structlog.get_logger("pgtick.worker")
 
@@ -361,11 +362,8 @@ class Worker:
                 # (a NOTIFY wakes us and claims at once).
                 due_in = store.next_due_in(self.handled, self.bounds.lows())
                 if due_in is not None and due_in <= 0 and self._held_back:
-                    # Due runs the last claim did not take: held back by a limit (or taken
-                    # by another daemon meanwhile). Claim again when a slot frees (a NOTIFY,
-                    # or a run of ours finishing) or after a short wait (a rate window).
                     self._held_back = False
-                    idle = not self._wake.wait(FLOW_WAIT_SECONDS)
+                    idle = not self._wake.wait(self._held_back_wait(store))
                     continue
                 if due_in is None or due_in > 0:
                     wait = self._cfg.poll_interval_seconds
@@ -392,6 +390,16 @@ class Worker:
                 self._accept(store, runs, sent_at)
             backlog = len(runs) == capacity
             idle = not runs
+
+    def _held_back_wait(self, store: RunStore) -> float:
+        """Due runs the last claim did not take: held back by a limit (or taken by another
+        daemon meanwhile). Claim again when a slot frees (a NOTIFY, or a run of ours
+        finishing), when a saturated rate window next allows a start, or after a short wait."""
+        wait = FLOW_WAIT_SECONDS
+        free_in = store.rate_free_in(self._claim_types)
+        if free_in is not None:
+            wait = min(wait, max(MIN_RATE_WAIT_SECONDS, free_in))
+        return wait
 
     def _accept(self, store: RunStore, runs: list[ClaimedRun], sent_at: float) -> None:
         fresh = [

@@ -379,6 +379,20 @@ class RunQueries(StoreBase):
             rows = conn.execute(sqlfile.query("flow_state", conn.schema), params).fetchall()
         return [FlowState(*row) for row in rows]
 
+    def rate_free_in(self, types: Sequence[ClaimType]) -> float | None:
+        """Seconds until a saturated rate of these types allows a start again (None: none
+        is saturated)."""
+        rated = [t for t in types if t.rate is not None]
+        if not rated:
+            return None
+        params = {
+            "job_types": [t.job_type for t in rated],
+            "rates": [t.rate[0] for t in rated if t.rate],
+            "rate_windows": [t.rate[1] for t in rated if t.rate],
+        }
+        rows = self._all("claim", "rate_free_in", params)
+        return float(rows[0][0]) if rows and rows[0][0] is not None else None
+
     def notify(self, job_types: Sequence[str]) -> None:
         """Wake the daemons that handle these types (a limited type's slot came free)."""
         with self._conn("notify") as conn:

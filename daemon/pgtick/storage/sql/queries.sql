@@ -317,6 +317,22 @@ WITH types AS (
 )
 SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.priority DESC, p.run_at, p.id;
 
+-- rate_free_in --
+-- Seconds until the oldest start inside a saturated rate window leaves it (NULL: no rate of
+-- these types is saturated): when a dispatcher whose claim was held back by a rate claims
+-- again, to the millisecond rather than at its next poll.
+SELECT min(extract(epoch FROM w.oldest + make_interval(secs => t.rate_window)
+                              - statement_timestamp()))::float8
+FROM unnest(%(job_types)s::text[], %(rates)s::int[], %(rate_windows)s::float8[])
+     AS t(job_type, rate, rate_window)
+CROSS JOIN LATERAL (
+    SELECT min(s.started_at) AS oldest, count(*) AS n
+    FROM {schema}.rate_starts s
+    WHERE s.job_type = t.job_type
+      AND s.started_at > statement_timestamp() - make_interval(secs => t.rate_window)
+) w
+WHERE w.n >= t.rate;
+
 -- flow_state --
 -- Per limited job type (the claim_limited parameters), what its limits hold back now: runs
 -- held (running, or cancelled and not let go of) and starts inside the rate window, the due

@@ -1,0 +1,22 @@
+"""Handlers of the flow-control acceptance tests (tests/acceptance/test_flow_control.py), named
+by ``handler = "flow_jobs:work"`` in their configs. Each execution appends a start and an end
+line to $JOBS_LOG (tests/acceptance/jobs.py's record), with the run's concurrency key."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from jobs import record
+from pgtick.handlers import JobContext
+
+
+def work(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Record the start, take ``payload.sleep`` seconds (0 by default; ``retry_sleep`` on a
+    later attempt), record the end."""
+    record(ctx, "start", key=payload.get("customer"))
+    seconds = payload.get("sleep", 0)
+    if ctx.attempt > 1:
+        seconds = payload.get("retry_sleep", seconds)
+    time.sleep(seconds)
+    record(ctx, "end", key=payload.get("customer"))
