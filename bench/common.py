@@ -189,11 +189,25 @@ def merged(*layers: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]
 def write_config(
     path: Path, settings: Mapping[str, Mapping[str, Any]] | None = None, extra: str = ""
 ) -> Path:
-    """``daemon_config`` from settings grouped by section (worker, ticker, logging)."""
+    """``daemon_config`` from settings grouped by section (worker, ticker, logging), and
+    job types' keys (``job_types.noop.max_running``: flow-control limits on the bench's types)."""
     settings = settings or {}
-    unknown = set(settings) - {"worker", "ticker", "logging"}
+    unknown = set(settings) - {"worker", "ticker", "logging", "job_types"}
     if unknown:
-        raise BenchError(f"--set: only worker.*, ticker.* and logging.* keys, not {unknown}", 2)
+        raise BenchError(
+            f"--set: only worker.*, ticker.*, logging.* and job_types.TYPE.* keys, not {unknown}",
+            2,
+        )
+    tables: dict[str, dict[str, Any]] = {}
+    for dotted, value in settings.get("job_types", {}).items():
+        job_type, dot, key = dotted.rpartition(".")
+        if not dot or not job_type:
+            raise BenchError(f"--set job_types.{dotted}: expected job_types.TYPE.KEY=VALUE", 2)
+        tables.setdefault(job_type, {})[key] = value
+    for job_type, values in tables.items():
+        extra += f"\n[job_types.{job_type}]\n" + "".join(
+            f"{key} = {toml_value(value)}\n" for key, value in values.items()
+        )
     return daemon_config(
         path,
         worker=settings.get("worker"),

@@ -6,6 +6,7 @@ record (runs, attempts) sampled while it happens, and the handlers' own start/en
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -16,7 +17,8 @@ from typing import Any
 
 import psycopg
 
-from tests.acceptance.conftest import Cluster, wait_for
+from tests.acceptance.cli import pgtick
+from tests.acceptance.conftest import HERE, Cluster, wait_for
 from tests.dbhelp import Connection
 
 DAEMONS = 4
@@ -259,3 +261,32 @@ def test_a_high_priority_run_goes_ahead_of_a_backlog(cluster: Cluster, conn: Con
     assert left is not None and left[0] > 1000  # the backlog was still there throughout
     # Every thread busy with 5 ms runs: the urgent run takes the next free thread.
     assert delays[-1] < 0.1, delays
+
+
+def test_status_and_show_say_what_a_limit_holds_back(
+    cluster: Cluster, conn: Connection, dsn: str
+) -> None:
+    config = _config(cluster, "max_running = 1")
+    cluster.start(config)
+    env = {"PGTICK_CONFIG": str(config), "PYTHONPATH": str(HERE)}
+    args = ("enqueue", "work", "--payload", '{"sleep": 30}')
+    first = pgtick(dsn, *args, "--priority", "5", "--concurrency-key", "k1", env=env)
+    assert first.code == 0, first.err
+    wait_for(lambda: cluster.executions("start"), 10, what="the first run started")
+    second = pgtick(dsn, *args, env=env)
+    assert second.code == 0, second.err
+
+    status = pgtick(dsn, "status", env=env)
+    assert "HELD BACK" in status.text and "1 on concurrency" in status.text, status.text
+    assert "work: max_running 1" in status.text, status.text
+    fields = json.loads(pgtick(dsn, "status", "--json", env=env).text)
+    [work] = [t for t in fields["job_types"] if t["job_type"] == "work"]
+    assert (work["limits"], work["waiting_concurrency"], work["waiting_rate"]) == (
+        "max_running 1",
+        1,
+        0,
+    )
+    shown = pgtick(dsn, "show", second.text.strip(), env=env).text
+    assert "held back by a concurrency limit (max_running 1; 1 held now)" in shown, shown
+    running = json.loads(pgtick(dsn, "show", first.text.strip(), "--json", env=env).text)
+    assert (running["priority"], running["concurrency_key"], running["waiting"]) == (5, "k1", None)

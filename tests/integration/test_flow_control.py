@@ -11,6 +11,8 @@ from datetime import timedelta
 import psycopg
 import pytest
 
+from pgtick.core.dbstate import DatabaseProbe
+from pgtick.observability.metrics import DatabaseCollector, Metrics
 from pgtick.storage import db
 from pgtick.storage.store import ClaimType, NewRun, RunStore
 from tests.integration import leases
@@ -216,3 +218,27 @@ def test_enqueue_paths_store_priority_and_key(
     [many] = store.enqueue_many([NewRun("mail", **kwargs)])  # type: ignore[arg-type]
     rows = conn.execute(f"SELECT id FROM runs WHERE {where} ORDER BY id").fetchall()
     assert [r[0] for r in rows] == [one, many]
+
+
+def test_metrics_count_the_runs_each_limit_holds_back(store: RunStore) -> None:
+    limits = [
+        ClaimType("export", 60.0, 3, max_running=1),
+        ClaimType("api", 60.0, 3, rate=(2, 60.0)),
+    ]
+    for job_type in ("export", "export", "export", "api", "api", "api", "other"):
+        store.enqueue(NewRun(job_type))
+    store.claim("w", limits, 10)
+    probe = DatabaseProbe(store, [], 60.0, limits=limits)
+    metrics = Metrics(["export", "api"], "test", 8)
+    metrics.registry.register(DatabaseCollector(probe, ["export", "api"], []))
+    text = metrics.exposition()[0].decode()
+    for line in (
+        'pgtick_runs_waiting{job_type="export",reason="concurrency"} 2.0',
+        'pgtick_runs_waiting{job_type="export",reason="rate"} 0.0',
+        'pgtick_runs_waiting{job_type="api",reason="rate"} 1.0',
+        'pgtick_limit{job_type="export",limit="max_running"} 1.0',
+        'pgtick_limit_in_use{job_type="export",limit="max_running"} 1.0',
+        'pgtick_limit{job_type="api",limit="rate"} 2.0',
+        'pgtick_limit_in_use{job_type="api",limit="rate"} 2.0',
+    ):
+        assert line in text, line

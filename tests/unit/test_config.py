@@ -584,6 +584,62 @@ ERRORS = [
         "[schedules.s]\njob_type = 't'\ncron = '@daily'\nmax_attempts = 0",
         "schedules.s.max_attempts: expected a positive integer, got 0",
     ),
+    # Flow control (docs/flow-control.md).
+    (
+        "[job_types.t]\nmax_running = 0",
+        "job_types.t.max_running: expected a positive integer, got 0",
+    ),
+    (
+        "[job_types.t]\nmax_running = -2",
+        "job_types.t.max_running: expected a positive integer, got -2",
+    ),
+    (
+        "[job_types.t]\nmax_running_per_key = 0",
+        "job_types.t.max_running_per_key: expected a positive integer, got 0",
+    ),
+    (
+        "[job_types.t]\nmax_running = 2\nmax_running_per_key = 3",
+        "job_types.t.max_running_per_key: must not exceed job_types.t.max_running (2), got 3",
+    ),
+    (
+        "[job_types.t]\nrate = '100/day'",
+        "job_types.t.rate: unknown unit 'day' (second, minute or hour)",
+    ),
+    (
+        "[job_types.t]\nrate = '0/second'",
+        'job_types.t.rate: the number of starts must be at least 1, got "0/second"',
+    ),
+    (
+        "[job_types.t]\nrate = 100",
+        'job_types.t.rate: expected "N/second", "N/minute" or "N/hour", got 100',
+    ),
+    (
+        "[job_types.t]\nrate_per_key = 'fast'",
+        'job_types.t.rate_per_key: expected "N/second", "N/minute" or "N/hour", got "fast"',
+    ),
+    (
+        "[job_types.t]\nconcurrency_key = 'customer_id'",
+        'job_types.t.concurrency_key: expected "payload.FIELD" (a field of the run\'s payload),'
+        ' got "customer_id"',
+    ),
+    (
+        "[job_types.t]\nconcurrency_key = 'payload.'",
+        'job_types.t.concurrency_key: expected "payload.FIELD"',
+    ),
+    (
+        "[job_types.t]\npriority = 1.5",
+        "job_types.t.priority: expected an integer, got 1.5",
+    ),
+    (
+        "[job_types.t]\npriority = -2000000",
+        "job_types.t.priority: must be at least -1000000, got -2000000",
+    ),
+    (
+        "[job_types.t]\nconcurrency_key = 'payload.customer.id'\n"
+        "[schedules.s]\njob_type = 't'\ncron = '@daily'\npayload = { customer = { name = 'x' } }",
+        "schedules.s.payload: has no field payload.customer.id, which"
+        " job_types.t.concurrency_key reads",
+    ),
 ]
 
 

@@ -174,8 +174,10 @@ def integer(low: int, high: int = MAX_INT4, why: str = "") -> Checker:
     because = f" ({why})" if why else ""
 
     def parse(key: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if isinstance(value, bool) or not isinstance(value, int) or (value < low and low >= 0):
             raise ConfigError(f"{key}: expected {wanted}, got {show(value)}")
+        if value < low:
+            raise ConfigError(f"{key}: must be at least {low}, got {show(value)}{because}")
         if value > high:
             raise ConfigError(f"{key}: must be at most {high}, got {show(value)}{because}")
         return value
