@@ -35,7 +35,7 @@ def enqueue(
     run_at: datetime | None = None,
     idempotency_key: str | None = None,
     max_attempts: int | None = None,
-    priority: int = 0,
+    priority: int | None = None,
     concurrency_key: str | None = None,
     schema: str = DEFAULT_SCHEMA,
 ) -> int:
@@ -44,8 +44,9 @@ def enqueue(
     Nothing is visible to daemons until the caller commits, so a job is enqueued exactly when
     the business change that needs it is. An ``idempotency_key`` that already exists returns
     the existing run's id and changes nothing. A higher ``priority`` is claimed first among
-    due runs of its type; ``concurrency_key`` is what ``max_running_per_key`` and
-    ``rate_per_key`` count by (default: the job type's ``concurrency_key`` payload field).
+    due runs of its type (None: the job type's default, as its daemons' config says);
+    ``concurrency_key`` is what ``max_running_per_key`` and ``rate_per_key`` count by
+    (default: the job type's ``concurrency_key`` payload field).
     """
     from pgtick.storage.store import NewRun, enqueue_on
 

@@ -263,6 +263,7 @@ class Service:
             priorities={name: jt.config.priority for name, jt in job_types.items()},
         )
         self._ticker = ticker
+        store.sync_job_type_settings({name: jt.config.priority for name, jt in job_types.items()})
         ticker.sync()
         ticker.tick()  # READY=1 means the first tick is done
         loops = [

@@ -242,3 +242,23 @@ def test_metrics_count_the_runs_each_limit_holds_back(store: RunStore) -> None:
         'pgtick_limit_in_use{job_type="api",limit="rate"} 2.0',
     ):
         assert line in text, line
+
+
+def test_a_job_types_default_priority_reaches_every_enqueue_path(
+    store: RunStore, conn: db.Connection
+) -> None:
+    store.sync_job_type_settings({"mail": 7, "sms": 0})
+    store.sync_job_type_settings({"mail": 7, "sms": 0})  # again: nothing changes
+    single = store.enqueue(NewRun("mail"))
+    [batch] = store.enqueue_many([NewRun("mail")])
+    function = conn.execute("SELECT enqueue('mail', '{}')").fetchone()
+    given = store.enqueue(NewRun("mail", priority=-1))
+    other = store.enqueue(NewRun("unknown"))
+    assert function is not None
+    rows = dict(
+        conn.execute(
+            "SELECT id, priority FROM runs WHERE id = ANY(%s)",
+            [[single, batch, function[0], given, other]],
+        ).fetchall()
+    )
+    assert [rows[i] for i in (single, batch, function[0], given, other)] == [7, 7, 7, -1, 0]

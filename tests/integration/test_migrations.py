@@ -18,6 +18,7 @@ EXPECTED_TABLES = {
     "attempts",
     "workers",
     "rate_starts",
+    "job_type_settings",
     "effects",
     "schema_migrations",
     "terminal_run_counts",

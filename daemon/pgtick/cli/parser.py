@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--priority",
         type=_priority,
         metavar="N",
-        help="higher first among due runs of its type (default: the job type's priority, or 0)",
+        help="higher first among due runs of its type (default: the job type's priority)",
     )
     p.add_argument(
         "--concurrency-key",

@@ -50,7 +50,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             when=when,
             idempotency_key=args.key,
             max_attempts=args.max_attempts,
-            priority=operations.default_priority(cfg, args.job_type, args.priority),
+            priority=args.priority,
             concurrency_key=args.concurrency_key,
         )
     print(run_id)

@@ -393,6 +393,13 @@ class RunQueries(StoreBase):
         rows = self._all("claim", "rate_free_in", params)
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
+    def sync_job_type_settings(self, priorities: Mapping[str, int]) -> None:
+        """Record each job type's default priority, for enqueue() to give runs without one."""
+        if priorities:
+            params = {"job_types": list(priorities), "priorities": list(priorities.values())}
+            with self._conn("sync_job_types") as conn:
+                conn.execute(sqlfile.query("sync_job_type_settings", conn.schema), params)
+
     def notify(self, job_types: Sequence[str]) -> None:
         """Wake the daemons that handle these types (a limited type's slot came free)."""
         with self._conn("notify") as conn:

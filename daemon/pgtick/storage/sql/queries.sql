@@ -39,9 +39,12 @@ WITH input AS (
     INSERT INTO {schema}.runs (id, job_type, payload, run_at, idempotency_key, max_attempts,
                                priority, concurrency_key)
     OVERRIDING SYSTEM VALUE
-    SELECT new_id, job_type, coalesce(payload, '{{}}'::jsonb), coalesce(run_at, now()),
-           idempotency_key, max_attempts, coalesce(priority, 0), concurrency_key
-    FROM input ORDER BY ord
+    SELECT new_id, input.job_type, coalesce(payload, '{{}}'::jsonb), coalesce(run_at, now()),
+           idempotency_key, max_attempts, coalesce(input.priority, s.priority, 0),
+           concurrency_key
+    FROM input
+    LEFT JOIN {schema}.job_type_settings s ON s.job_type = input.job_type
+    ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 )
@@ -50,6 +53,14 @@ FROM input
 LEFT JOIN inserted ON inserted.id = input.new_id
 LEFT JOIN {schema}.runs existing ON existing.idempotency_key = input.idempotency_key
 ORDER BY input.ord;
+
+-- sync_job_type_settings --
+-- Record the default priority of this daemon's job types (enqueue() reads it); rows change
+-- only when the value does.
+INSERT INTO {schema}.job_type_settings (job_type, priority)
+SELECT * FROM unnest(%(job_types)s::text[], %(priorities)s::int[])
+ON CONFLICT (job_type) DO UPDATE SET priority = excluded.priority, updated_at = now()
+WHERE job_type_settings.priority IS DISTINCT FROM excluded.priority;
 
 -- run_ids_by_keys --
 -- Existing runs for idempotency keys (after a conflict with a concurrent enqueue).
@@ -1224,8 +1235,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.terminal_run_counts TO {role};
 GRANT SELECT, UPDATE ON {schema}.terminal_run_counts_refresh TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.output_chunks TO {role};
+GRANT SELECT, INSERT, DELETE ON {schema}.rate_starts TO {role};
+GRANT SELECT, INSERT, UPDATE ON {schema}.job_type_settings TO {role};
 GRANT USAGE ON SEQUENCE {schema}.runs_id_seq TO {role};
-GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, timestamptz, text, integer) TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, timestamptz, text, integer, integer, text)
+    TO {role};
 
 -- grant_monitor --
 -- `pgtick grants ROLE --monitor`: pg_monitor (through pg_read_all_stats) lets the role see

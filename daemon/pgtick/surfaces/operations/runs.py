@@ -404,15 +404,6 @@ def enqueue(
     )
 
 
-def default_priority(config: Config, job_type: str, given: int | None) -> int | None:
-    """The priority a run gets: the one given, else its job type's in the config (the SQL
-    function and a type the config does not declare: 0)."""
-    if given is not None:
-        return given
-    declared = config.job_types.get(job_type)
-    return declared.priority if declared is not None else None
-
-
 def declares_job_type(config: Config, job_type: str) -> bool | None:
     """Whether the config in use (its [job_types] or the @pgtick.job handlers of its
     worker.imports) declares ``job_type``; None when its handlers cannot be imported here."""

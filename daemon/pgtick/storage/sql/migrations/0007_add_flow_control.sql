@@ -6,6 +6,15 @@ ALTER TABLE runs ADD COLUMN concurrency_key text;
 -- The priority a schedule's runs are created with (its own, else its job type's).
 ALTER TABLE schedules ADD COLUMN priority integer NOT NULL DEFAULT 0;
 
+-- Each job type's default priority, as the config of the daemons that handle it says (each
+-- writes its own on start): enqueue() gives it to a run enqueued without a priority, from any
+-- language. A job type without a row: 0.
+CREATE TABLE job_type_settings (
+    job_type            text PRIMARY KEY,
+    priority            integer NOT NULL DEFAULT 0,
+    updated_at          timestamptz NOT NULL DEFAULT now()
+);
+
 -- One row per start of a run of a rate-limited job type (rate, rate_per_key): the claim
 -- counts those inside the window, and removes those older than it, under the job type's
 -- transaction-level advisory lock. Rows of types without a rate are never written.
@@ -16,7 +25,7 @@ CREATE TABLE rate_starts (
 );
 CREATE INDEX rate_starts_idx ON rate_starts (job_type, started_at);
 
--- enqueue() takes a priority and a concurrency key. The old five-argument function goes:
+-- enqueue() takes a priority (NULL: the job type's default) and a concurrency key. The old five-argument function goes:
 -- callers that named or positioned those five arguments call the new one unchanged.
 DROP FUNCTION enqueue(text, jsonb, timestamptz, text, integer);
 CREATE FUNCTION enqueue(
@@ -25,7 +34,7 @@ CREATE FUNCTION enqueue(
     run_at          timestamptz DEFAULT NULL,
     idempotency_key text DEFAULT NULL,
     max_attempts    integer DEFAULT NULL,
-    priority        integer DEFAULT 0,
+    priority        integer DEFAULT NULL,
     concurrency_key text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql
@@ -45,7 +54,10 @@ BEGIN
                       concurrency_key)
     VALUES (enqueue.job_type, coalesce(enqueue.payload, '{}'::jsonb),
             coalesce(enqueue.run_at, now()), enqueue.idempotency_key, enqueue.max_attempts,
-            coalesce(enqueue.priority, 0), enqueue.concurrency_key)
+            coalesce(enqueue.priority,
+                     (SELECT s.priority FROM job_type_settings s
+                      WHERE s.job_type = enqueue.job_type), 0),
+            enqueue.concurrency_key)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id INTO new_id;
     IF new_id IS NULL THEN
