@@ -144,7 +144,10 @@ def metric_families() -> list[Metric]:
     registry = CollectorRegistry(auto_describe=False)
     local = metrics.Metrics(["a_job_type"], "0", threads=1)
     registry.register(local.registry)
-    snapshot = metrics.DatabaseSnapshot(terminal_counted_at=0.0)
+    snapshot = metrics.DatabaseSnapshot(
+        terminal_counted_at=0.0,
+        limits={("a_job_type", "max_running"): 1.0},  # a limit in force: its series show
+    )
     database = metrics.DatabaseCollector(lambda: snapshot, ["a_job_type"], ["a_schedule"])
     registry.register(database)
     registry.register(metrics.PoolStatsCollector({"worker": dict}))

@@ -265,6 +265,10 @@ SQL_CASES: dict[str, tuple[str, str]] = {
         "SELECT enqueue('x', '{}', NULL, NULL, 0)",
         "max_attempts must be at least 1",
     ),
+    "enqueue priority out of range": (
+        "SELECT enqueue('x', '{}', NULL, NULL, NULL, 2000000)",
+        "priority must be between -1000000 and 1000000, got 2000000",
+    ),
     "enqueue 10 MB idempotency key": (
         "SELECT enqueue('x', '{}', NULL, repeat(md5(random()::text), 320000))",
         "index row",

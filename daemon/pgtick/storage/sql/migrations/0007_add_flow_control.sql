@@ -25,8 +25,11 @@ CREATE TABLE rate_starts (
 );
 CREATE INDEX rate_starts_idx ON rate_starts (job_type, started_at);
 
--- enqueue() takes a priority (NULL: the job type's default) and a concurrency key. The old five-argument function goes:
--- callers that named or positioned those five arguments call the new one unchanged.
+-- enqueue() takes a priority (NULL: the job type's default) and a concurrency key; it refuses
+-- what 0004's refused, and a priority beyond one million either way. The old five-argument
+-- function goes: callers that named or positioned those five arguments call the new one
+-- unchanged. A role granted EXECUTE on the old one needs `pgtick grants` again (PUBLIC keeps
+-- PostgreSQL's default EXECUTE on the new one).
 DROP FUNCTION enqueue(text, jsonb, timestamptz, text, integer);
 CREATE FUNCTION enqueue(
     job_type        text,
@@ -44,6 +47,25 @@ AS $$
 DECLARE
     new_id bigint;
 BEGIN
+    IF enqueue.job_type IS NULL OR length(enqueue.job_type) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'enqueue: job_type must be 1 to 200 characters, got %',
+            coalesce(length(enqueue.job_type)::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue.payload IS NOT NULL AND jsonb_typeof(enqueue.payload) <> 'object' THEN
+        RAISE EXCEPTION 'enqueue: payload must be a JSON object, got a JSON %',
+            jsonb_typeof(enqueue.payload)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue.max_attempts IS NOT NULL AND enqueue.max_attempts < 1 THEN
+        RAISE EXCEPTION 'enqueue: max_attempts must be at least 1, got %', enqueue.max_attempts
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue.priority IS NOT NULL AND abs(enqueue.priority) > 1000000 THEN
+        RAISE EXCEPTION 'enqueue: priority must be between -1000000 and 1000000, got %',
+            enqueue.priority
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF enqueue.idempotency_key IS NOT NULL THEN
         SELECT r.id INTO new_id FROM runs r WHERE r.idempotency_key = enqueue.idempotency_key;
         IF FOUND THEN
