@@ -68,6 +68,9 @@ def test_status_healthy(conn: Connection, dsn: str) -> None:
         "dead_24h": 1,
         "live_workers": 1,
         "unserved": False,
+        "limits": None,  # flow control: none configured (tests/acceptance/test_flow_control.py)
+        "waiting_concurrency": 0,
+        "waiting_rate": 0,
     }
     held, hourly = doc["schedules"]  # type: ignore[misc]
     assert (held["name"], held["paused"], held["paused_reason"]) == ("held", True, "operator")

@@ -236,7 +236,7 @@ def _pickup(cluster: Cluster, store: Runs, conn: Connection) -> float:
     created = conn.execute(
         "SELECT extract(epoch FROM created_at) FROM runs WHERE id = %s", [run_id]
     ).fetchone()[0]  # type: ignore[index]
-    started = wait_for(lambda: [r for r in cluster.records() if r["run_id"] == run_id], 5)
+    started = wait_for(lambda: [r for r in cluster.records() if r["run_id"] == run_id], 5, 0.01)
     wait_for(lambda: store.get_run(run_id).status == "succeeded", 5)  # type: ignore[union-attr]
     return float(started[0]["t"] - float(created))
 
@@ -273,7 +273,7 @@ def test_a_gigabyte_flood_is_bounded_and_slows_nothing(
     sampler.start()
     delays = []
     try:
-        while store.get_run(flood).status == "running" and len(delays) < 100:  # type: ignore[union-attr]
+        while store.get_run(flood).status == "running" and len(delays) < 300:  # type: ignore[union-attr]
             delays.append(_pickup(cluster, store, conn))
         assert _finished(store, flood, 120) == "succeeded"
     finally:
@@ -283,12 +283,13 @@ def test_a_gigabyte_flood_is_bounded_and_slows_nothing(
     p99 = statistics.quantiles(delays, n=100)[98]
     base_p99 = statistics.quantiles(baseline, n=100)[98]
     # The pickup bar is 25 ms, measured by `python -m bench output` on a quiet machine. Here the
-    # machine may be busy (the flood itself takes a core): the test catches the flood stalling
-    # the daemon (pickup in seconds) or a lasting slowdown (the median), not a p99 within 4x of
-    # the baseline's; with the output read without a rate limit p99 was 2-3x the baseline here,
-    # and 3.4x once on a machine busy with other work.
-    bar = max(PICKUP_P99_SECONDS, 4 * base_p99)
-    assert p99 < bar, (p99, base_p99, sorted(delays)[-5:])
+    # machine is busy (the flood's `yes | head` takes most of a core of two, beside the daemon,
+    # PostgreSQL and this test): the test catches the flood stalling the daemon (pickup in
+    # seconds) or a lasting slowdown (the median), with p99 over up to 300 pickups (a p99 of 25
+    # samples was their maximum, one pickup of 50-115 ms scheduled late, on main as later).
+    # Measured so: p99 17-28 ms, median 4.4 ms, against a quiet baseline's 8-15 and 4 ms.
+    bar = max(2 * PICKUP_P99_SECONDS, 4 * base_p99)
+    assert p99 < bar, (p99, base_p99, len(delays), sorted(delays)[-5:])
     assert statistics.median(delays) < statistics.median(baseline) + 0.010, (delays, baseline)
     assert peak[0] < 80 * 1024 * 1024 + BOUND, peak[0]
     assert _stored_bytes(conn, flood) <= BOUND

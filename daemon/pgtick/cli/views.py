@@ -349,7 +349,6 @@ def status_fields(st: operations.Status) -> dict[str, Any]:
                 "live_workers": t.live_workers,
                 "unserved": t.unserved,
                 "limits": t.limits_text or None,
-                "limited_running": t.flow.running if t.flow else None,
                 "waiting_concurrency": t.flow.waiting_concurrency if t.flow else 0,
                 "waiting_rate": t.flow.waiting_rate if t.flow else 0,
             }
