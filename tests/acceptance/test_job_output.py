@@ -31,7 +31,12 @@ PICKUP_P99_SECONDS = 0.025
 
 # Command job types: name -> (shell script, extra TOML lines); {gib}, {pidfile} filled in.
 SCRIPTS = {
-    "chatty": ("echo one; echo two >&2; printf 'no newline at the end'", ""),
+    # Two pipes have no order between them: 50 ms apart, the lines arrive in the order printed
+    # (written at once, the daemon may read stdout to its end before stderr, 1 run in 6).
+    "chatty": (
+        "echo one; sleep 0.05; echo two >&2; sleep 0.05; printf 'no newline at the end'",
+        "",
+    ),
     "slow": (
         'for i in 1 2 3 4 5 6 7 8 9 10; do echo "line $i $(date +%s.%N)"; sleep 0.5; done; exit 3',
         "max_attempts = 1",

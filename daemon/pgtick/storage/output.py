@@ -11,7 +11,6 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from pgtick.storage import sqlfile
 from pgtick.storage.base import StoreBase
 
 
@@ -56,23 +55,20 @@ class OutputQueries(StoreBase):
         started_at: datetime | None,
         chunks: Sequence[Chunk],
     ) -> int:
-        """Write chunks of one attempt in one transaction, guarded by the claim; returns how
+        """Write chunks of one attempt in one statement, guarded by the claim; returns how
         many were written (0: the run is no longer this worker's attempt)."""
-        written = 0
-        with self._conn("output") as conn, conn.transaction():
-            query = sqlfile.query("output_write", conn.schema)
-            for chunk in chunks:
-                params: dict[str, Any] = {
-                    "run_id": run_id,
-                    "attempt": attempt,
-                    "worker_id": worker_id,
-                    "started_at": started_at,
-                    "seq": chunk.seq,
-                    "lines": Jsonb([list(line) for line in chunk.lines]),
-                    "omitted": chunk.omitted_bytes,
-                }
-                written += len(conn.execute(query, params).fetchall())
-        return written
+        if not chunks:
+            return 0
+        params: dict[str, Any] = {
+            "run_id": run_id,
+            "attempt": attempt,
+            "worker_id": worker_id,
+            "started_at": started_at,
+            "seqs": [chunk.seq for chunk in chunks],
+            "lines": [Jsonb([list(line) for line in chunk.lines]) for chunk in chunks],
+            "omitted": [chunk.omitted_bytes for chunk in chunks],
+        }
+        return len(self._all("output", "output_write", params))
 
     def read_output(self, run_id: int, attempt: int | None = None) -> list[StoredChunk]:
         """A run's chunks (of one attempt, or all) in the order they are shown."""

@@ -1250,14 +1250,18 @@ GRANT pg_monitor TO {role};
 -- ===== Job output (issue 20): output_chunks, storage/output.py ==============================
 
 -- output_write --
--- Write one chunk of an attempt's output: a head chunk (seq >= 0, written once) or a tail
--- slot (seq < 0, upserted in turn). Guarded by the claim, as results are: only the holder of
--- this attempt writes, so a stale holder cannot write into a later attempt. Returns the seq
--- when written.
+-- Write chunks of an attempt's output in one statement (atomic by itself: one round trip, no
+-- BEGIN/COMMIT): head chunks (seq >= 0, written once) and tail slots (seq < 0, upserted in
+-- turn). Guarded by the claim, as results are: only the holder of this attempt writes, so a
+-- stale holder cannot write into a later attempt. `at` orders the tail slots: a microsecond
+-- apart within the statement, in the order given. Returns the seqs written.
 INSERT INTO {schema}.output_chunks
     (run_id, attempt, attempt_started_at, seq, at, lines, omitted_bytes)
-SELECT r.id, r.attempts, %(started_at)s, %(seq)s, clock_timestamp(), %(lines)s, %(omitted)s
-FROM {schema}.runs r
+SELECT r.id, r.attempts, %(started_at)s, c.seq,
+       clock_timestamp() + make_interval(secs => c.ord / 1e6), c.lines, c.omitted
+FROM {schema}.runs r,
+     unnest(%(seqs)s::int[], %(lines)s::jsonb[], %(omitted)s::bigint[])
+         WITH ORDINALITY AS c(seq, lines, omitted, ord)
 WHERE r.id = %(run_id)s AND r.attempts = %(attempt)s AND r.locked_by = %(worker_id)s
   AND r.status IN ('running', 'cancelled')
 ON CONFLICT (run_id, attempt, seq, attempt_started_at) DO UPDATE
