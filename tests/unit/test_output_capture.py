@@ -95,10 +95,23 @@ def test_a_huge_line_without_newline_is_cut_and_bounded() -> None:
     c.feed("stdout", b"\ndone\n")
     written += c.take(final=True)[0]
     stored = _stored(written)
-    assert _text_bytes(stored) <= 64 * 1024 + TAIL_SLOTS + 8
+    # Exactly the bound: a piece cut from the line counts a line end, as stored (it was 7
+    # bytes over when the piece counted only the bytes it took from the stream).
+    assert _text_bytes(stored) <= 64 * 1024
     longest = max(len(t) for ch in stored.values() for _, _, t in ch.lines)
     assert longest <= MAX_LINE_BYTES
     assert any(t == "done" for ch in stored.values() for _, _, t in ch.lines)
+
+
+def test_invalid_bytes_count_as_stored_so_the_bound_holds() -> None:
+    bound = 64 * 1024  # the default: a tail slot (8 KiB) holds whole lines of 999 bytes
+    c = _capture(bound)
+    written: list[Chunk] = []
+    for _ in range(1000):  # each invalid byte is stored as U+FFFD, three bytes
+        c.feed("stdout", b"\xff" * 999 + b"\n")
+        written += c.take(final=False)[0]
+    written += c.take(final=True)[0]
+    assert _text_bytes(_stored(written)) <= bound
 
 
 def test_whole_lines_from_log_records_count_against_the_same_bound() -> None:

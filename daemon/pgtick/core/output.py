@@ -142,8 +142,11 @@ class Capture:
                 end = size = min(len(p.data), MAX_LINE_BYTES)
             else:
                 size = end + 1
-            raw = bytes(p.data[:end]).rstrip(b"\r")
-            self._keep((p.time_at(p.start, self._ms()), stream, _text(raw)), size)
+            text = _text(bytes(p.data[:end]).rstrip(b"\r"))
+            # Counted as stored: the text (invalid bytes grown to U+FFFD) and a line end, also
+            # for a piece of an overlong line that had none in the stream.
+            stored = len(text.encode("utf-8")) + 1
+            self._keep((p.time_at(p.start, self._ms()), stream, text), stored)
             p.drop(size)
 
     def _keep(self, line: Line, size: int) -> None:
