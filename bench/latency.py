@@ -9,6 +9,11 @@ Both stamps come from the same host clock; the database clock is not involved.
 and the server (the client still enqueues directly): ``polling`` without
 ``database.listen_dsn`` (the daemon finds that NOTIFYs do not reach it and idle workers poll
 every ``worker.poll_interval``), ``listen-direct`` with ``listen_dsn`` at the direct DSN.
+
+``--flood BYTES`` first starts one run of a command printing BYTES of output (``yes | head
+-c``; the daemon reads it at its output rate, about 16 s for 1 GiB) and measures the pickups
+while that run runs: what a flooding job costs every other run (issue 20). The flood must
+outlast the measurement; the part fails if it does not.
 """
 
 from __future__ import annotations
@@ -43,7 +48,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="none",
         help="run the daemon through a PgBouncer in transaction mode (package pgbouncer)",
     )
+    parser.add_argument(
+        "--flood",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="measure while a command prints this many bytes (e.g. 1073741824); 0: none",
+    )
     common.add_settings_option(parser)
+
+
+FLOOD_JOB = """
+[job_types.flood]
+command = ["/bin/sh", "-c", "yes 'flood flood flood flood' | head -c {bytes}"]
+timeout = "10m"
+"""
 
 
 def check(args: argparse.Namespace) -> None:
@@ -60,6 +79,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         "interval": args.interval,
         "set": args.set,
         "pooler": args.pooler,
+        "flood_bytes": args.flood,
     }
     with common.fresh_database(admin_dsn, "latency") as dsn, contextlib.ExitStack() as stack:
         with common.connect(dsn) as conn:
@@ -75,6 +95,8 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
             daemon_dsn = bouncer.dsn(common.database_name(dsn))
             if args.pooler == "listen-direct":
                 extra = f"\n[database]\nlisten_dsn = {common.toml_value(dsn)}\n"
+        if args.flood:
+            extra += FLOOD_JOB.format(bytes=args.flood)
         daemon = common.start_daemon(
             daemon_dsn,
             common.write_config(tmp / "latency.toml", settings, extra),
@@ -83,7 +105,10 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         try:
             # Let the start-up claims, ticks and registration pass: idle means idle.
             time.sleep(SETTLE_SECONDS)
+            flood = start_flood(dsn) if args.flood else None
             enqueued = enqueue_paced(dsn, args.runs, args.interval)
+            if flood is not None:
+                flood_running_at_end(dsn, flood)
             starts = wait_started(dsn, daemon, enqueued)
         finally:
             daemon.stop()
@@ -96,6 +121,30 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
             [[stats["n"], stats["p50"], stats["p90"], stats["p99"], stats["max"], stats["mean"]]],
         )
     )
+
+
+def start_flood(dsn: str) -> int:
+    """Enqueue the flood run and wait until it runs (its output has begun)."""
+    with common.connect(dsn) as conn:
+        run_id = pgtick.enqueue(conn, "flood")
+
+        def running() -> bool:
+            row = conn.execute("SELECT status FROM runs WHERE id = %s", [run_id]).fetchone()
+            return row is not None and row[0] == "running"
+
+        common.wait_for(running, FINISH_TIMEOUT_SECONDS, "the flood run to start")
+        time.sleep(SETTLE_SECONDS)  # well into its output
+    return run_id
+
+
+def flood_running_at_end(dsn: str, run_id: int) -> None:
+    """The flood must have outlasted the measurement, or the figure is not one under flood."""
+    with common.connect(dsn) as conn:
+        row = conn.execute("SELECT status FROM runs WHERE id = %s", [run_id]).fetchone()
+    if row is None or row[0] != "running":
+        raise common.BenchError(
+            f"the flood ended ({row[0] if row else 'gone'}) before the last pickup: raise --flood"
+        )
 
 
 def enqueue_paced(dsn: str, runs: int, interval: float) -> dict[int, float]:

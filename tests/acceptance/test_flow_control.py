@@ -290,3 +290,35 @@ def test_status_and_show_say_what_a_limit_holds_back(
     assert "held back by a concurrency limit (max_running 1; 1 held now)" in shown, shown
     running = json.loads(pgtick(dsn, "show", first.text.strip(), "--json", env=env).text)
     assert (running["priority"], running["concurrency_key"], running["waiting"]) == (5, "k1", None)
+
+
+def test_a_limit_changed_by_a_rolling_restart_loses_and_repeats_nothing(
+    cluster: Cluster, conn: Connection, dsn: str
+) -> None:
+    """max_running 2 on the first daemon; a second daemon with max_running 4 starts, then the
+    first stops (SIGTERM): the runs go on under the new limit, each run once."""
+    runs = 60
+    old = cluster.start(_config(cluster, "max_running = 2"))
+    with _sampling(
+        dsn, "SELECT count(*) FROM runs WHERE job_type = 'work' AND status = 'running'"
+    ) as running:
+        _enqueue(conn, runs, '{"sleep": 0.2}')
+        wait_for(lambda: _succeeded(conn) >= 10, 30, what="runs under the old limit")
+        before = max(running)
+        new = cluster.start(_config(cluster, "max_running = 4"))
+        old.signal(signal.SIGTERM)
+        assert old.wait(30) == 0
+        wait_for(lambda: _succeeded(conn) == runs, 60, 0.1, "every run done")
+    assert before <= 2, before
+    assert max(running) <= 4, max(running)
+    records = cluster.records()
+    starts = Counter(r["run_id"] for r in records if r["event"] == "start")
+    assert len(starts) == runs and set(starts.values()) == {1}, starts.most_common(3)
+    assert _max_overlap([r for r in records if r["pid"] == new.pid]) > 2  # the new limit used
+    # Each run succeeded once; a run claimed in the moment the first daemon stopped was given
+    # back unstarted (released), never failed or lost.
+    rows = conn.execute(
+        "SELECT a.outcome, count(*) FROM attempts a JOIN runs r ON r.id = a.run_id"
+        " WHERE r.job_type = 'work' GROUP BY a.outcome"
+    ).fetchall()
+    assert dict(rows).get("succeeded") == runs and set(dict(rows)) <= {"succeeded", "released"}
