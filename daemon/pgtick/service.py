@@ -254,16 +254,17 @@ class Service:
             cfg.retention,
             metrics,
         )
+        priorities = {name: jt.config.priority for name, jt in job_types.items()}
         ticker = Ticker(
             store,
             list(cfg.schedules.values()),
             worker.handled,
             cfg.ticker,
             metrics,
-            priorities={name: jt.config.priority for name, jt in job_types.items()},
+            priorities=priorities,
         )
         self._ticker = ticker
-        store.sync_job_type_settings({name: jt.config.priority for name, jt in job_types.items()})
+        store.sync_job_type_settings(priorities)
         ticker.sync()
         ticker.tick()  # READY=1 means the first tick is done
         loops = [

@@ -206,14 +206,6 @@ class JobTypeConfig:
     rate: Rate | None = None
     rate_per_key: Rate | None = None
 
-    @property
-    def limited(self) -> bool:
-        """Whether a claim of this type must count what runs or started (flow control)."""
-        return any(
-            v is not None
-            for v in (self.max_running, self.max_running_per_key, self.rate, self.rate_per_key)
-        )
-
 
 @dataclass(frozen=True)
 class ScheduleConfig:

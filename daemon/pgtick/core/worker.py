@@ -191,7 +191,7 @@ class Completer:
             done = succeeded | failed_by_id.keys()
             freed = {h.run.job_type for h, _, _ in batch if h.id in done} & self._limited
             if freed:
-                store.notify(sorted(freed))
+                store.notify(freed)
             if done:
                 self._life.written(
                     [item for item in batch if item[0].id in done], succeeded, failed_by_id

@@ -4,7 +4,7 @@ and cancel, the reads of ``pgtick runs`` and ``pgtick show``, and the effects gu
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,7 +29,7 @@ class NewRun:
     run_at: datetime | None = None
     idempotency_key: str | None = None
     max_attempts: int | None = None
-    priority: int | None = None  # None: 0
+    priority: int | None = None  # None: the job type's default (job_type_settings), else 0
     concurrency_key: str | None = None
 
 
@@ -400,7 +400,7 @@ class RunQueries(StoreBase):
             with self._conn("sync_job_types") as conn:
                 conn.execute(sqlfile.query("sync_job_type_settings", conn.schema), params)
 
-    def notify(self, job_types: Sequence[str]) -> None:
+    def notify(self, job_types: Iterable[str]) -> None:
         """Wake the daemons that handle these types (a limited type's slot came free)."""
         with self._conn("notify") as conn:
             for job_type in sorted(set(job_types)):

@@ -30,4 +30,4 @@ def flow_limits(config: Config) -> list[ClaimType]:
         types = {name: jt.config for name, jt in handlers.resolve(config).items()}
     except (PgtickError, ImportError):
         types = dict(config.job_types)
-    return [claim_type(c, 0.0) for c in types.values() if c.limited]
+    return [t for c in types.values() if (t := claim_type(c, 0.0)).limited]
