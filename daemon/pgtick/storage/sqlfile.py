@@ -9,10 +9,14 @@ import re
 from psycopg import sql
 
 _HEADER = re.compile(r"^-- ([a-z_]+) --$")
+# A line ``-- include: NAME`` stands for block NAME's text: SQL that two statements share (the
+# counts behind flow control's limits) is written once.
+_INCLUDE = re.compile(r"^-- include: ([a-z_]+)$")
 
 
 def parse_blocks(text: str) -> dict[str, str]:
-    """Split a ``-- name --`` delimited file into {name: statement}; comment lines are dropped."""
+    """Split a ``-- name --`` delimited file into {name: statement}; comment lines are dropped,
+    ``-- include: NAME`` lines replaced by block NAME (which includes nothing itself)."""
     blocks: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in text.splitlines():
@@ -22,9 +26,24 @@ def parse_blocks(text: str) -> dict[str, str]:
             if name in blocks:
                 raise ValueError(f"queries.sql: block {name!r} defined twice")
             current = blocks[name] = []
-        elif current is not None and not line.lstrip().startswith("--"):
+        elif current is not None and (
+            _INCLUDE.match(line.strip()) or not line.lstrip().startswith("--")
+        ):
             current.append(line)
-    return {name: "\n".join(lines).strip().rstrip(";") for name, lines in blocks.items()}
+    parsed = {name: "\n".join(lines).strip().rstrip(";") for name, lines in blocks.items()}
+
+    def expand(line: str) -> str:
+        include = _INCLUDE.match(line.strip())
+        if include is None:
+            return line
+        name = include.group(1)
+        if name not in parsed or any(_INCLUDE.match(x.strip()) for x in parsed[name].splitlines()):
+            raise ValueError(f"queries.sql: cannot include block {name!r}")
+        return parsed[name]
+
+    return {
+        name: "\n".join(expand(line) for line in text.splitlines()) for name, text in parsed.items()
+    }
 
 
 @functools.cache

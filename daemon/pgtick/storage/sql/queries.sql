@@ -174,26 +174,12 @@ SELECT count(pg_advisory_xact_lock(hashtextextended(%(lock_prefix)s || s.job_typ
 FROM (SELECT DISTINCT job_type FROM unnest(%(job_types)s::text[]) AS u(job_type)
       ORDER BY job_type) s;
 
--- claim_limited --
--- The claim (above) for a set of job types of which some have limits, after
--- claim_limit_lock in the same transaction. Counts, per limited type, the runs held now
--- (runs_held_idx: claimed, or cancelled and not let go of; a slot of a dead daemon frees when
--- the reaper recovers its run) and the starts inside each rate window (rate_starts), then
--- claims at most what the limits leave: per type (max_running, rate) and per concurrency key
--- (max_running_per_key, rate_per_key; a run's key is the one given at enqueue, else the
--- payload field the type names; a run without one is limited per type only). Runs of a key
--- at its limit are skipped in the scan, so one busy key does not hold back the others.
--- started_at and the rate rows use statement_timestamp(): claims of one limited type run
--- one after another under the lock, so their times are in the order of their counting, and
--- no window of the rate's length ever holds more starts than the rate.
-WITH types AS (
-    SELECT * FROM unnest(%(job_types)s::text[], %(leases)s::float8[], %(max_attempts)s::int[],
-                         %(lows)s::timestamptz[], %(max_running)s::int[], %(key_paths)s::text[],
-                         %(per_key)s::int[], %(rates)s::int[], %(rate_windows)s::float8[],
-                         %(key_rates)s::int[], %(key_windows)s::float8[])
-        AS t(job_type, lease, max_attempts, low, max_running, key_path, per_key, rate,
-             rate_window, key_rate, key_window)
-), held AS (
+-- limit_counts --
+-- The counts flow control's limits are checked against, as CTEs over a `types` CTE with the
+-- claim_limited columns (included by claim_limited and flow_state): the runs held now
+-- (runs_held_idx: claimed, or cancelled and not let go of) per limited type and per
+-- concurrency key, and the starts inside each rate window (rate_starts), per type and per key.
+held AS (
     SELECT r.job_type, coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]) AS ckey
     FROM types t
     JOIN {schema}.runs r ON r.job_type = t.job_type AND r.locked_by IS NOT NULL
@@ -216,7 +202,30 @@ WITH types AS (
      AND s.started_at > statement_timestamp() - make_interval(secs => t.key_window)
     WHERE t.key_rate IS NOT NULL
     GROUP BY t.job_type, s.concurrency_key
-), rooms AS (
+)
+
+-- claim_limited --
+-- The claim (above) for a set of job types of which some have limits, after
+-- claim_limit_lock in the same transaction. Counts, per limited type, the runs held now
+-- (runs_held_idx: claimed, or cancelled and not let go of; a slot of a dead daemon frees when
+-- the reaper recovers its run) and the starts inside each rate window (rate_starts), then
+-- claims at most what the limits leave: per type (max_running, rate) and per concurrency key
+-- (max_running_per_key, rate_per_key; a run's key is the one given at enqueue, else the
+-- payload field the type names; a run without one is limited per type only). Runs of a key
+-- at its limit are skipped in the scan, so one busy key does not hold back the others.
+-- started_at and the rate rows use statement_timestamp(): claims of one limited type run
+-- one after another under the lock, so their times are in the order of their counting, and
+-- no window of the rate's length ever holds more starts than the rate.
+WITH types AS (
+    SELECT * FROM unnest(%(job_types)s::text[], %(leases)s::float8[], %(max_attempts)s::int[],
+                         %(lows)s::timestamptz[], %(max_running)s::int[], %(key_paths)s::text[],
+                         %(per_key)s::int[], %(rates)s::int[], %(rate_windows)s::float8[],
+                         %(key_rates)s::int[], %(key_windows)s::float8[])
+        AS t(job_type, lease, max_attempts, low, max_running, key_path, per_key, rate,
+             rate_window, key_rate, key_window)
+),
+-- include: limit_counts
+, rooms AS (
     SELECT t.*, greatest(0, least(%(limit)s, t.max_running - coalesce(h.n, 0),
                                   t.rate - coalesce(s.n, 0))) AS room
     FROM types t
@@ -356,29 +365,9 @@ WITH types AS (
                          %(per_key)s::int[], %(rates)s::int[], %(rate_windows)s::float8[],
                          %(key_rates)s::int[], %(key_windows)s::float8[])
         AS t(job_type, max_running, key_path, per_key, rate, rate_window, key_rate, key_window)
-), held AS (
-    SELECT r.job_type, coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]) AS ckey
-    FROM types t
-    JOIN {schema}.runs r ON r.job_type = t.job_type AND r.locked_by IS NOT NULL
-), held_type AS (
-    SELECT job_type, count(*) AS n FROM held GROUP BY job_type
-), held_key AS (
-    SELECT job_type, ckey, count(*) AS n FROM held WHERE ckey IS NOT NULL GROUP BY job_type, ckey
-), started_type AS (
-    SELECT t.job_type, count(*) AS n
-    FROM types t
-    JOIN {schema}.rate_starts s ON s.job_type = t.job_type
-     AND s.started_at > statement_timestamp() - make_interval(secs => t.rate_window)
-    WHERE t.rate IS NOT NULL
-    GROUP BY t.job_type
-), started_key AS (
-    SELECT t.job_type, s.concurrency_key AS ckey, count(*) AS n
-    FROM types t
-    JOIN {schema}.rate_starts s ON s.job_type = t.job_type AND s.concurrency_key IS NOT NULL
-     AND s.started_at > statement_timestamp() - make_interval(secs => t.key_window)
-    WHERE t.key_rate IS NOT NULL
-    GROUP BY t.job_type, s.concurrency_key
-), due AS (
+),
+-- include: limit_counts
+, due AS (
     SELECT t.job_type, coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]) AS ckey
     FROM types t
     JOIN {schema}.runs r ON r.job_type = t.job_type AND r.status IN ('queued', 'failed')
