@@ -1,5 +1,5 @@
--- Flow control (SPEC §5): a priority and a concurrency key per run, and the starts of rate
--- limited job types. Adding a column with a constant default rewrites nothing (PostgreSQL 11+),
+-- Flow control (docs/flow-control.md): a priority and a concurrency key per run, and the
+-- starts of rate limited job types. Adding a column with a constant default rewrites nothing (PostgreSQL 11+),
 -- so every existing run keeps its row and gets priority 0 (the default) and no key.
 ALTER TABLE runs ADD COLUMN priority integer NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN concurrency_key text;
