@@ -28,7 +28,7 @@ import psycopg
 
 from bench import common
 from pgtick.core.dbstate import TERMINAL_RECOUNT_TIMEOUT_SECONDS
-from pgtick.observability.metrics import DB_CACHE_SECONDS
+from pgtick.observability.database import DB_CACHE_SECONDS
 from pgtick.storage import db, sqlfile
 from pgtick.storage.store import RunStore
 

@@ -21,6 +21,7 @@ from prometheus_client.core import Metric
 
 from pgtick.cli.parser import build_parser
 from pgtick.config import schema
+from pgtick.observability import database as dbseries
 from pgtick.observability import metrics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,13 +145,13 @@ def metric_families() -> list[Metric]:
     registry = CollectorRegistry(auto_describe=False)
     local = metrics.Metrics(["a_job_type"], "0", threads=1)
     registry.register(local.registry)
-    snapshot = metrics.DatabaseSnapshot(
+    snapshot = dbseries.DatabaseSnapshot(
         terminal_counted_at=0.0,
         limits={("a_job_type", "max_running"): 1.0},  # a limit in force: its series show
     )
-    database = metrics.DatabaseCollector(lambda: snapshot, ["a_job_type"], ["a_schedule"])
+    database = dbseries.DatabaseCollector(lambda: snapshot, ["a_job_type"], ["a_schedule"])
     registry.register(database)
-    registry.register(metrics.PoolStatsCollector({"worker": dict}))
+    registry.register(dbseries.PoolStatsCollector({"worker": dict}))
     return list(registry.collect())
 
 

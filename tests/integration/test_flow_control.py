@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from pgtick.core.dbstate import DatabaseProbe
-from pgtick.observability.metrics import DatabaseCollector, Metrics
+from pgtick.observability.database import DatabaseCollector
+from pgtick.observability.metrics import Metrics
 from pgtick.storage import db
 from pgtick.storage.store import ClaimType, NewRun, RunStore
 from tests.integration import leases

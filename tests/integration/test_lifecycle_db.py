@@ -11,9 +11,9 @@ import pytest
 
 from pgtick.config import config_from_mapping
 from pgtick.core import handlers
+from pgtick.core.completer import Completer
 from pgtick.core.handlers import JobContext, Outcome
 from pgtick.core.lifecycle import Held, Lifecycle
-from pgtick.core.worker import Completer
 from pgtick.errors import ConfigError
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db

@@ -9,7 +9,7 @@ import time
 import psycopg
 
 from pgtick.core.dbstate import HolderAges
-from pgtick.observability.metrics import OTHER_JOB_TYPE, DatabaseSnapshot, bounded
+from pgtick.observability.database import OTHER_JOB_TYPE, DatabaseSnapshot, bounded
 from pgtick.storage import db
 from pgtick.storage.store import HorizonHolder, MetricsSnapshot, NewRun, RunStore
 from tests.acceptance.conftest import wait_for

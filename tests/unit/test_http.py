@@ -15,7 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pgtick.errors import ConfigError
-from pgtick.observability.metrics import DatabaseCollector, DatabaseSnapshot, Metrics, Readiness
+from pgtick.observability.database import DatabaseCollector, DatabaseSnapshot, Readiness
+from pgtick.observability.metrics import Metrics
 from pgtick.surfaces.http import (
     MAX_CONNECTIONS,
     HttpServer,

@@ -25,7 +25,7 @@ import structlog
 
 from pgtick.config import ScheduleConfig
 from pgtick.errors import PgtickError, ScheduleError
-from pgtick.observability.metrics import DatabaseSnapshot
+from pgtick.observability.database import DatabaseSnapshot
 from pgtick.scheduling.cron import Cron
 from pgtick.storage.store import (
     ClaimType,

@@ -1,5 +1,6 @@
-"""Runs and their attempts: enqueue, claim, heartbeat, finish, release, the operator's retry
-and cancel, the reads of ``pgtick runs`` and ``pgtick show``, and the effects guard.
+"""Runs and their attempts on the daemon's hot path: enqueue, claim (with flow control's
+limits), heartbeat, finish, release, and the effects guard. The operator's reads and actions
+on runs are in ``run_admin.py``.
 """
 
 from __future__ import annotations
@@ -124,83 +125,6 @@ class Beat:
     held: set[int]  # leases extended
     registered: bool  # the workers row still exists
     cancelled: set[int]  # given runs an operator cancelled
-
-
-@dataclass(frozen=True)
-class Run:
-    """A row of ``runs``."""
-
-    id: int
-    schedule_id: int | None
-    scheduled_for: datetime | None
-    job_type: str
-    payload: Any
-    idempotency_key: str | None
-    status: str
-    run_at: datetime
-    attempts: int
-    max_attempts: int | None
-    locked_by: str | None
-    locked_until: datetime | None
-    last_error: str | None
-    error_type: str | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    created_at: datetime
-    updated_at: datetime
-    priority: int = 0
-    concurrency_key: str | None = None
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """A row of ``attempts``."""
-
-    run_id: int
-    attempt: int
-    worker_id: str
-    started_at: datetime
-    finished_at: datetime | None
-    outcome: str | None
-    error: str | None
-    error_type: str | None
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """One line of the operator's run listing; ``db_now`` is the database clock at the read."""
-
-    id: int
-    job_type: str
-    status: str
-    attempts: int
-    max_attempts: int | None
-    run_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    last_error: str | None
-    schedule: str | None
-    db_now: datetime
-
-
-@dataclass(frozen=True)
-class RunQuery:
-    """Filters of the run listing; None means no filter. ``limit`` is the page size."""
-
-    statuses: Sequence[str] | None = None
-    job_type: str | None = None
-    schedule: str | None = None
-    since: datetime | None = None
-    before: int | None = None
-    limit: int = 50
-
-
-@dataclass(frozen=True)
-class EffectKey:
-    """A side effect a run recorded (``effects``)."""
-
-    key: str
-    created_at: datetime
 
 
 def enqueue_on(
@@ -511,73 +435,6 @@ class RunQueries(StoreBase):
             return set()
         rows = self._all("acknowledge_cancel", "acknowledge_cancel", _claims(worker_id, claims))
         return {row[0] for row in rows}
-
-    def retry(self, run_ids: Sequence[int]) -> list[int]:
-        """failed/dead/cancelled -> queued now; returns the ids that changed."""
-        with self._conn("retry") as conn, conn.transaction():
-            rows = conn.execute(
-                sqlfile.query("retry", conn.schema), {"ids": list(run_ids)}
-            ).fetchall()
-            for job_type in sorted({row[1] for row in rows}):
-                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
-        return sorted(row[0] for row in rows)
-
-    def held_after_cancel(self, run_ids: Sequence[int]) -> list[tuple[int, str, int]]:
-        """Cancelled runs among these whose holder has not let go: (id, holder, seconds left
-        on its lease)."""
-        rows = self._all("retry", "held_after_cancel", {"ids": list(run_ids)})
-        return [(int(i), str(holder), int(left)) for i, holder, left in rows]
-
-    def cancel(self, run_ids: Sequence[int]) -> list[int]:
-        """Non-terminal -> cancelled; returns the ids that changed."""
-        return sorted(row[0] for row in self._all("cancel", "cancel", {"ids": list(run_ids)}))
-
-    def get_run(self, run_id: int) -> Run | None:
-        rows = self._all("get_run", "get_run", {"id": run_id})
-        return Run(*rows[0]) if rows else None
-
-    def get_attempts(self, run_id: int) -> list[Attempt]:
-        return [Attempt(*row) for row in self._all("get_attempts", "get_attempts", {"id": run_id})]
-
-    def effect_keys(self, run_id: int) -> list[EffectKey]:
-        return [EffectKey(*row) for row in self._all("show", "effect_keys", {"run_id": run_id})]
-
-    def run_statuses(self, run_ids: Sequence[int]) -> dict[int, str]:
-        """The status of each run that exists among ``run_ids``."""
-        rows = self._all("run_statuses", "run_statuses", {"ids": list(run_ids)})
-        return {int(i): str(status) for i, status in rows}
-
-    def count_bulk(self, status: str, job_type: str, since: datetime | None) -> int:
-        params = {"status": status, "job_type": job_type, "since": since}
-        return int(self._all("count_bulk", "count_bulk", params)[0][0])
-
-    def bulk_ids(
-        self, status: str, job_type: str, since: datetime | None, after: int, batch: int
-    ) -> list[int]:
-        """The next ``batch`` ids of count_bulk's runs above ``after``."""
-        params = {
-            "status": status,
-            "job_type": job_type,
-            "since": since,
-            "after": after,
-            "batch": batch,
-        }
-        return [int(r[0]) for r in self._all("bulk_ids", "bulk_ids", params)]
-
-    def list_runs(self, q: RunQuery) -> list[RunSummary]:
-        """Up to ``q.limit`` runs, newest first, below ``q.before`` (keyset pagination)."""
-        statuses = None if q.statuses is None else list(q.statuses)
-        terminal_only = statuses is not None and all(s in TERMINAL_STATUSES for s in statuses)
-        params = {
-            "statuses": statuses,
-            "job_type": q.job_type,
-            "schedule": q.schedule,
-            "since": q.since,
-            "before": q.before,
-            "limit": q.limit,
-        }
-        name = "list_finished_runs" if terminal_only else "list_runs"
-        return [RunSummary(*row) for row in self._all("list_runs", name, params)]
 
     @staticmethod
     def effect_once_on(conn: db.Connection, key: str, run_id: int | None) -> bool:

@@ -2,8 +2,9 @@
 
 Methods take and return plain values and frozen dataclasses; psycopg errors leave as
 ``DatabaseError`` (via ``db.wrap_errors``). The queries live with their aggregate (``runs``:
-runs and attempts; ``schedules``; ``workers``; ``maintenance``: reaping, pruning and the
-metrics reads), each a class over ``base.StoreBase``; ``RunStore`` is all of them on one pool,
+runs and attempts on the daemon's hot path; ``run_admin``: the operator's reads and actions
+on them; ``schedules``; ``workers``; ``maintenance``: reaping, pruning and the metrics
+reads), each a class over ``base.StoreBase``; ``RunStore`` is all of them on one pool,
 because a daemon's loops, a command and a console page each hold one store and cross
 aggregates in one unit (a claim's lease and its attempt; a schedule and the runs it
 materializes). This module is the storage API the rest of pgtick imports: the store and the
@@ -26,25 +27,21 @@ from pgtick.storage.maintenance import (
 )
 from pgtick.storage.notify import Notifications, listening
 from pgtick.storage.output import AttemptState, Chunk, OutputQueries, StoredChunk
+from pgtick.storage.run_admin import Attempt, EffectKey, Run, RunAdminQueries, RunQuery, RunSummary
 from pgtick.storage.runs import (
     ACTIVE_STATUSES,
     STATUSES,
     TERMINAL_STATUSES,
-    Attempt,
     Beat,
     Claim,
     ClaimedRun,
     ClaimType,
-    EffectKey,
     FailResult,
     Failure,
     FlowState,
     Lease,
     NewRun,
-    Run,
     RunQueries,
-    RunQuery,
-    RunSummary,
     enqueue_on,
 )
 from pgtick.storage.schedules import (
@@ -59,7 +56,14 @@ from pgtick.storage.schedules import (
 from pgtick.storage.workers import WorkerInfo, WorkerQueries, WorkerRow
 
 
-class RunStore(RunQueries, ScheduleQueries, WorkerQueries, MaintenanceQueries, OutputQueries):
+class RunStore(
+    RunQueries,
+    RunAdminQueries,
+    ScheduleQueries,
+    WorkerQueries,
+    MaintenanceQueries,
+    OutputQueries,
+):
     """Typed access to the pgtick schema through a connection pool."""
 
 

@@ -33,7 +33,8 @@ from typing import Any
 import structlog
 
 from pgtick.errors import ConfigError
-from pgtick.observability.metrics import Metrics, Readiness
+from pgtick.observability.database import Readiness
+from pgtick.observability.metrics import Metrics
 
 MAX_BODY_BYTES = 1 << 20
 REQUEST_TIMEOUT_SECONDS = 10.0  # a client that stops sending does not hold a thread forever

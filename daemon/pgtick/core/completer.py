@@ -1,0 +1,166 @@
+"""The completer: the one writer of the results the worker's threads hand over.
+
+It writes up to ``COMPLETE_BATCH_MAX`` results per transaction, each guarded by its claim
+(worker id and attempt), so a result of an earlier claim never lands on a later one; after a
+database error it retries the same batch. Which result may be written, and when a run stops
+being held, is the lifecycle's decision (lifecycle.py): the completer reports back what the
+database accepted.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+import structlog
+
+from pgtick.core.handlers import Outcome
+from pgtick.core.lifecycle import Held, Lifecycle
+from pgtick.errors import DatabaseError
+from pgtick.observability.metrics import Metrics
+from pgtick.storage.db import retry_delay
+from pgtick.storage.store import Failure, RunStore
+
+COMPLETE_BATCH_MAX = 500
+COMPLETE_BATCH_WINDOW_SECONDS = 0.002
+
+log = structlog.get_logger("pgtick.worker")
+
+# What the completer writes: a run, what to record of it, and its handler's wall time (None:
+# no handler ran).
+Result = tuple[Held, Outcome, float | None]
+
+
+class Completer:
+    """Writes outcomes in batches: one transaction per batch, each guarded by its claim."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        worker_id: str,
+        life: Lifecycle,
+        metrics: Metrics,
+        limited: frozenset[str] = frozenset(),
+    ) -> None:
+        self._limited = limited  # job types whose freed slots other daemons must hear of
+        self._store = store
+        self._worker_id = worker_id
+        self._life = life
+        self._metrics = metrics
+        self._items: collections.deque[Result] = collections.deque()
+        self._cond = threading.Condition()
+        self._in_flight = 0
+        self._writing: list[Result] = []  # the batch being written
+        self._closing = False
+        self._idle = False  # the writer waits for results (a submit must wake it)
+
+    def submit(self, held: Held, outcome: Outcome, duration: float | None) -> None:
+        self.submit_many([(held, outcome, duration)])
+
+    def submit_many(self, results: list[Result]) -> None:
+        """Queue results for the writer. Every handler thread calls this once per run, so it
+        takes the lock only to wake a writer that waits: the writer marks itself idle before
+        it looks at the queue, and the queue's own operations are atomic."""
+        self._items.extend(results)
+        if self._idle:
+            with self._cond:
+                self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+
+    def unwritten(self) -> list[int]:
+        """Run ids whose results are still to be written."""
+        with self._cond:
+            return [held.id for held, _, _ in (*self._writing, *self._items)]
+
+    def wait_empty(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._items or self._in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.05))
+        return True
+
+    def run(self) -> None:
+        """Write outcomes until closed, on a pinned connection (re-pinned after errors)."""
+        failures = 0
+        while True:
+            try:
+                with self._store.pinned("complete") as store:
+                    if self._loop(store):
+                        return
+            except DatabaseError as exc:
+                failures += 1
+                self._metrics.db_error("complete")
+                log.warning("complete_failed", error=str(exc), retry_in=retry_delay(failures))
+                with self._cond:
+                    closing = self._closing
+                if closing and failures > 3:
+                    return
+                time.sleep(retry_delay(failures))
+
+    def _loop(self, store: RunStore) -> bool:
+        """Write batches until closed (True) or until the database fails (raises)."""
+        while True:
+            with self._cond:
+                self._idle = True
+                while not self._items and not self._closing:
+                    self._cond.wait()
+                self._idle = False
+                if not self._items and self._closing:
+                    return True
+            # Let a batch gather for a moment when it is small.
+            if len(self._items) < COMPLETE_BATCH_MAX:
+                time.sleep(COMPLETE_BATCH_WINDOW_SECONDS)
+            with self._cond:
+                n = min(len(self._items), COMPLETE_BATCH_MAX)
+                batch = [self._items.popleft() for _ in range(n)]
+                self._in_flight = len(batch)
+                self._writing = batch
+            try:
+                self._write(store, batch)
+            except DatabaseError:
+                with self._cond:  # what was not written is retried as it is
+                    self._items.extendleft(reversed(batch))
+                    self._in_flight = 0
+                    self._writing = []
+                raise
+            with self._cond:
+                self._in_flight = 0
+                self._writing = []
+                self._cond.notify_all()
+
+    def _write(self, store: RunStore, batch: list[Result]) -> None:
+        """Write the results (one statement, or one transaction), then let go of the runs an
+        operator cancelled: those whose handlers stopped without a result, and those whose
+        result the claim guard refused (the others were lost). ``batch`` is left holding what
+        was not written yet, for a retry after a database error."""
+        succeed = [(h.id, h.run.attempt) for h, o, _ in batch if o.kind == "succeeded"]
+        failures = [
+            Failure(h.id, h.run.attempt, o.error, o.error_type, o.detail, o.retry_in_seconds)
+            for h, o, _ in batch
+            if o.kind in ("failed", "dead")
+        ]
+        if succeed or failures:
+            succeeded, failed = store.finish(self._worker_id, succeed, failures)
+            failed_by_id = {r.id: r for r in failed}
+            done = succeeded | failed_by_id.keys()
+            freed = {h.run.job_type for h, _, _ in batch if h.id in done} & self._limited
+            if freed:
+                store.notify(freed)
+            if done:
+                self._life.written(
+                    [item for item in batch if item[0].id in done], succeeded, failed_by_id
+                )
+            batch[:] = [item for item in batch if item[0].id not in done]
+        if batch:
+            claims = [(h.id, h.run.attempt) for h, _, _ in batch]
+            let_go = store.acknowledge_cancel(self._worker_id, claims)
+            self._life.written(batch, set(), {}, let_go)
+            batch.clear()
