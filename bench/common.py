@@ -8,6 +8,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -36,6 +37,8 @@ SCHEMA = "pgtick"
 START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 60.0
 POLL_SECONDS = 0.05
+DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 PACKAGES = (
     "pgtick",
     "psycopg",
@@ -279,6 +282,22 @@ def parse_settings(items: Sequence[str]) -> dict[str, dict[str, Any]]:
             value = raw.strip() == "true"
         out.setdefault(section, {})[name] = value
     return out
+
+
+def duration_seconds(value: str | float, option: str) -> float:
+    """A pgtick duration ("90s", "2m", "1h30m", "250ms", or bare seconds) in seconds; a usage
+    error naming ``option`` if it is none."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parts = DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise BenchError(f"{option} {text!r}: expected a duration such as 2m or 90s", 2)
+    return sum(float(n) * UNIT_SECONDS[u] for n, u in parts)
 
 
 @dataclass

@@ -551,6 +551,96 @@ def db_now(conn: psycopg.Connection[Any]) -> Any:
     return common.one(conn, "SELECT clock_timestamp()")[0]
 
 
+# -- one daemon's statements and scans, since it started (scale, scrape) -------------------------
+
+
+@dataclass(frozen=True)
+class StatementStats:
+    """One statement of a role in a database, from pg_stat_statements (a fresh database's
+    entries hold what one daemon did, so min and max are its own)."""
+
+    query: str
+    calls: int
+    rows: int
+    total_ms: float
+    min_ms: float
+    max_ms: float
+    blocks: int  # shared buffers hit or read
+
+    @property
+    def mean_ms(self) -> float | None:
+        return self.total_ms / self.calls if self.calls else None
+
+    def figures(self) -> dict[str, Any]:
+        calls = self.calls or 1
+        return {
+            "query": " ".join(self.query.split()),
+            "calls": self.calls,
+            "rows_per_call": self.rows / calls,
+            "mean_ms": self.mean_ms,
+            "min_ms": self.min_ms,
+            "max_ms": self.max_ms,
+            "buffers_per_call": self.blocks / calls,
+        }
+
+
+STATEMENT_STATS = """
+SELECT query, calls, rows, total_exec_time, min_exec_time, max_exec_time,
+       shared_blks_hit + shared_blks_read
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)
+  AND userid = (SELECT oid FROM pg_roles WHERE rolname = %s)
+  AND toplevel
+ORDER BY total_exec_time DESC
+"""
+
+
+def statement_stats(admin: psycopg.Connection[Any], dbname: str, role: str) -> list[StatementStats]:
+    """The role's statements in the database, utility statements left out, most time first."""
+    return [
+        StatementStats(query, int(calls), int(rows), float(total), float(lo), float(hi), int(b))
+        for query, calls, rows, total, lo, hi, b in admin.execute(STATEMENT_STATS, [dbname, role])
+        if not UTILITY.match(query)
+    ]
+
+
+def matching(stats: Sequence[StatementStats], pattern: re.Pattern[str]) -> StatementStats:
+    """The statements matching ``pattern`` added up (calls 0: none)."""
+    hits = [s for s in stats if pattern.search(s.query)]
+    return StatementStats(
+        hits[0].query if hits else "",
+        sum(s.calls for s in hits),
+        sum(s.rows for s in hits),
+        sum(s.total_ms for s in hits),
+        min((s.min_ms for s in hits), default=0.0),
+        max((s.max_ms for s in hits), default=0.0),
+        sum(s.blocks for s in hits),
+    )
+
+
+def seq_scans(conn: psycopg.Connection[Any], table: str) -> int:
+    """Sequential scans of ``table`` so far, by every session (pg_stat_user_tables)."""
+    return int(
+        common.one(
+            conn, "SELECT seq_scan FROM pg_stat_user_tables WHERE relid = %s::regclass", [table]
+        )[0]
+    )
+
+
+def disconnected(admin: psycopg.Connection[Any], dbname: str, role: str) -> None:
+    """Wait until ``role`` has no session left in ``dbname``: a backend writes out its table
+    statistics as it exits, so counters read afterwards hold everything the role did."""
+
+    def gone() -> bool:
+        return not common.one(
+            admin,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND usename = %s",
+            [dbname, role],
+        )[0]
+
+    common.wait_for(gone, RESTART_TIMEOUT_SECONDS, f"the sessions of {role} to end")
+
+
 # -- report math --------------------------------------------------------------------------------
 
 

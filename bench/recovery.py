@@ -4,9 +4,10 @@ A starts alone and claims ``--held`` runs of ``hold`` (a handler that waits for 
 B starts idle. A is killed; the time is read from the database clock right after the kill.
 Recovery of a run is the start of its attempt on B (attempts.started_at, database clock)
 minus the kill. The bound is lease + reaper interval: the lease A renewed last expires at most
-one lease after the kill, and the reaper looks at least once per interval. Defaults are the
-product's (lease 60 s, reaper 10 s); ``--set worker.lease=6s --set ticker.reaper_interval=2s``
-for a quick run.
+one lease after the kill, and the reaper looks at least once per interval. The config the
+bench writes sets the three durations explicitly, at the product's defaults (worker.lease 60s,
+worker.poll_interval 5s, ticker.reaper_interval 10s), and the figures are read from it;
+``--set worker.lease=6s --set ticker.reaper_interval=2s`` for a quick run.
 """
 
 from __future__ import annotations
@@ -17,16 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
-from pgtick.config import (
-    DEFAULT_LEASE_SECONDS,
-    DEFAULT_POLL_INTERVAL_SECONDS,
-    DEFAULT_REAPER_INTERVAL_SECONDS,
-    parse_duration,
-)
-from pgtick.errors import ConfigError
 
 DEFAULT_HELD = 8
 MARGIN_SECONDS = 60.0
+# What the bench's config sets (the product's defaults, written out); --set overrides them.
+DURATIONS = {
+    "worker": {"lease": "60s", "poll_interval": "5s"},
+    "ticker": {"reaper_interval": "10s"},
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,39 +33,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_settings_option(parser)
 
 
-def bound_seconds(settings: dict[str, dict[str, Any]]) -> tuple[float, float]:
-    """(lease, reaper interval) in seconds, as the daemons will read them."""
-    try:
-        lease = parse_duration(
-            settings.get("worker", {}).get("lease", DEFAULT_LEASE_SECONDS), "worker.lease"
-        )
-        reaper = parse_duration(
-            settings.get("ticker", {}).get("reaper_interval", DEFAULT_REAPER_INTERVAL_SECONDS),
-            "ticker.reaper_interval",
-        )
-    except ConfigError as exc:
-        raise common.BenchError(f"--set: {exc}", 2) from exc
-    return lease, reaper
+def durations(settings: dict[str, dict[str, Any]]) -> tuple[float, float, float]:
+    """(lease, reaper interval, poll interval) in seconds, from the config's settings."""
+    return (
+        common.duration_seconds(settings["worker"]["lease"], "--set worker.lease"),
+        common.duration_seconds(
+            settings["ticker"]["reaper_interval"], "--set ticker.reaper_interval"
+        ),
+        common.duration_seconds(settings["worker"]["poll_interval"], "--set worker.poll_interval"),
+    )
+
+
+def config_settings(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The daemons' settings: enough threads for every held run (B must be able to take them
+    all at once), no shutdown grace, the durations, then --set."""
+    return common.merged(
+        {"worker": {"threads": max(args.held, 8), "shutdown_grace": "0s"}},
+        DURATIONS,
+        common.parse_settings(args.set),
+    )
 
 
 def check(args: argparse.Namespace) -> None:
     """Usage errors, found before a server is started."""
     if args.held < 1:
         raise common.BenchError("--held must be at least 1", 2)
-    bound_seconds(common.parse_settings(args.set))
+    durations(config_settings(args))
 
 
 def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
-    # Enough threads for every held run; B must be able to take them all at once.
-    settings = common.merged(
-        {"worker": {"threads": max(args.held, 8), "shutdown_grace": "0s"}},
-        common.parse_settings(args.set),
-    )
-    lease, reaper = bound_seconds(settings)
-    poll = parse_duration(
-        settings["worker"].get("poll_interval", DEFAULT_POLL_INTERVAL_SECONDS),
-        "worker.poll_interval",
-    )
+    settings = config_settings(args)
+    lease, reaper, poll = durations(settings)
     record.options = {"held": args.held, "set": args.set, "lease": lease, "reaper": reaper}
     with common.fresh_database(admin_dsn, "recovery") as dsn:
         config = common.write_config(tmp / "recovery.toml", settings)

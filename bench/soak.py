@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -46,8 +45,6 @@ DAEMON_PRUNE_EVERY_SECONDS = 300.0
 SETTLE_SECONDS = 3.0
 DRAIN_TIMEOUT_SECONDS = 120.0
 OUTCOMES_OTHER_THAN_SUCCESS = ("failed", "lost", "released", "cancelled")
-DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 PICKUPS = """
 SELECT extract(epoch FROM started_at - created_at) * 1000 FROM pgtick.runs
 WHERE started_at >= %s AND started_at < %s
@@ -80,15 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def duration_seconds(text: str) -> float:
     """A pgtick duration ("90s", "2m", "1h30m", or bare seconds) in seconds."""
-    text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    parts = DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise common.BenchError(f"--retention {text!r}: expected a duration such as 2m or 90s", 2)
-    return sum(float(n) * UNIT_SECONDS[u] for n, u in parts)
+    return common.duration_seconds(text, "--retention")
 
 
 def check(args: argparse.Namespace) -> None:
