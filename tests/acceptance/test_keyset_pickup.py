@@ -1,7 +1,8 @@
 """The keyset claim starts each scan just below the last run it claimed; runs that land behind
-that bound must still start at once, not at the next periodic rescan: a run enqueued due in the
-past, and a run enqueued in a transaction that committed seconds after its run_at was taken
-(while the daemon went on claiming later runs)."""
+that bound must still start at once: a run enqueued due in the past, and a run enqueued in a
+transaction that committed seconds after its run_at was taken (while the daemon went on
+claiming later runs); a run a claim skipped because another transaction held it, within the
+probe's interval of that transaction's end."""
 
 from __future__ import annotations
 
@@ -74,12 +75,12 @@ def test_runs_behind_the_bound_start_at_once_through_many_rounds(
             assert _started_at(cluster, run_id) - enqueued < PROMPT_SECONDS
 
 
-def test_a_late_commit_amid_a_steady_stream_is_found_by_the_probe(
+def test_a_late_commit_amid_a_steady_stream_starts_at_once(
     cluster: Cluster, store: Runs, dsn: str
 ) -> None:
     """With runs claimed every few ms, an empty claim after a NOTIFY says nothing (another claim
-    just took what it announced), so a run committed behind the bound is found by the probe,
-    within its 5 s, not never."""
+    just took what it announced); the run's own ``!due`` NOTIFY, delivered at its commit,
+    lowers the bound to it."""
     cluster.start()
     stop = threading.Event()
 
@@ -96,7 +97,37 @@ def test_a_late_commit_amid_a_steady_stream_is_found_by_the_probe(
             time.sleep(2.5)  # the stream's runs move the bound past this run's run_at
             app.commit()
             committed = time.time()
-        assert _started_at(cluster, late) - committed < PROBE_SECONDS + PROMPT_SECONDS
+        assert _started_at(cluster, late) - committed < PROMPT_SECONDS
     finally:
         stop.set()
         streamer.join()
+
+
+def test_a_run_skipped_while_another_transaction_held_it_is_found_by_the_probe(
+    cluster: Cluster, store: Runs, dsn: str
+) -> None:
+    """A claim skips a run another transaction holds locked (another daemon's claim); when
+    that transaction rolls back, nothing announces the run, which is behind the bound by
+    then. The probe, looking where the claims passed, finds it within its 5 s."""
+    cluster.start()
+    stop = threading.Event()
+
+    def stream() -> None:
+        while not stop.wait(0.01):
+            store.enqueue(NewRun("record", {"stream": True}))
+
+    with connect(store.dsn) as conn:
+        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    held = store.enqueue(NewRun("record", {"held": True}, run_at=now + timedelta(seconds=1)))
+    streamer = threading.Thread(target=stream)
+    with psycopg.connect(dsn) as other:
+        other.execute("SELECT id FROM pgtick.runs WHERE id = %s FOR UPDATE", [held])
+        streamer.start()
+        try:
+            time.sleep(3.0)  # due, skipped, and passed by the claims of the stream
+            other.rollback()
+            released = time.time()
+            assert _started_at(cluster, held) - released < PROBE_SECONDS + PROMPT_SECONDS
+        finally:
+            stop.set()
+            streamer.join()

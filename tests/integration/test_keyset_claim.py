@@ -34,15 +34,31 @@ def test_a_bound_skips_earlier_runs_and_the_probe_starts_there_too(store: RunSto
     assert [r.id for r in store.claim("w", NOOP, 10)] == [early]  # a rescan finds it
 
 
-def test_a_release_and_a_run_enqueued_due_in_the_past_say_rescan(store: RunStore, dsn: str) -> None:
+def test_enqueues_announce_their_due_second_and_a_release_says_rescan(
+    store: RunStore, dsn: str
+) -> None:
     with psycopg.connect(dsn, autocommit=True) as listener:
         listener.execute("LISTEN pgtick")
-        store.enqueue(NewRun("noop"))  # due now: no rescan
-        store.enqueue(NewRun("noop", run_at=store.now() - timedelta(minutes=5)))
+        now = store.now()
+        store.enqueue(NewRun("noop"))
+        past = now - timedelta(minutes=5)
+        store.enqueue(NewRun("noop", run_at=past))
+        store.enqueue_many([NewRun("other", run_at=past), NewRun("other", run_at=now)])
         [first, _] = store.claim("w", NOOP, 2)
         assert store.release("w", [(first.id, first.attempt)]) == {first.id}
         payloads = [n.payload for n in listener.notifies(timeout=1.0)]
-    assert payloads == ["noop", "noop", "!rescan", "!rescan", "noop"]
+    due_now = payloads[0]
+    assert due_now.startswith("!due ") and due_now.endswith(" noop")
+    assert abs(int(due_now.split()[1]) - now.timestamp()) < 5
+    assert payloads[1:] == [
+        "noop",
+        f"!due {int(past.timestamp())} noop",  # each before its wake-up
+        "noop",
+        f"!due {int(past.timestamp())} other",  # one per type: the earliest
+        "other",
+        "!rescan",
+        "noop",
+    ]
 
 
 def _claimed(job_type: str, run_at: datetime) -> ClaimedRun:
@@ -110,7 +126,7 @@ def test_under_a_held_snapshot_the_bounded_claim_does_not_grow_with_what_was_con
     assert bounded_2 < unbounded_2 / 3, costs
 
 
-def test_the_probe_finds_due_runs_behind_a_bound_and_asks_for_a_rescan(store: RunStore) -> None:
+def test_the_probe_finds_due_runs_behind_a_bound_and_lowers_it(store: RunStore) -> None:
     now = store.now()
     store.enqueue(NewRun("noop", run_at=now - timedelta(minutes=5)))
     store.enqueue(NewRun("noop", run_at=now + timedelta(hours=1)))  # behind nothing: not due
@@ -120,7 +136,41 @@ def test_the_probe_finds_due_runs_behind_a_bound_and_asks_for_a_rescan(store: Ru
     probe = BehindProbe(store, bounds, lambda: None, Metrics(["noop", "other"], "test", 1))
     assert probe.probe() == []  # no bounds yet: nothing can be behind them
     bounds.claimed([_claimed("noop", now), _claimed("other", now - timedelta(minutes=1))])
-    assert bounds.pending() is None
     assert probe.probe() == ["noop"]
-    assert bounds.pending() is not None  # the next claim scans from the start
-    assert store.behind_bounds({"noop": now - timedelta(minutes=6)}) == []
+    assert bounds.pending() is None  # no scan from the start: the bound goes down to the run
+    assert bounds.lows()["noop"] < now - timedelta(minutes=5)
+    assert store.behind_bounds({"noop": now - timedelta(minutes=6)}) == {}
+
+
+def test_while_notified_the_probe_looks_only_where_the_claims_passed(store: RunStore) -> None:
+    """A run skipped by a claim (another claimer held it) is in the range the claims passed
+    over since the last probe; one put far behind while NOTIFYs arrive was announced by its
+    own ``!due``, and only the look from the start (every FULL_PROBE_SECONDS) finds it."""
+    now = store.now()
+    old = store.enqueue(NewRun("noop", run_at=now - timedelta(minutes=5)))
+    bounds = ClaimBounds()
+    bounds.lows()
+    bounds.claimed([_claimed("noop", now - timedelta(seconds=20))])  # from the start
+    probe = BehindProbe(
+        store, bounds, lambda: None, Metrics(["noop"], "test", 1), notified=lambda: True
+    )
+    assert probe.probe() == ["noop"] and probe.full == 0  # first claim scanned from the start
+    assert bounds.lows()["noop"] < now - timedelta(minutes=5)
+    [run] = store.claim("w", NOOP, 10, bounds.lows())
+    assert run.id == old
+    bounds.claimed([run, _claimed("noop", now - timedelta(seconds=20))])
+    assert probe.probe() == []  # what the claims passed over since: nothing left behind
+    skipped = store.enqueue(NewRun("noop", run_at=now - timedelta(seconds=15)))
+    far = store.enqueue(NewRun("noop", run_at=now - timedelta(minutes=3)))
+    bounds.lows()
+    bounds.claimed([_claimed("noop", now)])  # passed over -21 s .. now
+    assert probe.probe() == ["noop"]
+    assert bounds.lows()["noop"] < now - timedelta(seconds=15)
+    assert bounds.lows()["noop"] > now - timedelta(minutes=3)  # the far one: not looked at
+    [first] = store.claim("w", NOOP, 1, bounds.lows())
+    assert first.id == skipped
+    bounds.claimed([first, _claimed("noop", now)])
+    assert probe.probe() == []  # nothing passed over since but the range just looked at
+    silent = BehindProbe(store, bounds, lambda: None, Metrics(["noop"], "test", 1))
+    assert silent.probe() == ["noop"] and silent.full == 1  # no NOTIFYs: from the start
+    assert [r.id for r in store.claim("w", NOOP, 10, bounds.lows())] == [far]

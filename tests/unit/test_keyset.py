@@ -31,7 +31,7 @@ def test_the_first_claim_scans_from_the_start_then_each_type_from_its_latest_cla
     claimed(bounds, ("a", 5), ("a", 9), ("b", 3))
     assert bounds.lows() == {"a": at(9), "b": at(3)}
     claimed(bounds, ("a", 7))  # an earlier run_at never moves a bound down
-    assert bounds.lows() == {"a": at(9), "b": at(3)} == bounds.snapshot()
+    assert bounds.lows() == {"a": at(9), "b": at(3)} == bounds.snapshot()[0]
     assert bounds.rescans == 1
 
 
@@ -52,3 +52,45 @@ def test_a_rescan_asked_for_waits_for_the_gap_and_happens_once() -> None:
     claimed(bounds, ("a", 6))
     assert bounds.lows() == {"a": at(6)}
     assert bounds.rescans == 2
+
+
+def test_a_due_run_behind_a_bound_lowers_it_at_the_next_claim_only() -> None:
+    bounds = ClaimBounds()
+    bounds.lows()
+    claimed(bounds, ("a", 50), ("b", 40))
+    bounds.lower("a", T0 + timedelta(seconds=10))
+    bounds.lower("a", T0 + timedelta(seconds=20))  # the earliest announced wins
+    bounds.lower("b", T0 + timedelta(seconds=45))  # ahead of b's bound: changes nothing
+    bounds.lower("c", T0)  # no bound yet: c's claims scan from the start anyway
+    assert bounds.lows() == {"a": at(10), "b": at(40)}
+    assert bounds.lowerings == 1 and bounds.rescans == 1
+    claimed(bounds, ("a", 12))  # the claim from the lowered bound took it; up again later
+    claimed(bounds, ("a", 55))
+    assert bounds.lows() == {"a": at(55), "b": at(40)}
+
+
+def test_a_lowering_announced_during_a_claim_survives_that_claims_results() -> None:
+    bounds = ClaimBounds()
+    bounds.lows()
+    claimed(bounds, ("a", 50))
+    lows = bounds.lows()  # a claim starts from 49
+    bounds.lower("a", T0 + timedelta(seconds=10))  # committed meanwhile, behind it
+    claimed(bounds, ("a", 60))  # that claim's results move the bound up
+    assert lows == {"a": at(50)}
+    assert bounds.lows() == {"a": at(10)}  # the next claim still starts at the late run
+
+
+def test_the_snapshot_says_which_range_the_claims_passed_over_since_the_last() -> None:
+    bounds = ClaimBounds()
+    bounds.lows()
+    claimed(bounds, ("a", 5))  # the first claim of a scanned from the start
+    assert bounds.snapshot() == ({"a": at(5)}, {"a": None})
+    assert bounds.snapshot() == ({"a": at(5)}, {})  # no claim since: nothing passed over
+    bounds.lows()
+    claimed(bounds, ("a", 9))
+    bounds.lows()
+    claimed(bounds, ("a", 12))
+    assert bounds.snapshot() == ({"a": at(12)}, {"a": at(5)})  # from the lowest bound used
+    bounds.lower("a", T0 + timedelta(seconds=2))
+    bounds.lows()
+    assert bounds.snapshot() == ({"a": at(2)}, {"a": at(2)})

@@ -7,14 +7,24 @@ time the snapshot is held. The claim therefore starts each type's range scan jus
 ``run_at`` this daemon last claimed of it (``MARGIN_SECONDS`` lower, for enqueues that commit a
 little late), so it only visits what was consumed since.
 
-Runs can land behind a bound: given back (release), materialized or backfilled late, enqueued
-due in the past, skipped by a claim whose transaction then failed, or committed long after
-their ``run_at`` was taken (a long application transaction). The next claim scans from the
-start (a *rescan*) when one of these is known: a ``!rescan`` NOTIFY (release, materialization,
-backfill, an enqueue due in the past), this daemon's own release, a NOTIFY about a type that led
-to a claim finding nothing (``missed``), and the ``BehindProbe``: every ``PROBE_SECONDS`` it asks
-the database, on a connection of its own, whether any due run waits behind a bound. The probe,
-not the claim, pays for the walk over the dead entries, so pickups never wait behind it.
+Runs can land behind a bound: enqueued due in the past or committed long after their
+``run_at`` was taken (a long application transaction), recovered by the reaper with their
+``run_at`` kept, given back (release), materialized or backfilled late, or skipped by a claim
+because another claimer's transaction held them, which then rolled back. Each is found
+without a scan from the start where it can be:
+
+- a ``!due SECONDS JOB_TYPE`` NOTIFY (enqueue, the reaper) lowers the type's bound to that
+  second (``lower``);
+- a ``!rescan`` NOTIFY (release, materialization, backfill), this daemon's own release, and a
+  NOTIFY about a type that led to a claim finding nothing (``missed``) make the next claim
+  scan from the start (a *rescan*);
+- the ``BehindProbe`` asks the database every ``PROBE_SECONDS``, on a connection of its own,
+  for due runs behind a bound, and lowers the bound to the earliest. While notifications
+  arrive (the listener is connected) it looks only at the index range the claims passed
+  over since its last look, where runs skipped for another claimer's lock are; otherwise,
+  and every ``FULL_PROBE_SECONDS``, from the start. Under a held snapshot the range passed
+  over in a few seconds is a few seconds of runs, so the probe's cost stays flat however long
+  the snapshot is held, except for the rare look from the start.
 """
 
 from __future__ import annotations
@@ -34,6 +44,10 @@ from pgtick.storage.store import ClaimedRun, RunStore
 
 MARGIN_SECONDS = 1.0
 PROBE_SECONDS = 5.0
+# A look from the start even while notifications arrive: for what no NOTIFY announces (an
+# application enqueueing with a pgtick of an earlier version, a claimer's transaction that
+# held runs for minutes and then rolled back).
+FULL_PROBE_SECONDS = 600.0
 # Rescans asked for come at most this often: under a held snapshot a scan from the start is
 # the expensive kind, and a burst of NOTIFYs should not make every claim one.
 MIN_RESCAN_GAP_SECONDS = 0.25
@@ -52,6 +66,11 @@ class ClaimBounds:
         self._asked = threading.Event()
         self._asked.set()  # the first claim scans from the start
         self.rescans = 0  # how many scans started from the beginning
+        self._lowered: dict[str, datetime] = {}  # ``!due``: bounds to lower at the next claim
+        # Per type, the lowest bound a claim scanned from since the probe last looked (None:
+        # from the start): the range where runs another claimer held may have been skipped.
+        self._passed: dict[str, datetime | None] = {}
+        self.lowerings = 0  # bounds lowered to a run announced or found behind them
 
     def rescan(self) -> None:
         """Runs may have been put behind the bounds: scan from the start soon."""
@@ -61,6 +80,15 @@ class ClaimBounds:
         """A NOTIFY said a run is due and the claim found none: it may have committed behind
         a bound (a long transaction), or another daemon took it. Scan from the start soon."""
         self._asked.set()
+
+    def lower(self, job_type: str, run_at: datetime) -> None:
+        """A run of ``job_type`` due at ``run_at`` is claimable, maybe behind the bound (a
+        ``!due`` NOTIFY, or the probe found it): the next claim of the type scans from it."""
+        low = run_at - timedelta(seconds=MARGIN_SECONDS)
+        with self._lock:
+            current = self._lowered.get(job_type)
+            if current is None or low < current:
+                self._lowered[job_type] = low
 
     def pending(self) -> float | None:
         """Seconds until an asked-for rescan may run (None: none asked for): how long an idle
@@ -78,12 +106,24 @@ class ClaimBounds:
                 self._lows = {}
                 self._last_rescan = now
                 self.rescans += 1
+            for job_type, low in self._lowered.items():
+                current = self._lows.get(job_type)
+                if current is not None and low < current:
+                    self._lows[job_type] = low
+                    self.lowerings += 1
+            self._lowered.clear()
+            for job_type, low in self._lows.items():
+                passed = self._passed.get(job_type, low)
+                if passed is not None:
+                    self._passed[job_type] = min(passed, low)
             return dict(self._lows)
 
-    def snapshot(self) -> dict[str, datetime]:
-        """The current bounds, for the probe."""
+    def snapshot(self) -> tuple[dict[str, datetime], dict[str, datetime | None]]:
+        """The current bounds, and what claims passed over since the last snapshot (per type,
+        the lowest bound scanned from; None: from the start), for the probe."""
         with self._lock:
-            return dict(self._lows)
+            passed, self._passed = self._passed, {}
+            return dict(self._lows), passed
 
     def claimed(self, runs: Iterable[ClaimedRun]) -> None:
         """Move each type's bound up to just below the latest ``run_at`` claimed of it: the
@@ -94,12 +134,14 @@ class ClaimBounds:
             for run in runs:
                 low = run.run_at - margin
                 current = self._lows.get(run.job_type)
+                if current is None:
+                    self._passed[run.job_type] = None  # this claim scanned from the start
                 if current is None or low > current:
                     self._lows[run.job_type] = low
 
 
 class BehindProbe:
-    """Every ``PROBE_SECONDS``: is a due run waiting behind a bound? Then rescan, now."""
+    """Every ``PROBE_SECONDS``: is a due run waiting behind a bound? Then lower it, now."""
 
     def __init__(
         self,
@@ -108,26 +150,42 @@ class BehindProbe:
         wake: Callable[[], None],
         metrics: Metrics,
         interval: float = PROBE_SECONDS,
+        notified: Callable[[], bool] = lambda: False,
+        full_every: float = FULL_PROBE_SECONDS,
     ) -> None:
         self._store = store
         self._bounds = bounds
         self._wake = wake
         self._metrics = metrics
         self._interval = interval
+        self._notified = notified  # True while NOTIFYs arrive (the listener is connected)
+        self._full_every = full_every
+        self._full_at = time.monotonic()  # the first claim scanned from the start
         self.stop_event = threading.Event()
         self.alive_at = time.monotonic()
         self.found = 0  # probes that found runs behind a bound
+        self.full = 0  # probes that looked from the start
 
     def probe(self) -> list[str]:
-        """The job types with a due run behind their bound; asks for a rescan if any."""
-        lows = self._bounds.snapshot()
-        behind = self._store.behind_bounds(lows) if lows else []
+        """The job types with a due run behind their bound; lowers those bounds."""
+        lows, passed = self._bounds.snapshot()
+        if not lows:
+            return []
+        now = time.monotonic()
+        if not self._notified() or now >= self._full_at + self._full_every:
+            froms: dict[str, datetime | None] = dict.fromkeys(lows)
+            self._full_at = now
+            self.full += 1
+        else:
+            froms = {t: passed[t] for t in lows if t in passed}
+        behind = self._store.behind_bounds(lows, froms) if froms else {}
         if behind:
             self.found += 1
-            log.debug("runs_behind_claim_bounds", job_types=behind)
-            self._bounds.rescan()
+            log.debug("runs_behind_claim_bounds", job_types=sorted(behind))
+            for job_type, run_at in behind.items():
+                self._bounds.lower(job_type, run_at)
             self._wake()
-        return behind
+        return sorted(behind)
 
     def run(self) -> None:
         failures = 0

@@ -2,7 +2,8 @@
 
 A dedicated connection outside the pool, to ``database.listen_dsn`` when it is set (a direct
 connection when ``database.dsn`` goes through a transaction-mode pooler such as PgBouncer,
-where a LISTEN never hears anything), else to the DSN. NOTIFYs sent while it was disconnected
+where a LISTEN never hears anything), else to the DSN. A ``!due`` NOTIFY lowers
+the claim's lower bound of its type (keyset.py). NOTIFYs sent while it was disconnected
 are lost, so every (re)connect is followed by a wake-up: the dispatcher's claim is the
 catch-up poll; without notifications idle workers still poll every ``worker.poll_interval``.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import structlog
 
@@ -26,6 +28,7 @@ from pgtick.storage.db import retry_delay
 
 NOTIFY_POLL_SECONDS = 1.0
 RESCAN_PAYLOAD = "!rescan"  # runs were put behind the claimers' lower bounds (keyset.py)
+DUE_PREFIX = "!due "  # "!due SECONDS JOB_TYPE": a run of that type due at that second
 
 log = structlog.get_logger("pgtick.listener")
 
@@ -43,6 +46,7 @@ class Listener:
         *,
         listen_dsn: str = "",
         on_rescan: Callable[[], None] | None = None,
+        on_due: Callable[[str, datetime], None] | None = None,
     ) -> None:
         self._dsn = listen_dsn or dsn
         self._detect_pooler = not listen_dsn  # an explicit listen_dsn is trusted
@@ -50,6 +54,7 @@ class Listener:
         self._job_types = job_types
         self._on_wake = on_wake
         self._on_rescan = on_rescan or on_wake
+        self._on_due = on_due
         self._metrics = metrics
         self.stop_event = threading.Event()
         self.alive_at = time.monotonic()
@@ -103,3 +108,17 @@ class Listener:
                     self._on_wake()
                 elif payload == RESCAN_PAYLOAD:
                     self._on_rescan()
+                elif self._on_due is not None and payload.startswith(DUE_PREFIX):
+                    due = parse_due(payload)
+                    if due is not None and due[0] in self._job_types:
+                        self._on_due(*due)
+
+
+def parse_due(payload: str) -> tuple[str, datetime] | None:
+    """(job type, due time) of a ``!due SECONDS JOB_TYPE`` payload; None if malformed."""
+    _, _, rest = payload.partition(" ")
+    seconds, _, job_type = rest.partition(" ")
+    try:
+        return job_type, datetime.fromtimestamp(int(seconds), UTC)
+    except (ValueError, OverflowError, OSError):
+        return None

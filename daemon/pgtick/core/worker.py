@@ -23,6 +23,7 @@ import math
 import threading
 import time
 from collections.abc import Mapping
+from datetime import datetime
 
 import structlog
 
@@ -152,6 +153,12 @@ class Worker:
         self._notified_at = time.monotonic()
         self._notified.set()
         self._wake.set()
+
+    def due(self, job_type: str, run_at: datetime) -> None:
+        """A run due at ``run_at`` was made claimable (a ``!due`` NOTIFY): claim now, from a
+        bound no later than it."""
+        self.bounds.lower(job_type, run_at)
+        self.notified()
 
     def rescan(self) -> None:
         """Runs were put behind the claim's lower bounds (a ``!rescan`` NOTIFY): claim now,

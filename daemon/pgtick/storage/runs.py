@@ -183,12 +183,15 @@ def _claims(worker_id: str, claims: Sequence[Claim]) -> dict[str, Any]:
     }
 
 
-def _rescan_if_behind(conn: db.Connection, runs: Sequence[NewRun]) -> None:
-    """Tell claimers to scan from the start when a run was enqueued due in the past."""
-    given = [r.run_at for r in runs if r.run_at is not None]
-    if given:
-        query = sqlfile.query("notify_rescan_if_behind", conn.schema)
-        conn.execute(query, {"earliest": min(given)})
+def notify_due(conn: db.Connection, runs: Iterable[tuple[str, datetime | None]]) -> None:
+    """Announce each job type's earliest due time among ``runs`` ((job type, run_at); None:
+    now), for claimers whose lower bound is past it (``!due``, keyset.py)."""
+    pairs = list(runs)
+    if pairs:
+        conn.execute(
+            sqlfile.query("notify_due", conn.schema),
+            {"job_types": [jt for jt, _ in pairs], "run_ats": [at for _, at in pairs]},
+        )
 
 
 class RunQueries(StoreBase):
@@ -200,8 +203,6 @@ class RunQueries(StoreBase):
             rows = conn.execute(
                 sqlfile.query("enqueue", conn.schema), _enqueue_params(run)
             ).fetchall()
-            if run.run_at is not None:
-                _rescan_if_behind(conn, [run])
         return int(rows[0][0])
 
     def enqueue_many(self, runs: Sequence[NewRun]) -> list[int]:
@@ -244,9 +245,9 @@ class RunQueries(StoreBase):
                     v if v is not None else found[unique[i].idempotency_key]
                     for i, v in enumerate(ids)
                 ]
+            notify_due(conn, [(r.job_type, r.run_at) for r in unique])  # before the wake-up
             for job_type in sorted({r.job_type for r in unique}):
                 conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
-            _rescan_if_behind(conn, unique)
         return [int(ids[i]) for i in slot]  # type: ignore[arg-type]
 
     def claim(
@@ -340,10 +341,21 @@ class RunQueries(StoreBase):
         rows = self._all("next_due", "next_due", params)
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
-    def behind_bounds(self, lows: Mapping[str, datetime]) -> list[str]:
-        """The job types with a due run before their entry in ``lows``."""
-        params = {"job_types": list(lows), "lows": list(lows.values())}
-        return [str(row[0]) for row in self._all("keyset_probe", "behind_bounds", params)]
+    def behind_bounds(
+        self, lows: Mapping[str, datetime], froms: Mapping[str, datetime | None] | None = None
+    ) -> dict[str, datetime]:
+        """Per job type of ``froms`` (default: every type of ``lows``, from the start), the
+        earliest due run at or after its entry in ``froms`` (None: from the start) and before
+        its entry in ``lows``."""
+        froms = dict.fromkeys(lows) if froms is None else froms
+        types = [t for t in froms if t in lows]
+        params = {
+            "job_types": types,
+            "lows": [lows[t] for t in types],
+            "froms": [froms[t] for t in types],
+        }
+        rows = self._all("keyset_probe", "behind_bounds", params)
+        return {str(job_type): run_at for job_type, run_at in rows}
 
     def heartbeat(self, worker_id: str, leases: Sequence[Lease]) -> Beat:
         """Extend the given leases; says which are still held (the others are gone), which of

@@ -86,10 +86,17 @@ SELECT pg_notify({channel}, %(job_type)s);
 -- (names cannot start with "!"), so daemons of earlier versions ignore it.
 SELECT pg_notify({channel}, '!rescan');
 
--- notify_rescan_if_behind --
--- The same when an enqueued run is due more than a second (the claimers' margin) ago.
-SELECT pg_notify({channel}, '!rescan')
-WHERE %(earliest)s::timestamptz < now() - interval '1 second';
+-- notify_due --
+-- Runs were made claimable: announce each job type's earliest due second ("!due SECONDS
+-- JOB_TYPE", as enqueue() does). A claimer whose lower bound for the type is past it lowers
+-- the bound to it (core/keyset.py): a run committed late by a long transaction, enqueued due
+-- in the past, or recovered by the reaper keeping its run_at is found without a scan from the
+-- start. Daemons of earlier versions ignore payloads starting with "!".
+SELECT pg_notify({channel}, '!due ' || floor(extract(epoch FROM min(coalesce(t.run_at, now()))))::bigint
+                            || ' '
+                            || t.job_type)
+FROM unnest(%(job_types)s::text[], %(run_ats)s::timestamptz[]) AS t(job_type, run_at)
+GROUP BY t.job_type;
 
 -- claim --
 -- Claim up to %(limit)s due runs of the given job types in one statement (a run is held by
@@ -421,17 +428,22 @@ CROSS JOIN LATERAL (
 ) n;
 
 -- behind_bounds --
--- The job types with a due run behind the claimer's lower bound for them (keyset.py's probe):
--- runs given back, committed late, or enqueued due in the past that no NOTIFY announced. It
--- walks the index entries a held snapshot keeps below the bound, on the probe's connection.
-SELECT t.job_type
-FROM unnest(%(job_types)s::text[], %(lows)s::timestamptz[]) AS t(job_type, low)
-WHERE EXISTS (
-    SELECT 1
+-- Per job type, the earliest due run behind the claimer's lower bound (keyset.py's probe):
+-- skipped by a claim while another claimer's transaction held it, or put there while no
+-- NOTIFY could say so. It looks from %(froms)s (NULL: from the start) up to the bound: the
+-- index entries a held snapshot keeps in that range are walked, on the probe's connection.
+SELECT t.job_type, b.run_at
+FROM unnest(%(job_types)s::text[], %(lows)s::timestamptz[], %(froms)s::timestamptz[])
+    AS t(job_type, low, from_at)
+CROSS JOIN LATERAL (
+    SELECT r.run_at
     FROM {schema}.runs r
     WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed') AND r.priority = 0
-      AND r.run_at < t.low AND r.run_at <= now()
-);
+      AND r.run_at >= coalesce(t.from_at, '-infinity') AND r.run_at < t.low
+      AND r.run_at <= now()
+    ORDER BY r.run_at
+    LIMIT 1
+) b;
 
 -- heartbeat --
 -- Extend the leases this worker still holds (a lease not renewed expires and the run is
@@ -602,7 +614,7 @@ WITH input AS (
         locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM input f
     WHERE r.id = f.id AND r.status = 'running' AND r.locked_until < now()
-    RETURNING r.id, r.attempts, r.status, r.job_type
+    RETURNING r.id, r.attempts, r.status, r.job_type, r.run_at
 ), closed AS (
     UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'lost', error = 'lease expired',
@@ -610,7 +622,7 @@ WITH input AS (
     FROM done
     WHERE a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
 )
-SELECT id, status, job_type FROM done;
+SELECT id, status, job_type, run_at FROM done;
 
 -- retry --
 -- Operator retry: failed/dead/cancelled back to queued, due now, lease cleared. A run that
