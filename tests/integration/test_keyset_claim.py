@@ -16,6 +16,7 @@ from pgtick.core.keyset import BehindProbe, ClaimBounds
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db, sqlfile
 from pgtick.storage.store import ClaimedRun, ClaimType, NewRun, RunStore
+from tests.integration.horizon import held_snapshot
 
 NOOP = [ClaimType("noop", 60.0, 10)]
 CONSUMED = 3000  # runs consumed under the snapshot between two measurements
@@ -68,11 +69,8 @@ def _claimed(job_type: str, run_at: datetime) -> ClaimedRun:
 @pytest.fixture
 def pin(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     """Another session holding a REPEATABLE READ snapshot for the whole test."""
-    with psycopg.connect(dsn) as session:
-        session.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        session.execute("SELECT 1").fetchone()
+    with held_snapshot(dsn) as session:
         yield session
-        session.rollback()
 
 
 def _claim_buffers(store: RunStore, lows: dict[str, Any]) -> tuple[int, list[int]]:

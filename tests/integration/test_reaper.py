@@ -3,19 +3,23 @@ run with no attempts left is dead, and two reapers at once reap each run once.""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
+from psycopg import sql
 
 from pgtick.config import JobTypeConfig, RetentionConfig
 from pgtick.core.backoff import Backoff
 from pgtick.core.handlers import JobType
 from pgtick.core.reaper import Reaper
 from pgtick.observability.metrics import Metrics
-from pgtick.storage import db
+from pgtick.storage import db, sqlfile
 from pgtick.storage.store import ClaimType, NewRun, RunStore
+from tests.integration.horizon import held_snapshot
 from tests.integration.leases import expire
 
 # The job types the reaper knows: one with jitter, one without. "stranger" is a type no
@@ -185,3 +189,51 @@ def test_two_reapers_at_once_reap_each_run_once(
     ).fetchone()
     assert lost == (RUNS, RUNS)
     assert reapers[0].reap_once() == reapers[1].reap_once() == 0
+
+
+def test_a_pass_looks_at_leases_ended_since_the_last_and_a_first_pass_at_all(
+    store: RunStore, conn: db.Connection
+) -> None:
+    """A lease that ended long before the previous pass but was not visible to it (a claim
+    whose transaction outlasted its lease, its daemon then dead) is for the look at every
+    lease, which a reaper makes first and then every FULL_REAP_SECONDS."""
+    reaper = make_reaper(store)
+    early, recent = store.enqueue_many([NewRun("hourly"), NewRun("hourly")])
+    assert {r.id for r in store.claim("w", CLAIM, 2)} == {early, recent}
+    assert reaper.reap_once() == 0 and reaper.full_passes == 1
+    conn.execute("UPDATE runs SET locked_until = now() - interval '1 hour' WHERE id = %s", [early])
+    expire(conn, [recent])
+    assert reaper.reap_once() == 1 and reaper.full_passes == 1
+    assert store.get_run(recent).status == "failed"  # type: ignore[union-attr]
+    assert store.get_run(early).status == "running"  # type: ignore[union-attr]
+    fresh = make_reaper(store)  # e.g. another daemon's
+    assert fresh.reap_once() == 1 and fresh.full_passes == 1
+    assert store.get_run(early).status == "failed"  # type: ignore[union-attr]
+
+
+def test_under_a_held_snapshot_a_pass_reads_only_the_leases_ended_since(
+    store: RunStore, dsn: str
+) -> None:
+    """Every finished run leaves an ended lease in runs_lease_idx that vacuum cannot remove
+    while a snapshot is held; a pass from ``since`` does not visit them."""
+    short = [ClaimType("hourly", 1.0, 10)]
+    with held_snapshot(dsn):
+        store.enqueue_many([NewRun("hourly") for _ in range(2000)])
+        while claimed := store.claim("w", short, 500):
+            store.succeed("w", [(r.id, r.attempt) for r in claimed])
+        time.sleep(1.5)  # every one of their leases has ended
+        since = store.now()
+        windowed, full = _reap_buffers(store, since), _reap_buffers(store, None)
+    assert windowed <= 3, (windowed, full)
+    assert full > windowed + 10, (windowed, full)
+
+
+def _reap_buffers(store: RunStore, since: datetime | None) -> int:
+    """Shared buffers reap_select touched (its locks rolled back)."""
+    with store.connection() as conn, conn.transaction(force_rollback=True):
+        query = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ") + sqlfile.query(
+            "reap_select", conn.schema
+        )
+        plan = conn.execute(query, {"limit": 500, "since": since}).fetchone()[0]  # type: ignore[index]
+    top = (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
+    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])

@@ -1,15 +1,22 @@
 """Recovers runs whose daemon died or froze (and lets go of the cancelled ones such a daemon
 still held), forgets dead daemons, and applies retention.
 
+A pass looks only at leases that ended since the previous complete pass (``REAP_MARGIN_SECONDS``
+earlier), and every ``FULL_REAP_SECONDS`` at all of them: while a snapshot held elsewhere keeps
+vacuum from removing anything, the lease index holds an ended lease for every run finished
+since, and a pass over all of them would grow with the time the snapshot is held.
+
 Any number of daemons reap at once: the reaper's SELECT uses SKIP LOCKED, and its UPDATE
 re-checks the lease, so a run is reaped once.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 
 import structlog
 
@@ -20,9 +27,16 @@ from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
 from pgtick.observability.progress import Progress
 from pgtick.storage.db import retry_delay
-from pgtick.storage.store import RunStore
+from pgtick.storage.store import REAP_BATCH_ROWS, RunStore
 
 PRUNE_EVERY_SECONDS = 300.0
+# A pass looks at leases that ended since the previous complete pass began, less this margin
+# (database clock; a lease renewed or given up while that pass ran is locked, not lost) ...
+REAP_MARGIN_SECONDS = 5.0
+# ... and every this often at every lease: for one that ended before a pass but became
+# visible after it (a claim whose transaction waited longer than its lease, then its daemon
+# died), or one another reaper held and then failed to reap.
+FULL_REAP_SECONDS = 600.0
 # How often a long retention pass logs its progress.
 PRUNE_PROGRESS_EVERY_SECONDS = 10.0
 WORKER_GONE_AFTER_HEARTBEATS = 10  # a workers row is stale after this many missed beats
@@ -53,6 +67,9 @@ class Reaper:
         self.alive_at = time.monotonic()
         self._next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
         self._next_worker_reap = time.monotonic()
+        self._since: datetime | None = None  # leases that ended before were all looked at
+        self._next_full = -math.inf  # monotonic: the first pass looks at every lease
+        self.full_passes = 0
 
     def _delay_for(self, job_type: str, attempt: int) -> float:
         """Retry delay after lost attempt ``attempt``: none after an isolated crash, so the
@@ -68,7 +85,14 @@ class Reaper:
         """One pass; returns how many runs were recovered. Daemons gone silent are forgotten
         once a minute at most (a worker row is reaped only after many missed heartbeats)."""
         store = store or self._store
-        reaped = store.reap(self._delay_for)
+        full = time.monotonic() >= self._next_full
+        began = store.now()  # the pass below sees every lease that ended before this
+        reaped = store.reap(self._delay_for, REAP_BATCH_ROWS, None if full else self._since)
+        if len(reaped) < REAP_BATCH_ROWS:  # complete: the next pass starts about here
+            self._since = began - timedelta(seconds=REAP_MARGIN_SECONDS)
+            if full:
+                self._next_full = time.monotonic() + FULL_REAP_SECONDS
+                self.full_passes += 1
         for run in reaped:
             log.warning("run_reaped", run_id=run.id, job_type=run.job_type, status=run.status)
         # Cancelled runs whose daemon died before it let go of them: free them for retry.

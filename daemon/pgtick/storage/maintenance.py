@@ -102,12 +102,13 @@ class MaintenanceQueries(StoreBase):
         self,
         delay_for: Callable[[str, int], float],
         limit: int = REAP_BATCH_ROWS,
+        since: datetime | None = None,
     ) -> list[ReapedRun]:
-        """Fail or kill runs whose lease expired, in one short transaction; wakes idle daemons
-        for the runs that are claimable again."""
+        """Fail or kill runs whose lease expired (at or after ``since``, if given), in one
+        short transaction; wakes idle daemons for the runs that are claimable again."""
         with self._conn("reap") as conn, conn.transaction():
             rows = conn.execute(
-                sqlfile.query("reap_select", conn.schema), {"limit": limit}
+                sqlfile.query("reap_select", conn.schema), {"limit": limit, "since": since}
             ).fetchall()
             if not rows:
                 return []

@@ -589,10 +589,15 @@ SELECT count(*) FROM done;
 
 -- reap_select --
 -- Lock running runs whose lease expired (crashed or frozen daemon), oldest first; served by
--- runs_lease_idx. The caller computes each one's backoff and calls reap_mark.
+-- runs_lease_idx. The caller computes each one's backoff and calls reap_mark. Only leases
+-- that ended at or after %(since)s (NULL: any): the reaper's previous pass took every lease
+-- that had ended before it, and under a snapshot held elsewhere the index keeps an entry for
+-- every lease a finished run ever had, all of them ended: this range holds a few seconds of
+-- them, not the whole time the snapshot has been held.
 SELECT id, job_type, attempts, max_attempts, locked_by
 FROM {schema}.runs
 WHERE status = 'running' AND locked_until < now()
+  AND locked_until >= coalesce(%(since)s::timestamptz, '-infinity')
 ORDER BY locked_until
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
