@@ -237,3 +237,30 @@ def _reap_buffers(store: RunStore, since: datetime | None) -> int:
         plan = conn.execute(query, {"limit": 500, "since": since}).fetchone()[0]  # type: ignore[index]
     top = (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
     return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+
+
+def test_after_a_database_error_the_next_pass_looks_at_every_lease(
+    store: RunStore, conn: db.Connection
+) -> None:
+    """An outage may be a failover to a server whose clock differs: a bound taken on the old
+    clock could hide leases, so the pass after the error looks at all of them."""
+    metrics = Metrics(JOB_TYPES, "test", threads=1)
+    reaper = Reaper(store, JOB_TYPES, 0.1, 1.0, RetentionConfig(), metrics)
+    thread = threading.Thread(target=reaper.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while reaper.full_passes < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reaper.full_passes == 1
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> "
+            "pg_backend_pid() AND datname = current_database() AND backend_type = 'client backend'"
+        )
+        deadline = time.monotonic() + 10
+        while reaper.full_passes < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reaper.full_passes == 2
+    finally:
+        reaper.stop_event.set()
+        thread.join(10)

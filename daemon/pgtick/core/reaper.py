@@ -142,6 +142,9 @@ class Reaper:
                         self.stop_event.wait(self._interval)
             except DatabaseError as exc:
                 self.alive_at = time.monotonic()  # retrying is progress
+                # After an outage (perhaps a failover to a server whose clock differs), the
+                # next pass looks at every lease rather than from a bound on the old clock.
+                self._next_full = -math.inf
                 failures += 1
                 self._metrics.db_error("reap")
                 wait = min(self._interval, retry_delay(failures))
