@@ -180,6 +180,32 @@ def pg_ctl(bin_dir: str, data_dir: str, *args: str) -> None:
         raise common.BenchError(f"pg_ctl {args[0]}: {proc.stderr.strip()}")
 
 
+@dataclass(frozen=True)
+class MeasuredDatabase:
+    """A fresh database on a server with pg_stat_statements, the worker role the system under
+    test logs in as, and two connections: the admin database's and the fresh one's."""
+
+    role: str
+    dsn: str
+    admin: psycopg.Connection[Any]
+    conn: psycopg.Connection[Any]
+
+
+@contextlib.contextmanager
+def measured_database(
+    admin_dsn: str, args: argparse.Namespace, name: str
+) -> Iterator[MeasuredDatabase]:
+    """What the parts that read a daemon's statements need (scale, scrape), torn down after."""
+    with (
+        statements_server(admin_dsn, restartable=not external(args)),
+        worker_role(admin_dsn) as role,
+        common.fresh_database(admin_dsn, name) as dsn,
+        psycopg.connect(admin_dsn, autocommit=True) as admin,
+        common.connect(dsn) as conn,
+    ):
+        yield MeasuredDatabase(role, dsn, admin, conn)
+
+
 @contextlib.contextmanager
 def worker_role(admin_dsn: str) -> Iterator[str]:
     """A login role for the system under test, dropped afterwards (it owns nothing)."""

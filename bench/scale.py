@@ -24,8 +24,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from bench import common, load
 from bench.scrape import JOB_TYPES, generate
 from pgtick import JobContext
@@ -88,13 +86,8 @@ def config(path: Path) -> Path:
 def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
     record.options = {"terminal": args.terminal, "queued": args.queued, "claims": args.claims}
     rows = f"{args.terminal:,} terminal + {args.queued:,} queued runs"
-    with (
-        load.statements_server(admin_dsn, restartable=not load.external(args)),
-        load.worker_role(admin_dsn) as role,
-        common.fresh_database(admin_dsn, "scale") as dsn,
-        psycopg.connect(admin_dsn, autocommit=True) as admin,
-        common.connect(dsn) as conn,
-    ):
+    with load.measured_database(admin_dsn, args, "scale") as measured:
+        role, dsn, admin, conn = measured.role, measured.dsn, measured.admin, measured.conn
         print(f"generating {rows}", flush=True)
         started = time.perf_counter()
         conn.execute(EXPIRED, {"types": JOB_TYPES, "worker": GONE_WORKER, "runs": EXPIRED_RUNS})

@@ -174,13 +174,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
     record.options = {"terminal": args.terminal, "queued": args.queued, "scrapes": args.scrapes}
-    with (
-        load.statements_server(admin_dsn, restartable=not load.external(args)),
-        load.worker_role(admin_dsn) as role,
-        common.fresh_database(admin_dsn, "scrape") as dsn,
-        psycopg.connect(admin_dsn, autocommit=True) as admin,
-        common.connect(dsn) as conn,
-    ):
+    with load.measured_database(admin_dsn, args, "scrape") as measured:
+        role, dsn, admin, conn = measured.role, measured.dsn, measured.admin, measured.conn
         print(f"generating {args.terminal:,} terminal + {args.queued:,} queued runs", flush=True)
         started = time.perf_counter()
         generate(conn, args.terminal, args.queued)
