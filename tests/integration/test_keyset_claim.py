@@ -136,7 +136,7 @@ def test_the_probe_finds_due_runs_behind_a_bound_and_lowers_it(store: RunStore) 
     bounds.claimed([_claimed("noop", now), _claimed("other", now - timedelta(minutes=1))])
     assert probe.probe() == ["noop"]
     assert bounds.pending() is None  # no scan from the start: the bound goes down to the run
-    assert bounds.lows()["noop"] < now - timedelta(minutes=5)
+    assert bounds.lows()["noop"] <= now - timedelta(minutes=5)
     assert store.behind_bounds({"noop": now - timedelta(minutes=6)}) == {}
 
 
@@ -153,7 +153,7 @@ def test_while_notified_the_probe_looks_only_where_the_claims_passed(store: RunS
         store, bounds, lambda: None, Metrics(["noop"], "test", 1), notified=lambda: True
     )
     assert probe.probe() == ["noop"] and probe.full == 0  # first claim scanned from the start
-    assert bounds.lows()["noop"] < now - timedelta(minutes=5)
+    assert bounds.lows()["noop"] <= now - timedelta(minutes=5)
     [run] = store.claim("w", NOOP, 10, bounds.lows())
     assert run.id == old
     bounds.claimed([run, _claimed("noop", now - timedelta(seconds=20))])
@@ -163,7 +163,7 @@ def test_while_notified_the_probe_looks_only_where_the_claims_passed(store: RunS
     bounds.lows()
     bounds.claimed([_claimed("noop", now)])  # passed over -21 s .. now
     assert probe.probe() == ["noop"]
-    assert bounds.lows()["noop"] < now - timedelta(seconds=15)
+    assert bounds.lows()["noop"] <= now - timedelta(seconds=15)
     assert bounds.lows()["noop"] > now - timedelta(minutes=3)  # the far one: not looked at
     [first] = store.claim("w", NOOP, 1, bounds.lows())
     assert first.id == skipped

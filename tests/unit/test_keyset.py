@@ -62,7 +62,7 @@ def test_a_due_run_behind_a_bound_lowers_it_at_the_next_claim_only() -> None:
     bounds.lower("a", T0 + timedelta(seconds=20))  # the earliest announced wins
     bounds.lower("b", T0 + timedelta(seconds=45))  # ahead of b's bound: changes nothing
     bounds.lower("c", T0)  # no bound yet: c's claims scan from the start anyway
-    assert bounds.lows() == {"a": at(10), "b": at(40)}
+    assert bounds.lows() == {"a": T0 + timedelta(seconds=10), "b": at(40)}
     assert bounds.lowerings == 1 and bounds.rescans == 1
     claimed(bounds, ("a", 12))  # the claim from the lowered bound took it; up again later
     claimed(bounds, ("a", 55))
@@ -77,7 +77,7 @@ def test_a_lowering_announced_during_a_claim_survives_that_claims_results() -> N
     bounds.lower("a", T0 + timedelta(seconds=10))  # committed meanwhile, behind it
     claimed(bounds, ("a", 60))  # that claim's results move the bound up
     assert lows == {"a": at(50)}
-    assert bounds.lows() == {"a": at(10)}  # the next claim still starts at the late run
+    assert bounds.lows() == {"a": T0 + timedelta(seconds=10)}  # it starts at the late run
 
 
 def test_the_snapshot_says_which_range_the_claims_passed_over_since_the_last() -> None:
@@ -93,4 +93,17 @@ def test_the_snapshot_says_which_range_the_claims_passed_over_since_the_last() -
     assert bounds.snapshot() == ({"a": at(12)}, {"a": at(5)})  # from the lowest bound used
     bounds.lower("a", T0 + timedelta(seconds=2))
     bounds.lows()
-    assert bounds.snapshot() == ({"a": at(2)}, {"a": at(2)})
+    two = T0 + timedelta(seconds=2)
+    assert bounds.snapshot() == ({"a": two}, {"a": two})
+
+
+def test_a_run_due_now_announced_as_it_is_enqueued_moves_no_bound() -> None:
+    """Its ``!due`` second is at or after the bound, which is a margin below the latest run
+    claimed: every enqueue announces one, and the bounds must not churn with them."""
+    bounds = ClaimBounds()
+    bounds.lows()
+    claimed(bounds, ("a", 50.7))
+    bounds.lower("a", T0 + timedelta(seconds=50))  # due at 50.9, announced as second 50
+    assert bounds.lows() == {"a": at(50.7)} and bounds.lowerings == 0
+    bounds.lower("a", T0 + timedelta(seconds=49))  # due at 49.2: behind the bound at 49.7
+    assert bounds.lows() == {"a": T0 + timedelta(seconds=49)} and bounds.lowerings == 1

@@ -83,8 +83,10 @@ class ClaimBounds:
 
     def lower(self, job_type: str, run_at: datetime) -> None:
         """A run of ``job_type`` due at ``run_at`` is claimable, maybe behind the bound (a
-        ``!due`` NOTIFY, or the probe found it): the next claim of the type scans from it."""
-        low = run_at - timedelta(seconds=MARGIN_SECONDS)
+        ``!due`` NOTIFY, or the probe found it): the next claim of the type scans from it.
+        No margin: the run is known, and a run due now, announced as it is enqueued, is
+        ahead of a bound already a margin below the latest run claimed, so it moves nothing."""
+        low = run_at
         with self._lock:
             current = self._lowered.get(job_type)
             if current is None or low < current:
