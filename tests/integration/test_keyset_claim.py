@@ -3,20 +3,18 @@ under a held snapshot that is what keeps the claim from visiting every run claim
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from pgtick.core.keyset import BehindProbe, ClaimBounds
 from pgtick.observability.metrics import Metrics
-from pgtick.storage import db, sqlfile
+from pgtick.storage import db
 from pgtick.storage.store import ClaimedRun, ClaimType, NewRun, RunStore
-from tests.integration.horizon import held_snapshot
+from tests.integration.horizon import held_snapshot, statement_buffers
 
 NOOP = [ClaimType("noop", 60.0, 10)]
 CONSUMED = 3000  # runs consumed under the snapshot between two measurements
@@ -83,17 +81,12 @@ def _claim_buffers(store: RunStore, lows: dict[str, Any]) -> tuple[int, list[int
         "lows": [lows.get("noop")],
         "limit": 1,
     }
-    with store.connection() as conn:
-        query = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ") + sqlfile.query(
-            "claim", conn.schema
-        )
-        with conn.transaction(force_rollback=True):
-            plan = conn.execute(query, params).fetchone()[0]  # type: ignore[index]
-            claimed = [
-                r[0] for r in conn.execute("SELECT id FROM pgtick.runs WHERE locked_by = 'probe'")
-            ]
-    top = (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
-    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"]), claimed
+    with store.connection() as conn, conn.transaction(force_rollback=True):
+        buffers = statement_buffers(conn, "claim", params)
+        claimed = [
+            r[0] for r in conn.execute("SELECT id FROM pgtick.runs WHERE locked_by = 'probe'")
+        ]
+    return buffers, claimed
 
 
 def test_under_a_held_snapshot_the_bounded_claim_does_not_grow_with_what_was_consumed(

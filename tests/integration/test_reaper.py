@@ -3,23 +3,21 @@ run with no attempts left is dead, and two reapers at once reap each run once.""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
-from psycopg import sql
 
 from pgtick.config import JobTypeConfig, RetentionConfig
 from pgtick.core.backoff import Backoff
 from pgtick.core.handlers import JobType
 from pgtick.core.reaper import Reaper
 from pgtick.observability.metrics import Metrics
-from pgtick.storage import db, sqlfile
+from pgtick.storage import db
 from pgtick.storage.store import ClaimType, NewRun, RunStore
-from tests.integration.horizon import held_snapshot
+from tests.integration.horizon import held_snapshot, statement_buffers
 from tests.integration.leases import expire
 
 # The job types the reaper knows: one with jitter, one without. "stranger" is a type no
@@ -231,12 +229,7 @@ def test_under_a_held_snapshot_a_pass_reads_only_the_leases_ended_since(
 def _reap_buffers(store: RunStore, since: datetime | None) -> int:
     """Shared buffers reap_select touched (its locks rolled back)."""
     with store.connection() as conn, conn.transaction(force_rollback=True):
-        query = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ") + sqlfile.query(
-            "reap_select", conn.schema
-        )
-        plan = conn.execute(query, {"limit": 500, "since": since}).fetchone()[0]  # type: ignore[index]
-    top = (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
-    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+        return statement_buffers(conn, "reap_select", {"limit": 500, "since": since})
 
 
 def test_after_a_database_error_the_next_pass_looks_at_every_lease(

@@ -86,11 +86,10 @@ class ClaimBounds:
         ``!due`` NOTIFY, or the probe found it): the next claim of the type scans from it.
         No margin: the run is known, and a run due now, announced as it is enqueued, is
         ahead of a bound already a margin below the latest run claimed, so it moves nothing."""
-        low = run_at
         with self._lock:
             current = self._lowered.get(job_type)
-            if current is None or low < current:
-                self._lowered[job_type] = low
+            if current is None or run_at < current:
+                self._lowered[job_type] = run_at
 
     def pending(self) -> float | None:
         """Seconds until an asked-for rescan may run (None: none asked for): how long an idle
@@ -153,7 +152,6 @@ class BehindProbe:
         metrics: Metrics,
         interval: float = PROBE_SECONDS,
         notified: Callable[[], bool] = lambda: False,
-        full_every: float = FULL_PROBE_SECONDS,
     ) -> None:
         self._store = store
         self._bounds = bounds
@@ -161,7 +159,6 @@ class BehindProbe:
         self._metrics = metrics
         self._interval = interval
         self._notified = notified  # True while NOTIFYs arrive (the listener is connected)
-        self._full_every = full_every
         self._full_at = time.monotonic()  # the first claim scanned from the start
         self.stop_event = threading.Event()
         self.alive_at = time.monotonic()
@@ -174,7 +171,7 @@ class BehindProbe:
         if not lows:
             return []
         now = time.monotonic()
-        if not self._notified() or now >= self._full_at + self._full_every:
+        if not self._notified() or now >= self._full_at + FULL_PROBE_SECONDS:
             froms: dict[str, datetime | None] = dict.fromkeys(lows)
             self._full_at = now
             self.full += 1

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from pgtick.storage import db, sqlfile
 from pgtick.storage.base import StoreBase, set_statement_timeout
-from pgtick.storage.runs import TERMINAL_STATUSES, notify_due
+from pgtick.storage.runs import TERMINAL_STATUSES, announce
 
 PRUNE_BATCH_ROWS = 1000
 REAP_BATCH_ROWS = 500
@@ -126,10 +126,7 @@ class MaintenanceQueries(StoreBase):
             # A first lost attempt is claimable at once: wake idle daemons now rather than
             # at their next poll, so recovery takes lease + reaper interval, not + a poll.
             # It keeps its run_at, behind the claimers' lower bounds: say where it is.
-            again = [r for r in done if r.status == "failed"]
-            notify_due(conn, [(r.job_type, r.run_at) for r in again])
-            for job_type in sorted({r.job_type for r in again}):
-                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
+            announce(conn, [(r.job_type, r.run_at) for r in done if r.status == "failed"])
         return done
 
     def prune(

@@ -13,7 +13,7 @@ from typing import Any
 
 from pgtick.storage import sqlfile
 from pgtick.storage.base import StoreBase
-from pgtick.storage.runs import TERMINAL_STATUSES
+from pgtick.storage.runs import TERMINAL_STATUSES, wake
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,7 @@ class RunAdminQueries(StoreBase):
             rows = conn.execute(
                 sqlfile.query("retry", conn.schema), {"ids": list(run_ids)}
             ).fetchall()
-            for job_type in sorted({row[1] for row in rows}):
-                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
+            wake(conn, (row[1] for row in rows))
         return sorted(row[0] for row in rows)
 
     def held_after_cancel(self, run_ids: Sequence[int]) -> list[tuple[int, str, int]]:

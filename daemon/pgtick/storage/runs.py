@@ -183,15 +183,22 @@ def _claims(worker_id: str, claims: Sequence[Claim]) -> dict[str, Any]:
     }
 
 
-def notify_due(conn: db.Connection, runs: Iterable[tuple[str, datetime | None]]) -> None:
-    """Announce each job type's earliest due time among ``runs`` ((job type, run_at); None:
-    now), for claimers whose lower bound is past it (``!due``, keyset.py)."""
-    pairs = list(runs)
-    if pairs:
+def wake(conn: db.Connection, job_types: Iterable[str]) -> None:
+    """NOTIFY each of these job types once: idle daemons that handle one claim now."""
+    for job_type in sorted(set(job_types)):
+        conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
+
+
+def announce(conn: db.Connection, runs: Sequence[tuple[str, datetime | None]]) -> None:
+    """Runs were made claimable ((job type, run_at); None: now): each type's earliest due
+    second first (``!due``, for claimers whose lower bound is past it, keyset.py), then the
+    wake-ups; delivered in this order, the claim a wake-up starts begins low enough."""
+    if runs:
         conn.execute(
             sqlfile.query("notify_due", conn.schema),
-            {"job_types": [jt for jt, _ in pairs], "run_ats": [at for _, at in pairs]},
+            {"job_types": [jt for jt, _ in runs], "run_ats": [at for _, at in runs]},
         )
+    wake(conn, (jt for jt, _ in runs))
 
 
 class RunQueries(StoreBase):
@@ -245,9 +252,7 @@ class RunQueries(StoreBase):
                     v if v is not None else found[unique[i].idempotency_key]
                     for i, v in enumerate(ids)
                 ]
-            notify_due(conn, [(r.job_type, r.run_at) for r in unique])  # before the wake-up
-            for job_type in sorted({r.job_type for r in unique}):
-                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
+            announce(conn, [(r.job_type, r.run_at) for r in unique])
         return [int(ids[i]) for i in slot]  # type: ignore[arg-type]
 
     def claim(
@@ -328,8 +333,7 @@ class RunQueries(StoreBase):
     def notify(self, job_types: Iterable[str]) -> None:
         """Wake the daemons that handle these types (a limited type's slot came free)."""
         with self._conn("notify") as conn:
-            for job_type in sorted(set(job_types)):
-                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
+            wake(conn, job_types)
 
     def next_due_in(
         self, job_types: Sequence[str], lows: Mapping[str, datetime] | None = None
@@ -436,8 +440,7 @@ class RunQueries(StoreBase):
             # and wake idle daemons that handle them.
             if rows:
                 conn.execute(sqlfile.query("notify_rescan", conn.schema))
-            for job_type in sorted({row[1] for row in rows}):
-                conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
+            wake(conn, (row[1] for row in rows))
         return {row[0] for row in rows}
 
     def acknowledge_cancel(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
