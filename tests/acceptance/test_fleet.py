@@ -1,6 +1,10 @@
 """Three daemons at the product's defaults (8 threads, prefetch up to 256) on one database:
 every run exactly once, and a SIGTERM in the middle of a prefetched backlog gives back every
-run that daemon had claimed and not started."""
+run that daemon had claimed and not started.
+
+Each run sleeps 2 ms, so the threads, not the claims, are the bottleneck and every daemon
+holds a prefetched backlog at any moment: with no-op runs on a loaded machine, the one stopped
+could hold none at the instant of its SIGTERM (a CI run saw 0 released)."""
 
 from __future__ import annotations
 
@@ -21,7 +25,8 @@ def test_three_daemons_at_defaults_drain_50000_runs_once_and_sigterm_releases_pr
     config = cluster.config(threads=8, prefetch=256, level="info")
     daemons = [cluster.start(config) for _ in range(3)]
     conn.execute(
-        "INSERT INTO runs (job_type, payload) SELECT 'record', '{}' FROM generate_series(1, %s)",
+        "INSERT INTO runs (job_type, payload) "
+        "SELECT 'record', '{\"sleep\": 0.002}' FROM generate_series(1, %s)",
         [RUNS],
     )
     conn.execute("NOTIFY pgtick, 'record'")
