@@ -6,7 +6,7 @@
     ├── ConfigError            bad config file, key, value, cron, zone   -> exit 2
     │   ├── ScheduleError      a cron expression or time zone refused    -> exit 2
     │   └── UsageError         a command-line argument or request refused -> exit 2
-    ├── MigrationError         an applied migration file was changed     -> exit 2
+    ├── MigrationError         a changed migration file, or live daemons -> exit 2
     ├── SchemaOutdatedError    database schema older than this code      -> exit 2
     ├── DatabaseError          database unreachable or a query failed    -> exit 3
     ├── NotFoundError          run id, schedule name, ... not found      -> exit 4
@@ -38,7 +38,8 @@ class UsageError(ConfigError):
 
 
 class MigrationError(PgtickError):
-    """The migration history in the database does not match the files."""
+    """A migration cannot be applied: the history in the database does not match the files,
+    the role may not migrate, or a migration needs every daemon stopped and some are alive."""
 
 
 class SchemaOutdatedError(PgtickError):

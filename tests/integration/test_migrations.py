@@ -248,3 +248,88 @@ def test_index_migration_does_not_block_writes_of_running_daemons(
         ).fetchall()
         assert valid == [("effects_run_id_idx", True), ("runs_job_type_id_idx", True)]
         migrate.check_current(writer, "pgtick")
+
+
+STORAGE_CUT_OVER = (
+    "-- pgtick: stop-daemons\n"
+    "-- Test fixture: a migration daemons of earlier versions cannot run across.\n"
+    "CREATE TABLE cut_over_marker (id int);\n"
+)
+
+
+def _with_cut_over(monkeypatch: pytest.MonkeyPatch) -> migrate.Migration:
+    shipped = migrate.available()
+    cut_over = migrate.Migration("9999", "cut_over", STORAGE_CUT_OVER, "f" * 64)
+    monkeypatch.setattr(migrate, "available", lambda: [*shipped, cut_over])
+    return cut_over
+
+
+def _register(dsn: str, worker_id: str, pid: int, heartbeat_age_seconds: float) -> None:
+    with dbhelp.connect(dsn, "pgtick") as conn:
+        conn.execute(
+            "INSERT INTO workers (id, hostname, pid, version, threads, job_types, heartbeat_at) "
+            "VALUES (%s, 'vm-1', %s, '0.9.0', 8, '{noop}', "
+            "now() - make_interval(secs => %s))",
+            [worker_id, pid, heartbeat_age_seconds],
+        )
+
+
+def _cut_over_applied(dsn: str) -> bool:
+    with dbhelp.connect(dsn, "pgtick") as conn:
+        row = conn.execute("SELECT to_regclass('pgtick.cut_over_marker') IS NOT NULL").fetchone()
+        recorded = conn.execute(
+            "SELECT count(*) FROM schema_migrations WHERE version = '9999'"
+        ).fetchone()
+    assert row is not None and recorded is not None
+    assert row[0] == (recorded[0] == 1)  # the file and its record commit together
+    return bool(row[0])
+
+
+def test_a_stop_daemons_migration_is_marked_only_in_its_leading_comments() -> None:
+    def stops(text: str) -> bool:
+        return migrate.Migration("0001", "x", text, "0" * 64).stops_daemons
+
+    assert stops(STORAGE_CUT_OVER)
+    assert stops("-- pgtick: no-transaction\n-- pgtick: stop-daemons\nCREATE INDEX i ON t (a);")
+    assert not stops("CREATE TABLE t (a int);\n-- pgtick: stop-daemons\n")
+    assert not any(m.stops_daemons for m in migrate.available())  # none shipped yet
+
+
+def test_a_stop_daemons_migration_is_refused_while_a_daemon_heartbeats(
+    empty_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migrate.migrate(empty_dsn, "pgtick")
+    _register(empty_dsn, "old-1", 4242, heartbeat_age_seconds=3)
+    _register(empty_dsn, "killed-long-ago", 17, heartbeat_age_seconds=3600)
+    _with_cut_over(monkeypatch)
+    with pytest.raises(MigrationError) as refused:
+        migrate.migrate(empty_dsn, "pgtick")
+    message = str(refused.value)
+    assert "9999_cut_over" in message and "1 daemon(s)" in message
+    assert "vm-1:4242 (pgtick 0.9.0, 3 s ago)" in message and ":17 " not in message
+    assert "--force" in message and "\n" not in message
+    assert not _cut_over_applied(empty_dsn)
+    with dbhelp.connect(empty_dsn, "pgtick") as conn:
+        # The daemon that was alive stopped (a clean exit deregisters it): now it applies.
+        conn.execute("DELETE FROM workers WHERE id = 'old-1'")
+    assert migrate.migrate(empty_dsn, "pgtick") == ["9999_cut_over"]
+    assert _cut_over_applied(empty_dsn)
+
+
+def test_force_applies_a_stop_daemons_migration_while_a_daemon_heartbeats(
+    empty_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migrate.migrate(empty_dsn, "pgtick")
+    _register(empty_dsn, "old-1", 4242, heartbeat_age_seconds=1)
+    _with_cut_over(monkeypatch)
+    assert migrate.migrate(empty_dsn, "pgtick", force=True) == ["9999_cut_over"]
+    assert _cut_over_applied(empty_dsn)
+
+
+def test_a_fresh_install_applies_a_stop_daemons_migration_with_the_rest(
+    empty_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cut_over = _with_cut_over(monkeypatch)
+    applied = migrate.migrate(empty_dsn, "pgtick")
+    assert applied[-1] == f"{cut_over.version}_{cut_over.name}"
+    assert _cut_over_applied(empty_dsn)

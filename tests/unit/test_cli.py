@@ -98,7 +98,8 @@ def error_line(err: list[str]) -> str:
     [
         (["run"], setup.cmd_run, {"migrate": False}),
         (["run", "--migrate"], setup.cmd_run, {"migrate": True}),
-        (["migrate"], setup.cmd_migrate, {}),
+        (["migrate"], setup.cmd_migrate, {"force": False}),
+        (["migrate", "--force"], setup.cmd_migrate, {"force": True}),
         (["check"], setup.cmd_check, {"db": False}),
         (["check", "--db"], setup.cmd_check, {"db": True}),
         (

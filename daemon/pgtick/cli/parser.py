@@ -192,10 +192,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("run", setup.cmd_run, "run the daemon")
     p.add_argument("--migrate", action="store_true", help="apply pending migrations first")
-    add(
+    p = add(
         "migrate",
         setup.cmd_migrate,
         "apply database migrations (idempotent); run it as the schema owner, exit 2 otherwise",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="apply a migration that needs every daemon stopped even while some heartbeat",
     )
     p = add(
         "grants", setup.cmd_grants, "print the SQL granting a role what the daemon and CLI need"

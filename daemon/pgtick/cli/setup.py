@@ -39,7 +39,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     cfg = context.begin(args)
-    applied = operations.migrate(context.dsn(args, cfg), cfg.database.schema)
+    applied = operations.migrate(context.dsn(args, cfg), cfg.database.schema, force=args.force)
     if applied:
         for name in applied:
             print(f"applied {name}")

@@ -13,6 +13,13 @@ Through a transaction-mode pooler the same statements run without ``CONCURRENTLY
 locked transaction like any other file: the index is built while writes to its table wait
 (instant on a fresh install; on a large table run ``migrate`` once with a direct DSN instead),
 and ``migrate`` logs which file it built that way.
+
+A file with the line ``-- pgtick: stop-daemons`` among its leading comments changes what the
+daemons of earlier versions read and write (a storage cut-over, where no compatibility shim
+can keep them right). ``migrate`` refuses to apply it while any daemon is alive (heartbeated in
+the last ``ALIVE_WITHIN_SECONDS``), naming them, unless forced: those daemons would go on
+claiming and finishing by the old rules against the new tables. Every other migration is
+applied under running daemons (rolling deploys).
 """
 
 from __future__ import annotations
@@ -33,6 +40,12 @@ from pgtick.storage import db, sqlfile
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION_MARKER = "-- pgtick: no-transaction"
+STOP_DAEMONS_MARKER = "-- pgtick: stop-daemons"
+# A registered daemon that heartbeated this recently counts as alive for a stop-daemons
+# migration: longer than any heartbeat interval in use (lease / 3 by default), so a live
+# daemon is never missed; a daemon killed within it blocks until then, or --force.
+ALIVE_WITHIN_SECONDS = 600.0
+_LISTED_DAEMONS = 5
 _STATEMENT_END = re.compile(r";[ \t]*$", re.MULTILINE)
 _CONCURRENTLY = re.compile(r"\s+CONCURRENTLY\b", re.IGNORECASE)
 # How often a migrator waiting for another one's advisory lock tries again. It polls rather
@@ -53,6 +66,16 @@ class Migration:
     def transactional(self) -> bool:
         """False for files that must run outside a transaction (concurrent index builds)."""
         return not self.sql.startswith(NO_TRANSACTION_MARKER)
+
+    @property
+    def stops_daemons(self) -> bool:
+        """True for files that daemons of earlier versions cannot run across."""
+        for line in self.sql.splitlines():
+            if not line.startswith("--"):
+                return False
+            if line.strip() == STOP_DAEMONS_MARKER:
+                return True
+        return False
 
     def statements(self) -> list[str]:
         """The file's statements (no-transaction files): each ends at a ``;`` that ends a line
@@ -233,9 +256,38 @@ def check_privileges(conn: db.Connection, schema: str) -> None:
         )
 
 
-def migrate(dsn: str, schema: str) -> list[str]:
+def _check_daemons_stopped(
+    conn: db.Connection, schema: str, migration: Migration, *, force: bool
+) -> None:
+    """Refuse a stop-daemons migration while daemons are alive (see the module docstring);
+    with ``force``, log them and go on."""
+    rows = conn.execute(
+        sqlfile.query("alive_workers", schema), {"within": ALIVE_WITHIN_SECONDS}
+    ).fetchall()
+    if not rows:
+        return
+    name = f"{migration.version}_{migration.name}"
+    daemons = [
+        f"{host}:{pid} (pgtick {version}, {age:.0f} s ago)" for host, pid, version, age in rows
+    ]
+    if force:
+        log.warning("migration_forced", migration=name, alive=daemons)
+        return
+    listed = ", ".join(daemons[:_LISTED_DAEMONS])
+    if len(daemons) > _LISTED_DAEMONS:
+        listed += f" and {len(daemons) - _LISTED_DAEMONS} more"
+    raise MigrationError(
+        f"migrate: {name} changes the tables daemons of earlier versions read and write, and "
+        f"{len(daemons)} daemon(s) heartbeated in the last {ALIVE_WITHIN_SECONDS:.0f} s: "
+        f"{listed}; stop every pgtick daemon first, or pass --force if they are gone "
+        "(docs/operations: Rolling deploy)"
+    )
+
+
+def migrate(dsn: str, schema: str, *, force: bool = False) -> list[str]:
     """Apply pending migrations; idempotent and safe to run from many processes at once, on a
-    direct connection or through a transaction-mode pooler (see the module docstring)."""
+    direct connection or through a transaction-mode pooler (see the module docstring).
+    ``force`` applies a stop-daemons migration even while daemons are alive."""
     with db.connect_raw(dsn, application_name="pgtick-migrate") as conn, db.wrap_errors("migrate"):
         check_privileges(conn, schema)
         pooled = db.behind_pooler(conn, schema)
@@ -250,6 +302,8 @@ def migrate(dsn: str, schema: str) -> list[str]:
                     return done
                 migration = todo[0]
                 name = f"{migration.version}_{migration.name}"
+                if migration.stops_daemons:
+                    _check_daemons_stopped(conn, schema, migration, force=force)
                 if migration.transactional:
                     _apply_transactional(conn, schema, migration)
                 elif pooled:

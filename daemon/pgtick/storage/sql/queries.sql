@@ -721,6 +721,14 @@ ON CONFLICT (id) DO UPDATE
 SET hostname = excluded.hostname, pid = excluded.pid, version = excluded.version,
     threads = excluded.threads, job_types = excluded.job_types, heartbeat_at = now();
 
+-- alive_workers --
+-- Daemons that heartbeated within the last `within` seconds, for a migration that needs every
+-- daemon stopped (migrate.py): host, pid, version, seconds since the heartbeat.
+SELECT hostname, pid, version, extract(epoch FROM now() - heartbeat_at)::float8
+FROM {schema}.workers
+WHERE heartbeat_at > now() - make_interval(secs => %(within)s)
+ORDER BY hostname, pid;
+
 -- deregister_worker --
 -- A daemon removes itself on clean exit.
 DELETE FROM {schema}.workers WHERE id = %(id)s;

@@ -26,9 +26,10 @@ def open_store(dsn: str, schema: str) -> Iterator[RunStore]:
         store.pool.close()
 
 
-def migrate(dsn: str, schema: str) -> list[str]:
-    """Apply pending migrations (as the schema owner); the names of those applied."""
-    return migrations.migrate(dsn, schema)
+def migrate(dsn: str, schema: str, *, force: bool = False) -> list[str]:
+    """Apply pending migrations (as the schema owner); the names of those applied. ``force``
+    applies one that needs every daemon stopped while some still heartbeat."""
+    return migrations.migrate(dsn, schema, force=force)
 
 
 def grants_sql(role: str, schema: str, *, monitor: bool = False) -> str:
