@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from structlog.testing import capture_logs
 
 from pgtick.config import RetentionConfig
 from pgtick.core import reaper as reaper_mod
-from pgtick.core.reaper import Reaper
+from pgtick.core.reaper import Reaper, prune_interval
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db
 from pgtick.storage.store import RunStore
@@ -99,3 +102,33 @@ def test_a_long_retention_pass_logs_its_progress_and_a_short_one_does_not(
         ("retention dead", 2500, False),
         ("retention dead", 2500, True),
     ]
+
+
+def test_a_short_retention_is_pruned_every_eighth_of_it(
+    store: RunStore, conn: db.Connection
+) -> None:
+    """With a 2-minute retention the daemon prunes every 15 s, not every 5 minutes: the
+    table then holds about 2 minutes of runs, not up to 7 (bench soak: steady size)."""
+    conn.execute(
+        "INSERT INTO runs (job_type, status, attempts, finished_at)"
+        " VALUES ('email', 'succeeded', 1, now() - interval '1 hour')"
+    )
+    short = RetentionConfig(succeeded_seconds=120)
+    assert prune_interval(short) == 15
+    assert prune_interval(RetentionConfig()) == 300  # days of retention: every 5 minutes
+    assert prune_interval(RetentionConfig(succeeded_seconds=30)) == 10  # never more often
+    reaper = Reaper(
+        store, {}, 0.05, 20.0, RetentionConfig(succeeded_seconds=80), Metrics([], "test", 1)
+    )
+    assert reaper.prune_every == 10
+    started = time.monotonic()
+    thread = threading.Thread(target=reaper.run)
+    thread.start()
+    try:
+        while conn.execute("SELECT count(*) FROM runs").fetchone() != (0,):
+            assert time.monotonic() - started < 20, "not pruned within twice its interval"
+            time.sleep(0.1)
+        assert time.monotonic() - started >= 9.5  # the first prune waits one interval
+    finally:
+        reaper.stop_event.set()
+        thread.join(10)

@@ -29,7 +29,12 @@ from pgtick.observability.progress import Progress
 from pgtick.storage.db import retry_delay
 from pgtick.storage.store import REAP_BATCH_ROWS, RunStore
 
+# Retention runs every this often, or an eighth of the shortest retention (at least every
+# PRUNE_MIN_SECONDS): a table kept 2 minutes but pruned every 5 would hold up to 7 minutes of
+# runs, and its size would swing with the passes instead of staying steady.
 PRUNE_EVERY_SECONDS = 300.0
+PRUNE_MIN_SECONDS = 10.0
+PRUNES_PER_RETENTION = 8
 # A pass looks at leases that ended since the previous complete pass began, less this margin
 # (database clock; a lease renewed or given up while that pass ran is locked, not lost) ...
 REAP_MARGIN_SECONDS = 5.0
@@ -45,8 +50,20 @@ WORKER_REAP_EVERY_SECONDS = 60.0
 log = structlog.get_logger("pgtick.reaper")
 
 
+def prune_interval(retention: RetentionConfig) -> float:
+    """How often retention runs: see ``PRUNE_EVERY_SECONDS``."""
+    shortest = min(
+        retention.succeeded_seconds,
+        retention.dead_seconds,
+        retention.cancelled_seconds,
+        retention.skipped_seconds,
+    )
+    return min(PRUNE_EVERY_SECONDS, max(PRUNE_MIN_SECONDS, shortest / PRUNES_PER_RETENTION))
+
+
 class Reaper:
-    """Every ``interval`` seconds: reap expired leases; every few minutes: prune old runs."""
+    """Every ``interval`` seconds: reap expired leases; every few minutes (sooner with a short
+    retention): prune old runs."""
 
     def __init__(
         self,
@@ -65,7 +82,8 @@ class Reaper:
         self._metrics = metrics
         self.stop_event = threading.Event()
         self.alive_at = time.monotonic()
-        self._next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+        self.prune_every = prune_interval(retention)
+        self._next_prune = time.monotonic() + self.prune_every
         self._next_worker_reap = time.monotonic()
         self._since: datetime | None = None  # leases that ended before were all looked at
         self._next_full = -math.inf  # monotonic: the first pass looks at every lease
@@ -137,7 +155,7 @@ class Reaper:
                         self.reap_once(store)
                         if time.monotonic() >= self._next_prune:
                             self.prune_once()
-                            self._next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+                            self._next_prune = time.monotonic() + self.prune_every
                         failures = 0
                         self.stop_event.wait(self._interval)
             except DatabaseError as exc:
