@@ -339,3 +339,43 @@ def test_heartbeat_registers_a_forgotten_worker_again(store: RunStore, conn: db.
     worker = Worker(store, "w1", WorkerConfig(threads=1), {}, metrics)
     Heartbeat(store, worker, 20.0, metrics, info).beat()
     assert conn.execute("SELECT id FROM workers").fetchall() == [("w1",)]
+
+
+def test_a_heartbeat_skips_a_run_locked_elsewhere_instead_of_waiting(
+    store: RunStore, dsn: str
+) -> None:
+    """A session holding one of our runs' row locks (an operator's FOR UPDATE left open, our
+    own result being written) must not hold up the renewal of every other lease: the beat
+    renews the rest at once and reports the locked one busy, neither renewed nor gone."""
+    ids = store.enqueue_many([NewRun("noop") for _ in range(3)])
+    claimed = {c.id for c in store.claim("w", NOOP, 3)}
+    assert claimed == set(ids)
+    locked, *free = ids
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        before = dict(
+            admin.execute("SELECT id, locked_until FROM pgtick.runs WHERE id = ANY(%s)", [ids])
+        )
+    beats: list[Beat] = []
+    with psycopg.connect(dsn) as other:
+        other.execute("SELECT 1 FROM pgtick.runs WHERE id = %s FOR UPDATE", [locked])
+        beating = threading.Thread(
+            target=lambda: beats.append(store.heartbeat("w", [Lease(i, 1, 60.0) for i in ids]))
+        )
+        beating.start()
+        beating.join(5)
+        waited = beating.is_alive()  # blocked behind the lock
+        other.rollback()
+        beating.join(5)
+    assert not waited
+    [beat] = beats
+    assert beat.held == set(free)
+    assert beat.busy == {locked}
+    assert beat.registered is False and beat.cancelled == set()
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        after = dict(
+            admin.execute("SELECT id, locked_until FROM pgtick.runs WHERE id = ANY(%s)", [ids])
+        )
+    assert after[locked] == before[locked]  # not renewed
+    assert all(after[i] > before[i] for i in free)
+    # Once the lock is gone, the next beat renews it like the others.
+    assert store.heartbeat("w", [Lease(i, 1, 60.0) for i in ids]).held == set(ids)

@@ -311,6 +311,31 @@ def test_no_claim_and_no_start_while_leases_may_have_expired() -> None:
     assert w.life.may_claim() and w.life.start(h)
 
 
+def test_a_beat_that_skipped_a_run_locked_elsewhere_confirms_nothing() -> None:
+    """The heartbeat skips rows another transaction has locked. One whose outcome we are
+    writing is decided by that write; any other one was not renewed, so the leases are not all
+    known alive: claims wait as after a failed beat, until a beat renews every lease."""
+    w = World()
+    w.life = Lifecycle(w.metrics, clock=w.clock, min_lease_seconds=60.0)
+    running = w.accepted()
+    assert w.life.start(running)
+    writing = w.accepted()
+    assert w.life.start(writing)
+    assert w.life.finish(writing, Outcome(writing.id, "succeeded"), 0.1) is not None
+    assert w.life.state(writing.id) is State.FINISHING
+    w.clock.now += 61.0
+    assert not w.life.may_claim()
+    # Our own result's write holds the row: the beat still confirms every lease.
+    assert w.life.confirm(w.clock.now, {running.id}, {writing.id}) == []
+    assert w.life.may_claim()
+    w.clock.now += 61.0
+    # A row of a running handler locked by someone else: not confirmed, no claims.
+    assert w.life.confirm(w.clock.now, set(), {running.id}) == [running.id]
+    assert not w.life.may_claim()
+    w.life.confirm(w.clock.now, {running.id})
+    assert w.life.may_claim()
+
+
 def test_lost_before_a_thread_started_it() -> None:
     w, h = in_state(State.CLAIMED)
     assert w.life.lost({h.id}) == [h]

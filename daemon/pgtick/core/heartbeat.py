@@ -62,10 +62,15 @@ class Heartbeat:
             # Silent for long (an outage): another daemon's reaper forgot us. Come back.
             self._store.register_worker(self._info)
             log.info("worker_registered_again", worker_id=self._info.id)
-        gone = set(leases) - beat.held
+        gone = set(leases) - beat.held - beat.busy
         if gone:
             self._worker.let_go(life.lost(gone, beat.cancelled & gone))
-        life.confirm(sent_at, beat.held)
+        blocking = life.confirm(sent_at, beat.held, beat.busy)
+        if blocking:
+            # Row-locked by another transaction that is not our own result being written (an
+            # operator's, a session's FOR UPDATE): not renewed, looked at again next beat;
+            # claims wait until a beat renews every lease.
+            log.warning("heartbeat_skipped_locked_runs", run_ids=blocking)
         if blocked:
             self._worker.wake()  # the dispatcher waited for this beat to claim again
         self.last_success_at = time.monotonic()

@@ -90,6 +90,9 @@ LEASED = frozenset(
     }
 )
 
+# States in which our own write of the run's outcome (or its release) may hold its row lock.
+WRITING = frozenset({State.COMMITTING, State.FINISHING, State.RELEASING})
+
 
 @dataclass(eq=False)
 class Held:
@@ -194,16 +197,28 @@ class Lifecycle:
                 or (h.state is State.LOST and h.gone == "cancelled")
             }
 
-    def confirm(self, sent_at: float, renewed: Iterable[int]) -> None:
+    def confirm(
+        self, sent_at: float, renewed: Iterable[int], skipped: Iterable[int] = ()
+    ) -> list[int]:
         """A heartbeat sent at ``sent_at`` (monotonic) renewed these leases and re-checked
-        every other one."""
+        every other one but the ``skipped`` (row-locked by another transaction, not renewed).
+        A skipped run whose outcome we are writing is decided by that write; any other one
+        leaves the leases not all known renewed, so claims wait as after a failed beat.
+        Returns those (sorted), for the log."""
         with self._changed:
-            self._confirmed_at = max(self._confirmed_at, sent_at)
+            blocking = sorted(
+                rid
+                for rid in skipped
+                if (held := self._held.get(rid)) is not None and held.state not in WRITING
+            )
+            if not blocking:
+                self._confirmed_at = max(self._confirmed_at, sent_at)
             for rid in renewed:
                 held = self._held.get(rid)
                 if held is not None:
                     held.lease_until = max(held.lease_until, sent_at + held.job_type.lease_seconds)
             self._changed.notify_all()
+            return blocking
 
     def may_claim(self) -> bool:
         """False while a lease we hold may have expired unnoticed (the heartbeat could not

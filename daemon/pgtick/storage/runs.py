@@ -6,7 +6,7 @@ on runs are in ``run_admin.py``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -125,6 +125,7 @@ class Beat:
     held: set[int]  # leases extended
     registered: bool  # the workers row still exists
     cancelled: set[int]  # given runs an operator cancelled
+    busy: set[int] = field(default_factory=set)  # still ours, row-locked elsewhere: not renewed
 
 
 def enqueue_on(
@@ -362,16 +363,17 @@ class RunQueries(StoreBase):
         return {str(job_type): run_at for job_type, run_at in rows}
 
     def heartbeat(self, worker_id: str, leases: Sequence[Lease]) -> Beat:
-        """Extend the given leases; says which are still held (the others are gone), which of
-        the gone ones an operator cancelled, and whether this worker's row still exists."""
+        """Extend the given leases; says which are still held, which are busy (ours, but
+        row-locked by another transaction: skipped, not renewed), the others being gone; which
+        of the gone ones an operator cancelled, and whether this worker's row still exists."""
         params = {
             "worker_id": worker_id,
             "ids": [lease.run_id for lease in leases],
             "attempts": [lease.attempt for lease in leases],
             "leases": [lease.seconds for lease in leases],
         }
-        [(held, registered, cancelled)] = self._all("heartbeat", "heartbeat", params)
-        return Beat(set(held), bool(registered), set(cancelled))
+        [(held, registered, cancelled, busy)] = self._all("heartbeat", "heartbeat", params)
+        return Beat(set(held), bool(registered), set(cancelled), set(busy))
 
     def succeed(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
         """Mark runs succeeded if this worker still holds these claims; returns those it did."""

@@ -450,24 +450,37 @@ CROSS JOIN LATERAL (
 -- recovered) and mark the worker alive, in one round trip. Guarded by the claim: this
 -- worker, and the attempt it claimed. A run an operator cancelled stays held, its lease
 -- renewed, until the worker lets go of it (acknowledge_cancel): until then its handler may
--- still run, and no retry may start a second copy. Returns the ids still held and running
--- (a run missing from them is gone), whether the workers row still exists (other daemons
--- forget a worker silent for long), and which of the given runs an operator cancelled
--- (their handlers are stopped, not "lost").
+-- still run, and no retry may start a second copy. Returns the ids renewed and running (a run
+-- missing from them and from the busy ones is gone), whether the workers row still exists
+-- (other daemons forget a worker silent for long), which of the given runs an operator
+-- cancelled (their handlers are stopped, not "lost"), and the busy ones: still ours in this
+-- statement's snapshot but row-locked by another transaction (our own result being written,
+-- an operator's cancel, a session that took FOR UPDATE), skipped rather than waited for, so
+-- one locked row never holds up the renewal of every other lease; the next beat looks again.
 WITH alive AS (
     UPDATE {schema}.workers SET heartbeat_at = now() WHERE id = %(worker_id)s RETURNING id
+), given AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(leases)s::float8[])
+        AS h(id, attempt, lease)
+), mine AS (
+    SELECT r.id, h.lease
+    FROM {schema}.runs r JOIN given h ON r.id = h.id
+    WHERE r.attempts = h.attempt AND r.locked_by = %(worker_id)s
+      AND r.status IN ('running', 'cancelled')
+    FOR UPDATE OF r SKIP LOCKED
 ), held AS (
     UPDATE {schema}.runs r
-    SET locked_until = now() + make_interval(secs => h.lease)
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(leases)s::float8[])
-         AS h(id, attempt, lease)
-    WHERE r.id = h.id AND r.attempts = h.attempt AND r.locked_by = %(worker_id)s
-      AND r.status IN ('running', 'cancelled')
+    SET locked_until = now() + make_interval(secs => m.lease)
+    FROM mine m
+    WHERE r.id = m.id
     RETURNING r.id, r.status
 )
 SELECT ARRAY(SELECT id FROM held WHERE status = 'running'), EXISTS (SELECT 1 FROM alive),
        ARRAY(SELECT r.id FROM {schema}.runs r
-             WHERE r.id = ANY(%(ids)s::bigint[]) AND r.status = 'cancelled');
+             WHERE r.id = ANY(%(ids)s::bigint[]) AND r.status = 'cancelled'),
+       ARRAY(SELECT r.id FROM {schema}.runs r JOIN given h ON r.id = h.id
+             WHERE r.attempts = h.attempt AND r.locked_by = %(worker_id)s
+               AND r.status = 'running' AND r.id NOT IN (SELECT id FROM mine));
 
 -- succeed --
 -- Finish runs as succeeded, guarded by the claim: only the holder may write a result, and
