@@ -33,7 +33,7 @@ def test_a_bound_skips_earlier_runs_and_the_probe_starts_there_too(store: RunSto
     assert [r.id for r in store.claim("w", NOOP, 10)] == [early]  # a rescan finds it
 
 
-def test_enqueues_announce_their_due_second_and_a_release_says_rescan(
+def test_enqueues_and_a_release_announce_their_due_second(
     store: RunStore, dsn: str
 ) -> None:
     with psycopg.connect(dsn, autocommit=True) as listener:
@@ -55,9 +55,10 @@ def test_enqueues_announce_their_due_second_and_a_release_says_rescan(
         "noop",
         f"!due {int(past.timestamp())} other",  # one per type: the earliest
         "other",
-        "!rescan",
+        f"!due {int(past.timestamp())} noop",  # the run given back, due 5 minutes ago
         "noop",
     ]
+    assert first.run_at == past
 
 
 def _claimed(job_type: str, run_at: datetime) -> ClaimedRun:

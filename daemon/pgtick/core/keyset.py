@@ -13,11 +13,10 @@ Runs can land behind a bound: enqueued due in the past or committed long after t
 because another claimer's transaction held them, which then rolled back. Each is found
 without a scan from the start where it can be:
 
-- a ``!due SECONDS JOB_TYPE`` NOTIFY (enqueue, the reaper) lowers the type's bound to that
-  second (``lower``);
-- a ``!rescan`` NOTIFY (release, materialization, backfill), this daemon's own release, and a
-  NOTIFY about a type that led to a claim finding nothing (``missed``) make the next claim
-  scan from the start (a *rescan*);
+- a ``!due SECONDS JOB_TYPE`` NOTIFY (enqueue, the reaper, a release) and this daemon's own
+  release lower the type's bound to that second (``lower``);
+- a ``!rescan`` NOTIFY (materialization, backfill) and a NOTIFY about a type that led to a
+  claim finding nothing (``missed``) make the next claim scan from the start (a *rescan*);
 - the ``BehindProbe`` asks the database every ``PROBE_SECONDS``, on a connection of its own,
   for due runs behind a bound, and lowers the bound to the earliest. While notifications
   arrive (the listener is connected) it looks only at the index range the claims passed

@@ -405,8 +405,9 @@ class Worker:
         except DatabaseError as exc:
             self._metrics.db_error("release")
             log.error("release_failed", error=str(exc), runs=len(runs))
-        if released:
-            self.bounds.rescan()  # queued again behind this daemon's own bounds
+        for held in runs:
+            if held.id in released:  # queued again, maybe behind this daemon's own bound
+                self.bounds.lower(held.run.job_type, held.run.run_at)
         self.life.released(runs, released, let_go)
         return len(released)
 

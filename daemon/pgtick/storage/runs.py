@@ -438,11 +438,10 @@ class RunQueries(StoreBase):
             rows = conn.execute(
                 sqlfile.query("release", conn.schema), _claims(worker_id, claims)
             ).fetchall()
-            # Given back with their old run_at, behind every claimer's lower bound: say so,
+            # Given back with their old run_at, behind every claimer's lower bound: announce
+            # each type's earliest (claimers lower their bounds to it, no scan from the start),
             # and wake idle daemons that handle them.
-            if rows:
-                conn.execute(sqlfile.query("notify_rescan", conn.schema))
-            wake(conn, (row[1] for row in rows))
+            announce(conn, [(job_type, run_at) for _, job_type, run_at in rows])
         return {row[0] for row in rows}
 
     def acknowledge_cancel(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:

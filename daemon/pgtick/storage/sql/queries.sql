@@ -81,7 +81,7 @@ SELECT pg_backend_pid();
 SELECT pg_notify({channel}, %(job_type)s);
 
 -- notify_rescan --
--- Runs were put behind the claimers' lower bounds (given back, materialized late, backfilled):
+-- Runs were put behind the claimers' lower bounds (materialized late, backfilled):
 -- every daemon's next claim scans each type from the start. The payload is no job type name
 -- (names cannot start with "!"), so daemons of earlier versions ignore it.
 SELECT pg_notify({channel}, '!rescan');
@@ -548,14 +548,14 @@ WITH done AS (
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
     WHERE r.id = c.id AND r.attempts = c.attempt AND r.locked_by = %(worker_id)s
       AND r.status <> 'cancelled'
-    RETURNING r.id, r.attempts + 1 AS attempt, r.job_type
+    RETURNING r.id, r.attempts + 1 AS attempt, r.job_type, r.run_at
 ), closed AS (
     UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'released', error = 'released on shutdown'
     FROM done
     WHERE a.run_id = done.id AND a.attempt = done.attempt AND a.outcome IS NULL
 )
-SELECT id, job_type FROM done;
+SELECT id, job_type, run_at FROM done;
 
 -- acknowledge_cancel --
 -- The holder of runs an operator cancelled lets go once their handlers have stopped (or
