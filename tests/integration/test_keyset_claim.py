@@ -33,9 +33,7 @@ def test_a_bound_skips_earlier_runs_and_the_probe_starts_there_too(store: RunSto
     assert [r.id for r in store.claim("w", NOOP, 10)] == [early]  # a rescan finds it
 
 
-def test_enqueues_and_a_release_announce_their_due_second(
-    store: RunStore, dsn: str
-) -> None:
+def test_enqueues_and_a_release_announce_their_due_second(store: RunStore, dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as listener:
         listener.execute("LISTEN pgtick")
         now = store.now()
