@@ -559,10 +559,13 @@ class Table:
     dead: int
     deleted: int
     bytes: int
+    autovacuums: int = 0  # autovacuum passes since the statistics were reset
+    autovacuum_ms: float | None = None  # their total time (PostgreSQL 18+; None before)
 
 
 TABLES = """
-SELECT s.relname, s.n_live_tup, s.n_dead_tup, s.n_tup_del, pg_total_relation_size(s.relid)
+SELECT s.relname, s.n_live_tup, s.n_dead_tup, s.n_tup_del, pg_total_relation_size(s.relid),
+       s.autovacuum_count, (to_jsonb(s) ->> 'total_autovacuum_time')::float8
 FROM pg_stat_user_tables s
 WHERE s.schemaname = %s AND s.relname LIKE %s
 ORDER BY s.relname
@@ -571,6 +574,16 @@ ORDER BY s.relname
 
 def tables(conn: psycopg.Connection[Any], schema: str, like: str = "%") -> list[Table]:
     return [Table(*row) for row in conn.execute(TABLES, [schema, like]).fetchall()]
+
+
+def checkpoints(conn: psycopg.Connection[Any]) -> int:
+    """Checkpoints the server has done (timed and requested) since its statistics were reset:
+    after each one, the first change to every page writes the whole page to the WAL."""
+    if conn.info.server_version >= 170000:
+        query = "SELECT num_timed + num_requested FROM pg_stat_checkpointer"
+    else:
+        query = "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+    return int(common.one(conn, query)[0])
 
 
 def db_now(conn: psycopg.Connection[Any]) -> Any:

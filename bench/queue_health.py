@@ -12,6 +12,10 @@ Per window: pickup latency (the run's started_at, set by the claim, minus create
 enqueue: both database clock), each statement of the worker's role from pg_stat_statements
 (calls, mean = delta total time / delta calls), the claim's time per claimed run (delta total
 time / delta rows of the claim statement), live/dead tuples and size of the queue's tables.
+Each window starts with a CHECKPOINT, so that every window pays the same full-page writes:
+without it, the server's timed checkpoint (every 5 minutes) lands in whichever window it
+falls in, and raised that window's pickup p99 from 1.3 to 3.4 ms in a run where it fell into
+the last pinned minute (2026-11-26); the checkpoints column shows them.
 Bars: pickup p99 of the last pinned window < 3x baseline and < 50 ms, claim time per run < 3x,
 every statement's mean < 3x (statements with at least --min-calls calls in both windows), and
 nothing left behind (every run succeeded exactly once). The trend line compares the later half
@@ -333,6 +337,20 @@ class Snapshot:
     at: Any
     statements: dict[int, load.Statement]
     tables: list[load.Table]
+    producer: dict[int, load.Statement]  # the producer's INSERTs: enqueue's side of pickup
+    checkpoints: int
+
+
+def producer_inserts(admin: psycopg.Connection[Any], dbname: str) -> dict[int, load.Statement]:
+    """The producer's enqueue statements (``SELECT pgtick.enqueue(...)``, pgqueuer's INSERT);
+    it connects as the admin role, whose other statements (the part's own reads) are left
+    out."""
+    role = admin.info.user
+    return {
+        qid: st
+        for qid, st in load.statements(admin, dbname, role).items()
+        if "ENQUEUE(" in st.query.upper() or st.query.lstrip().upper().startswith("INSERT")
+    }
 
 
 def measure(args: argparse.Namespace, admin_dsn: str, target: Target) -> dict[str, Any]:
@@ -357,7 +375,11 @@ def measure(args: argparse.Namespace, admin_dsn: str, target: Target) -> dict[st
                     load.db_now(conn),
                     load.statements(admin, dbname, target.role),
                     load.tables(conn, target.schema, target.like),
+                    producer_inserts(admin, dbname),
+                    load.checkpoints(admin),
                 )
+                if edge != edges[-1]:
+                    admin.execute("CHECKPOINT")  # the window starting here pays its own
                 if edge == args.baseline:
                     pin = load.Pin(target.dsn)
                     pin_xmin = pin.backend_xmin
@@ -422,11 +444,30 @@ def window_figures(
             str(qid): {"query": " ".join(d.query.split()), "calls": d.calls, "mean_ms": d.mean_ms}
             for qid, d in deltas.items()
         },
+        "producer_statements": {
+            str(qid): {"query": " ".join(d.query.split()), "calls": d.calls, "mean_ms": d.mean_ms}
+            for qid, d in load.statement_deltas(a.producer, b.producer).items()
+        },
+        "autovacuum": autovacuum_delta(a.tables, b.tables),
+        "checkpoints": b.checkpoints - a.checkpoints,
         "tables_at_end": [t.__dict__ for t in b.tables],
         "dead_at_end": sum(t.dead for t in b.tables),
         "live_at_end": sum(t.live for t in b.tables),
         "bytes_at_end": sum(t.bytes for t in b.tables),
     }
+
+
+def autovacuum_delta(a: list[load.Table], b: list[load.Table]) -> dict[str, Any]:
+    """Autovacuum passes over the tables in the window and their time (PostgreSQL 18+): under
+    a held snapshot they remove nothing and start again, each reading the grown tables whole."""
+    before = {t.name: t for t in a}
+    passes = sum(t.autovacuums - before[t.name].autovacuums for t in b if t.name in before)
+    times = [
+        t.autovacuum_ms - (before[t.name].autovacuum_ms or 0.0)
+        for t in b
+        if t.name in before and t.autovacuum_ms is not None
+    ]
+    return {"passes": passes, "seconds": round(sum(times) / 1000, 2) if times else None}
 
 
 def statement_ratios(
@@ -472,6 +513,11 @@ def verdicts(rows: list[dict[str, Any]], left: dict[str, Any], min_calls: int) -
         "claim_per_run_ratio": claim,
         "claim_per_run_ok": load.below(claim, load.BAR_RATIO),
         "statements": stmts,
+        "producer_statements": statement_ratios(
+            {"statements": base.get("producer_statements", {})},
+            {"statements": last.get("producer_statements", {})},
+            min_calls,
+        ),
         "worst_statement_ratio": worst,
         "statements_ok": None if not judged else all(s["ok"] for s in judged),
         "nothing_left_behind": bool(left.get("ok")),
@@ -501,6 +547,8 @@ def window_table(result: dict[str, Any]) -> str:
                 r["dead_at_end"],
                 r["live_at_end"],
                 load.fmt(load.mib(r["bytes_at_end"]), 1),
+                autovacuum_cell(r.get("autovacuum")),
+                r.get("checkpoints", "-"),
             ]
         )
     return common.table(
@@ -515,12 +563,22 @@ def window_table(result: dict[str, Any]) -> str:
             "dead",
             "live",
             "MiB",
+            "autovacuum",
+            "checkpoints",
         ],
         rows,
     )
 
 
-def statement_table(v: dict[str, Any]) -> str:
+def autovacuum_cell(av: dict[str, Any] | None) -> str:
+    """'N passes, S s' (the time on PostgreSQL 18+ only)."""
+    if not av:
+        return "-"
+    seconds = f", {av['seconds']:.1f} s" if av.get("seconds") is not None else ""
+    return f"{av['passes']}{seconds}"
+
+
+def statement_table(v: dict[str, Any], key: str = "statements", title: str = "worker") -> str:
     rows = [
         [
             s["query"][:60],
@@ -529,13 +587,13 @@ def statement_table(v: dict[str, Any]) -> str:
             s["calls_pinned"],
             load.fmt(s["mean_ms_pinned"], 3),
             load.fmt(s["ratio"], 1, "x"),
-            load.verdict(s["ok"]),
+            load.verdict(s["ok"]) if key == "statements" else "",
         ]
-        for s in v["statements"]
+        for s in v[key]
     ]
     return common.table(
         [
-            "statement (worker role)",
+            f"statement ({title})",
             "calls base",
             "mean ms",
             "calls pin",
@@ -651,6 +709,13 @@ def report(result: dict[str, Any]) -> None:
     print(window_table(result))
     print()
     print(statement_table(result["verdicts"]))
+    if result["verdicts"].get("producer_statements"):
+        print()
+        print(
+            statement_table(
+                result["verdicts"], "producer_statements", "producer's enqueue, information"
+            )
+        )
     print()
     print(bars_table(result))
 
