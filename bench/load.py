@@ -578,7 +578,7 @@ def tables(conn: psycopg.Connection[Any], schema: str, like: str = "%") -> list[
 
 def checkpoints(conn: psycopg.Connection[Any]) -> int:
     """Checkpoints the server has done (timed and requested) since its statistics were reset:
-    after each one, the first change to every page writes the whole page to the WAL."""
+    each writes out every buffer changed since the previous one."""
     if conn.info.server_version >= 170000:
         query = "SELECT num_timed + num_requested FROM pg_stat_checkpointer"
     else:

@@ -12,9 +12,9 @@ Per window: pickup latency (the run's started_at, set by the claim, minus create
 enqueue: both database clock), each statement of the worker's role from pg_stat_statements
 (calls, mean = delta total time / delta calls), the claim's time per claimed run (delta total
 time / delta rows of the claim statement), live/dead tuples and size of the queue's tables.
-Each window starts with a CHECKPOINT, so that every window pays the same full-page writes:
-without it, the server's timed checkpoint (every 5 minutes) lands in whichever window it
-falls in, and raised that window's pickup p99 from 1.3 to 3.4 ms in a run where it fell into
+Each window starts with a CHECKPOINT (which writes out every buffer changed since the last),
+so that every window has one: without it, the server's timed checkpoint (every 5 minutes)
+lands in whichever window it falls in, and raised that window's pickup p99 from 1.3 to 3.4 ms in a run where it fell into
 the last pinned minute (2026-11-26); the checkpoints column shows them.
 Bars: pickup p99 of the last pinned window < 3x baseline and < 50 ms, claim time per run < 3x,
 every statement's mean < 3x (statements with at least --min-calls calls in both windows), and
@@ -379,7 +379,7 @@ def measure(args: argparse.Namespace, admin_dsn: str, target: Target) -> dict[st
                     load.checkpoints(admin),
                 )
                 if edge != edges[-1]:
-                    admin.execute("CHECKPOINT")  # the window starting here pays its own
+                    admin.execute("CHECKPOINT")  # the window starting here has its own
                 if edge == args.baseline:
                     pin = load.Pin(target.dsn)
                     pin_xmin = pin.backend_xmin
