@@ -14,8 +14,9 @@ enqueue: both database clock), each statement of the worker's role from pg_stat_
 time / delta rows of the claim statement), live/dead tuples and size of the queue's tables.
 Each window starts with a CHECKPOINT (which writes out every buffer changed since the last),
 so that every window has one: without it, the server's timed checkpoint (every 5 minutes)
-lands in whichever window it falls in, and raised that window's pickup p99 from 1.3 to 3.4 ms in a run where it fell into
-the last pinned minute (2026-11-26); the checkpoints column shows them.
+lands in whichever window it falls in, and raised that window's pickup p99 from 1.3 to
+3.4 ms in a run where it fell into the last pinned minute (2026-11-26); the checkpoints column
+shows them.
 Bars: pickup p99 of the last pinned window < 3x baseline and < 50 ms, claim time per run < 3x,
 every statement's mean < 3x (statements with at least --min-calls calls in both windows), and
 nothing left behind (every run succeeded exactly once). The trend line compares the later half
