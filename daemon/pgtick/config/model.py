@@ -178,6 +178,15 @@ class RetentionConfig:
     cancelled_seconds: float = DEFAULT_RETAIN_CANCELLED_SECONDS
     skipped_seconds: float = DEFAULT_RETAIN_SKIPPED_SECONDS
 
+    def by_status(self) -> dict[str, float]:
+        """The retention of each terminal status, in the order retention prunes them."""
+        return {
+            "succeeded": self.succeeded_seconds,
+            "dead": self.dead_seconds,
+            "cancelled": self.cancelled_seconds,
+            "skipped": self.skipped_seconds,
+        }
+
 
 @dataclass(frozen=True)
 class JobTypeConfig:

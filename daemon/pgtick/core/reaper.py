@@ -52,12 +52,7 @@ log = structlog.get_logger("pgtick.reaper")
 
 def prune_interval(retention: RetentionConfig) -> float:
     """How often retention runs: see ``PRUNE_EVERY_SECONDS``."""
-    shortest = min(
-        retention.succeeded_seconds,
-        retention.dead_seconds,
-        retention.cancelled_seconds,
-        retention.skipped_seconds,
-    )
+    shortest = min(retention.by_status().values())
     return min(PRUNE_EVERY_SECONDS, max(PRUNE_MIN_SECONDS, shortest / PRUNES_PER_RETENTION))
 
 
@@ -124,14 +119,8 @@ class Reaper:
 
     def prune_once(self) -> int:
         """Delete terminal runs older than their status's retention."""
-        r = self._retention
         total = 0
-        for status, seconds in (
-            ("succeeded", r.succeeded_seconds),
-            ("dead", r.dead_seconds),
-            ("cancelled", r.cancelled_seconds),
-            ("skipped", r.skipped_seconds),
-        ):
+        for status, seconds in self._retention.by_status().items():
             # A long pass (a retention just shortened, a backlog of millions) logs its progress
             # every few seconds; a short one only the count below.
             progress = Progress(

@@ -56,7 +56,6 @@ from pgtick.surfaces.operations.runs import (
     parse_run_id,
     plan_bulk,
     prune,
-    retention_seconds,
     run_bulk,
     show_run,
 )
@@ -167,7 +166,6 @@ __all__ = [
     "prune",
     "queue_depth_per_type",
     "resume_schedule",
-    "retention_seconds",
     "run_bulk",
     "run_output",
     "schedule_views",

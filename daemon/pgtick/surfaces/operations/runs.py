@@ -319,16 +319,6 @@ class Pruned:
         return sum(self.counts.values())
 
 
-def retention_seconds(retention: RetentionConfig) -> dict[str, float]:
-    """The config's ``[retention]`` per terminal status."""
-    return {
-        "succeeded": retention.succeeded_seconds,
-        "dead": retention.dead_seconds,
-        "cancelled": retention.cancelled_seconds,
-        "skipped": retention.skipped_seconds,
-    }
-
-
 def prune(
     store: RunStore,
     retention: RetentionConfig,
@@ -343,7 +333,7 @@ def prune(
     its progress (rows, rate, time left) to the log and, if it is a terminal, to
     ``progress_stream``."""
     wanted = check_statuses(statuses, TERMINAL_STATUSES) if statuses else TERMINAL_STATUSES
-    cutoffs = retention_seconds(retention)
+    cutoffs = retention.by_status()
     if older_than is not None:
         seconds = (
             older_than.total_seconds()
