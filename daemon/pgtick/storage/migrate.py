@@ -256,17 +256,14 @@ def check_privileges(conn: db.Connection, schema: str) -> None:
         )
 
 
-def _check_daemons_stopped(
-    conn: db.Connection, schema: str, migration: Migration, *, force: bool
-) -> None:
-    """Refuse a stop-daemons migration while daemons are alive (see the module docstring);
-    with ``force``, log them and go on."""
+def _check_daemons_stopped(conn: db.Connection, schema: str, name: str, *, force: bool) -> None:
+    """Refuse the stop-daemons migration ``name`` while daemons are alive (see the module
+    docstring); with ``force``, log them and go on."""
     rows = conn.execute(
         sqlfile.query("alive_workers", schema), {"within": ALIVE_WITHIN_SECONDS}
     ).fetchall()
     if not rows:
         return
-    name = f"{migration.version}_{migration.name}"
     daemons = [
         f"{host}:{pid} (pgtick {version}, {age:.0f} s ago)" for host, pid, version, age in rows
     ]
@@ -303,7 +300,7 @@ def migrate(dsn: str, schema: str, *, force: bool = False) -> list[str]:
                 migration = todo[0]
                 name = f"{migration.version}_{migration.name}"
                 if migration.stops_daemons:
-                    _check_daemons_stopped(conn, schema, migration, force=force)
+                    _check_daemons_stopped(conn, schema, name, force=force)
                 if migration.transactional:
                     _apply_transactional(conn, schema, migration)
                 elif pooled:
