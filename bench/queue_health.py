@@ -338,7 +338,7 @@ class Snapshot:
     at: Any
     statements: dict[int, load.Statement]
     tables: list[load.Table]
-    producer: dict[int, load.Statement]  # the producer's INSERTs: enqueue's side of pickup
+    producer: dict[int, load.Statement]  # the producer's enqueues: pickup's other end
     checkpoints: int
 
 
@@ -441,14 +441,8 @@ def window_figures(
             "per_run_us": claim.per_row_us,
             "runs_per_second": round(claim.rows / seconds, 1),
         },
-        "statements": {
-            str(qid): {"query": " ".join(d.query.split()), "calls": d.calls, "mean_ms": d.mean_ms}
-            for qid, d in deltas.items()
-        },
-        "producer_statements": {
-            str(qid): {"query": " ".join(d.query.split()), "calls": d.calls, "mean_ms": d.mean_ms}
-            for qid, d in load.statement_deltas(a.producer, b.producer).items()
-        },
+        "statements": statement_figures(deltas),
+        "producer_statements": statement_figures(load.statement_deltas(a.producer, b.producer)),
         "autovacuum": autovacuum_delta(a.tables, b.tables),
         "checkpoints": b.checkpoints - a.checkpoints,
         "tables_at_end": [t.__dict__ for t in b.tables],
@@ -458,9 +452,17 @@ def window_figures(
     }
 
 
+def statement_figures(deltas: dict[int, load.StatementDelta]) -> dict[str, dict[str, Any]]:
+    """A window's statements by queryid: text (whitespace folded), calls, mean time."""
+    return {
+        str(qid): {"query": " ".join(d.query.split()), "calls": d.calls, "mean_ms": d.mean_ms}
+        for qid, d in deltas.items()
+    }
+
+
 def autovacuum_delta(a: list[load.Table], b: list[load.Table]) -> dict[str, Any]:
-    """Autovacuum passes over the tables in the window and their time (PostgreSQL 18+): under
-    a held snapshot they remove nothing and start again, each reading the grown tables whole."""
+    """Autovacuum passes over the tables in the window and their time (PostgreSQL 18+; under a
+    held snapshot they can remove nothing)."""
     before = {t.name: t for t in a}
     passes = sum(t.autovacuums - before[t.name].autovacuums for t in b if t.name in before)
     times = [
@@ -579,7 +581,9 @@ def autovacuum_cell(av: dict[str, Any] | None) -> str:
     return f"{av['passes']}{seconds}"
 
 
-def statement_table(v: dict[str, Any], key: str = "statements", title: str = "worker") -> str:
+def statement_table(
+    v: dict[str, Any], key: str = "statements", title: str = "worker", *, judged: bool = True
+) -> str:
     rows = [
         [
             s["query"][:60],
@@ -588,7 +592,7 @@ def statement_table(v: dict[str, Any], key: str = "statements", title: str = "wo
             s["calls_pinned"],
             load.fmt(s["mean_ms_pinned"], 3),
             load.fmt(s["ratio"], 1, "x"),
-            load.verdict(s["ok"]) if key == "statements" else "",
+            load.verdict(s["ok"]) if judged else "",
         ]
         for s in v[key]
     ]
@@ -714,7 +718,10 @@ def report(result: dict[str, Any]) -> None:
         print()
         print(
             statement_table(
-                result["verdicts"], "producer_statements", "producer's enqueue, information"
+                result["verdicts"],
+                "producer_statements",
+                "producer's enqueue, information",
+                judged=False,
             )
         )
     print()
