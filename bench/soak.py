@@ -252,6 +252,7 @@ def soak(
             producer.finish()
     for s in [first, *samples]:
         s.pop("_statements", None)
+    prune_every = daemon_prune_every(args)
     return {
         "rate": args.rate,
         "achieved_rate": round(producer.achieved_rate(), 1),
@@ -267,8 +268,8 @@ def soak(
         "pickup_p99_growth": load.growth([s["pickup_ms"].get("p99") for s in samples]),
         "retention_deletes": samples[-1]["deleted_total"] - first["deleted_total"],
         "pruned": samples[-1]["pruned_total"] - first["pruned_total"],
-        "prune_every": daemon_prune_every(args),
-        "prune_expected": args.duration >= daemon_prune_every(args),
+        "prune_every": prune_every,
+        "prune_expected": args.duration >= prune_every,
         "checks": checks,
     }
 
