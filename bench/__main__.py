@@ -36,6 +36,7 @@ PARTS = {
     "queue-health": "queue_health",
     "soak": "soak",
     "output": "output",
+    "upgrade": "upgrade",
 }
 
 

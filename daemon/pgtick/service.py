@@ -270,6 +270,9 @@ class Service:
         )
         self._ticker = ticker
         store.sync_job_type_settings(priorities)
+        # Before the first claim: the partitions this daemon's finished runs go to (the
+        # reaper's retention passes keep them ahead from here on).
+        reaper.prune_once()
         ticker.sync()
         ticker.tick()  # READY=1 means the first tick is done
         loops = [

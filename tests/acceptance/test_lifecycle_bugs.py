@@ -86,7 +86,8 @@ def test_prefetched_runs_are_released_on_sigterm_and_nothing_is_claimed_after(
     assert daemon.wait(20) == 0
     rows = conn.execute(
         "SELECT r.id, r.status, r.attempts, array_agg(a.outcome ORDER BY a.id) "
-        "FROM runs r LEFT JOIN attempts a ON a.run_id = r.id GROUP BY r.id ORDER BY r.id"
+        "FROM runs r LEFT JOIN attempts a ON a.run_id = r.id"
+        " GROUP BY r.id, r.status, r.attempts ORDER BY r.id"
     ).fetchall()
     by_id = {r[0]: r[1:] for r in rows}
     for run_id in ids:

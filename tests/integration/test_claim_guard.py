@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pgtick.storage import db, sqlfile
 from pgtick.storage.store import ClaimType, Failure, Lease, NewRun, RunStore
+from tests.integration import plans
 from tests.integration.leases import expire
 
 NOOP = [ClaimType("noop", 60.0, 10)]
@@ -120,6 +121,6 @@ def test_the_cancelled_lease_reaper_reads_only_its_index(conn: db.Connection) ->
     rows = conn.execute(
         b"EXPLAIN " + sqlfile.query("reap_cancelled", "pgtick").as_bytes(None), {"limit": 500}
     ).fetchall()
-    plan = "\n".join(r[0] for r in rows)
+    plan = plans.readable(conn, "\n".join(r[0] for r in rows))
     assert "runs_cancel_lease_idx" in plan, plan
     assert "Seq Scan on runs" not in plan, plan

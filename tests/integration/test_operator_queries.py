@@ -7,13 +7,16 @@ from typing import Any
 import pytest
 
 from pgtick.storage import db, sqlfile
+from tests.integration import plans
 
 ROWS = 200_000
 
 
 def _plan(conn: db.Connection, name: str, params: dict[str, Any]) -> str:
     statement = sqlfile.query(name, conn.schema).as_string(conn)
-    return "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement, params))
+    return plans.readable(
+        conn, "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement, params))
+    )
 
 
 def _listing(**filters: Any) -> dict[str, Any]:
@@ -59,9 +62,9 @@ def big(conn: db.Connection) -> db.Connection:
     [
         ("list_runs", {}, None),
         ("list_runs", {"before": ROWS // 2}, None),
-        # not a walk down the whole primary key
-        ("list_finished_runs", {"statuses": ["dead"]}, "runs_finished_idx"),
-        ("list_finished_runs", {"statuses": ["dead"], "before": ROWS // 2}, "runs_finished_idx"),
+        # the dead runs' own partitions only
+        ("list_finished_runs", {"statuses": ["dead"]}, None),
+        ("list_finished_runs", {"statuses": ["dead"], "before": ROWS // 2}, None),
         ("list_runs", {"statuses": ["queued"]}, None),
         # `runs --type T` for a rare type: its own rows in id order, not the primary key
         # filtered row by row (migration 0004)
@@ -74,7 +77,8 @@ def test_run_listing_is_served_by_an_index(
 ) -> None:
     plan = _plan(big, name, _listing(**filters))
     assert "Seq Scan on runs" not in plan, plan
-    assert "Index" in plan, plan
+    if filters.get("statuses") == ["dead"]:
+        assert "runs_succeeded" not in plan, plan
     if index is not None:
         assert index in plan, plan
 

@@ -260,7 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_runs(sub, common)
     _add_change(sub, common, operations.RETRY)
     _add_change(sub, common, operations.CANCEL)
-    p = add("prune", runs.cmd_prune, "delete old finished runs (and their attempts) in batches")
+    p = add(
+        "prune",
+        runs.cmd_prune,
+        "remove old finished runs and their attempts (whole partitions, then in batches)",
+    )
     p.add_argument(
         "--older-than",
         metavar="WHEN",

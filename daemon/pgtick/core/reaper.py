@@ -25,7 +25,6 @@ from pgtick.core.backoff import Backoff
 from pgtick.core.handlers import JobType
 from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
-from pgtick.observability.progress import Progress
 from pgtick.storage.db import retry_delay
 from pgtick.storage.store import REAP_BATCH_ROWS, RunStore
 
@@ -42,8 +41,6 @@ REAP_MARGIN_SECONDS = 5.0
 # visible after it (a claim whose transaction waited longer than its lease, then its daemon
 # died), or one another reaper held and then failed to reap.
 FULL_REAP_SECONDS = 600.0
-# How often a long retention pass logs its progress.
-PRUNE_PROGRESS_EVERY_SECONDS = 10.0
 WORKER_GONE_AFTER_HEARTBEATS = 10  # a workers row is stale after this many missed beats
 WORKER_REAP_EVERY_SECONDS = 60.0
 
@@ -78,6 +75,8 @@ class Reaper:
         self.stop_event = threading.Event()
         self.alive_at = time.monotonic()
         self.prune_every = prune_interval(retention)
+        # The daemon's start runs the first pass (it creates the partitions finished runs go
+        # to), before any claim.
         self._next_prune = time.monotonic() + self.prune_every
         self._next_worker_reap = time.monotonic()
         self._since: datetime | None = None  # leases that ended before were all looked at
@@ -118,16 +117,18 @@ class Reaper:
         return len(reaped)
 
     def prune_once(self) -> int:
-        """Delete terminal runs older than their status's retention."""
+        """Drop the partitions of terminal runs (and their attempts and output) older than
+        their status's retention, and create those ahead; returns the runs dropped."""
         total = 0
-        for status, seconds in self._retention.by_status().items():
-            # A long pass (a retention just shortened, a backlog of millions) logs its progress
-            # every few seconds; a short one only the count below.
-            progress = Progress(
-                f"retention {status}", None, every=PRUNE_PROGRESS_EVERY_SECONDS, report_short=False
-            )
-            total += self._store.prune(status, seconds, on_batch=progress.advance)
-            progress.finish()
+        for change in self._store.maintain_partitions(self._retention.by_status()):
+            if change.action == "busy":
+                log.info("partition_busy", table=change.table, reason="lock wait, next pass")
+            elif change.action == "created":
+                log.debug("partition_created", table=change.table, moved=change.rows)
+            else:
+                log.info(f"partition_{change.action}", table=change.table, rows=change.rows)
+                if change.table.startswith("runs_"):
+                    total += change.rows
         if total:
             log.info("runs_pruned", count=total)
         return total

@@ -5,15 +5,20 @@ read-only page, the helpers that run one named query, and the database clock.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import psycopg_pool
 
+from pgtick.errors import DatabaseError
 from pgtick.storage import db, sqlfile
 
 Pool = psycopg_pool.ConnectionPool[db.Connection]
+T = TypeVar("T")
+# A write that waited on a row moved meanwhile runs again; more than a couple of moves of one
+# run between two tries means something else is wrong.
+MOVED_ROW_TRIES = 5
 
 
 def set_statement_timeout(conn: db.Connection, seconds: float) -> None:
@@ -54,6 +59,19 @@ class StoreBase:
     def _all(self, operation: str, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         with self._conn(operation) as conn:
             return conn.execute(sqlfile.query(query, conn.schema), params).fetchall()
+
+    def _moving(self, operation: str, write: Callable[[db.Connection], T]) -> T:
+        """Run ``write`` (statements, or a transaction, that change runs' status while they
+        may wait on a row lock), again when the row it waited for was moved to another
+        partition meanwhile (``db.moved_row``); a few times, then the error stands."""
+        for tries in range(1, MOVED_ROW_TRIES + 1):
+            try:
+                with self._conn(operation) as conn:
+                    return write(conn)
+            except DatabaseError as exc:
+                if tries == MOVED_ROW_TRIES or not db.moved_row(exc):
+                    raise
+        raise AssertionError("unreachable")
 
     def now(self) -> datetime:
         """The database clock."""

@@ -74,6 +74,15 @@ def wrap_errors(operation: str) -> Iterator[None]:
         raise DatabaseError(f"{operation}: {describe(exc)}") from exc
 
 
+def moved_row(exc: BaseException) -> bool:
+    """Whether ``exc`` (or the psycopg error a DatabaseError wraps) is the serialization
+    failure PostgreSQL raises in a statement that waited on a run's row lock while another
+    transaction moved the row to another partition (a finish moves it out of runs_live):
+    the statement can run again and sees the row where it is now."""
+    cause = exc.__cause__ if isinstance(exc, DatabaseError) else exc
+    return isinstance(cause, psycopg.errors.SerializationFailure)
+
+
 def connect(dsn: str, schema: str, *, application_name: str = APPLICATION_NAME) -> Connection:
     """A single autocommit connection for pgtick's statements on ``schema``."""
     with wrap_errors("connect"):

@@ -8,11 +8,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from psycopg.types.json import Jsonb
+
 from pgtick.storage import db, sqlfile
 from pgtick.storage.base import StoreBase, set_statement_timeout
 from pgtick.storage.runs import TERMINAL_STATUSES, announce
 
 PRUNE_BATCH_ROWS = 1000
+# How far ahead the terminal runs', attempts' and output's partitions are created: longer than
+# a reader that blocks their creation (pg_dump holds a lock on every table it dumps) is likely
+# to run, so that rows meanwhile still find their partition.
+PARTITIONS_AHEAD_SECONDS = 1800.0
+# A bound on one pass's steps (each creates or drops one partition), far above what a pass
+# needs (a day's retention: a few partitions per parent).
+MAX_PARTITION_STEPS = 10_000
 REAP_BATCH_ROWS = 500
 
 
@@ -22,6 +31,16 @@ class ReapedRun:
     status: str
     job_type: str
     run_at: datetime
+
+
+@dataclass(frozen=True)
+class PartitionChange:
+    """What retention did to one partition: created, dropped, deleted (rows of a DEFAULT
+    partition), or busy (a lock it would have waited for: tried again next time)."""
+
+    action: str
+    table: str
+    rows: int
 
 
 @dataclass(frozen=True)
@@ -129,6 +148,37 @@ class MaintenanceQueries(StoreBase):
             announce(conn, [(r.job_type, r.run_at) for r in done if r.status == "failed"])
         return done
 
+    def maintain_partitions(
+        self,
+        retention: Mapping[str, float],
+        ahead_seconds: float = PARTITIONS_AHEAD_SECONDS,
+        *,
+        delete_default: bool = True,
+    ) -> list[PartitionChange]:
+        """Create the partitions ahead and drop those past ``retention`` (seconds per terminal
+        status; the attempts and output ones only when all four are given), one step per
+        transaction, so that no step holds its locks longer than itself. A parent whose lock
+        could not be had at once ("busy") is left for the next pass. ``delete_default``:
+        also delete the DEFAULT partitions' rows past retention (``prune`` deletes those
+        itself). Returns what changed; nothing when another caller is at it."""
+        changes: list[PartitionChange] = []
+        busy: list[str] = []
+        for _ in range(MAX_PARTITION_STEPS):
+            params = {
+                "retention": Jsonb(dict(retention)),
+                "ahead": ahead_seconds,
+                "skip": busy,
+                "delete_default": delete_default,
+            }
+            rows = self._all("retention", "maintain_partitions", params)
+            if not rows:
+                break
+            action, parent, table, count = rows[0]
+            changes.append(PartitionChange(str(action), str(table), int(count)))
+            if action == "busy":
+                busy.append(str(parent))
+        return changes
+
     def prune(
         self,
         status: str,
@@ -136,8 +186,9 @@ class MaintenanceQueries(StoreBase):
         batch: int = PRUNE_BATCH_ROWS,
         on_batch: Callable[[int], None] | None = None,
     ) -> int:
-        """Delete terminal runs of ``status`` finished longer ago than given, in batches;
-        ``on_batch`` is told each batch's count (progress)."""
+        """Delete terminal runs of ``status`` finished longer ago than given, in batches, with
+        their attempts and output (what ``maintain_partitions`` left: the part of a partition
+        a cutoff splits); ``on_batch`` is told each batch's count (progress)."""
         if status not in TERMINAL_STATUSES:
             raise ValueError(f"only terminal runs are pruned, not {status!r}")
         total = 0

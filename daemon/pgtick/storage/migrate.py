@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import psycopg
 import structlog
 from psycopg import sql
 
@@ -41,6 +42,7 @@ from pgtick.storage import db, sqlfile
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION_MARKER = "-- pgtick: no-transaction"
 STOP_DAEMONS_MARKER = "-- pgtick: stop-daemons"
+PROGRESS_PREFIX = "pgtick progress: "
 # A registered daemon that heartbeated this recently counts as alive for a stop-daemons
 # migration: longer than any heartbeat interval in use (lease / 3 by default), so a live
 # daemon is never missed; a daemon killed within it blocks until then, or --force.
@@ -281,11 +283,20 @@ def _check_daemons_stopped(conn: db.Connection, schema: str, name: str, *, force
     )
 
 
+def _log_progress(notice: psycopg.errors.Diagnostic) -> None:
+    """A long migration's NOTICEs that start with ``PROGRESS_PREFIX`` (rows copied, rate,
+    time left) go to the log, which is the terminal when ``migrate`` runs on one."""
+    message = notice.message_primary or ""
+    if message.startswith(PROGRESS_PREFIX):
+        log.info("migration_progress", progress=message.removeprefix(PROGRESS_PREFIX))
+
+
 def migrate(dsn: str, schema: str, *, force: bool = False) -> list[str]:
     """Apply pending migrations; idempotent and safe to run from many processes at once, on a
     direct connection or through a transaction-mode pooler (see the module docstring).
     ``force`` applies a stop-daemons migration even while daemons are alive."""
     with db.connect_raw(dsn, application_name="pgtick-migrate") as conn, db.wrap_errors("migrate"):
+        conn.add_notice_handler(_log_progress)
         check_privileges(conn, schema)
         pooled = db.behind_pooler(conn, schema)
         with _locked_transaction(conn, schema):

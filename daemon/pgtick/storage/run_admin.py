@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pgtick.storage import sqlfile
+from pgtick.storage import db, sqlfile
 from pgtick.storage.base import StoreBase
 from pgtick.storage.runs import TERMINAL_STATUSES, wake
 
@@ -98,12 +98,16 @@ class RunAdminQueries(StoreBase):
 
     def retry(self, run_ids: Sequence[int]) -> list[int]:
         """failed/dead/cancelled -> queued now; returns the ids that changed."""
-        with self._conn("retry") as conn, conn.transaction():
-            rows = conn.execute(
-                sqlfile.query("retry", conn.schema), {"ids": list(run_ids)}
-            ).fetchall()
-            wake(conn, (row[1] for row in rows))
-        return sorted(row[0] for row in rows)
+
+        def write(conn: db.Connection) -> list[tuple[Any, ...]]:
+            with conn.transaction():
+                rows: list[tuple[Any, ...]] = conn.execute(
+                    sqlfile.query("retry", conn.schema), {"ids": list(run_ids)}
+                ).fetchall()
+                wake(conn, (row[1] for row in rows))
+            return rows
+
+        return sorted(row[0] for row in self._moving("retry", write))
 
     def held_after_cancel(self, run_ids: Sequence[int]) -> list[tuple[int, str, int]]:
         """Cancelled runs among these whose holder has not let go: (id, holder, seconds left
@@ -113,7 +117,12 @@ class RunAdminQueries(StoreBase):
 
     def cancel(self, run_ids: Sequence[int]) -> list[int]:
         """Non-terminal -> cancelled; returns the ids that changed."""
-        return sorted(row[0] for row in self._all("cancel", "cancel", {"ids": list(run_ids)}))
+        params = {"ids": list(run_ids)}
+        rows = self._moving(
+            "cancel",
+            lambda conn: conn.execute(sqlfile.query("cancel", conn.schema), params).fetchall(),
+        )
+        return sorted(row[0] for row in rows)
 
     def get_run(self, run_id: int) -> Run | None:
         rows = self._all("get_run", "get_run", {"id": run_id})

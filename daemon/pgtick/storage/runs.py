@@ -240,21 +240,13 @@ class RunQueries(StoreBase):
             "concurrency_keys": [r.concurrency_key for r in unique],
         }
         with self._conn("enqueue") as conn, conn.transaction():
+            keys = [r.idempotency_key for r in unique]
+            if any(key is not None for key in keys):
+                conn.execute(sqlfile.query("lock_idempotency_keys", conn.schema), {"keys": keys})
             rows = conn.execute(sqlfile.query("enqueue_many", conn.schema), params).fetchall()
-            ids: list[int | None] = [inserted or existing for _, inserted, existing in rows]
-            missing = [unique[i].idempotency_key for i, v in enumerate(ids) if v is None]
-            if missing:
-                found = dict(
-                    conn.execute(
-                        sqlfile.query("run_ids_by_keys", conn.schema), {"keys": missing}
-                    ).fetchall()
-                )
-                ids = [
-                    v if v is not None else found[unique[i].idempotency_key]
-                    for i, v in enumerate(ids)
-                ]
+            ids = [int(inserted or existing) for _, inserted, existing in rows]
             announce(conn, [(r.job_type, r.run_at) for r in unique])
-        return [int(ids[i]) for i in slot]  # type: ignore[arg-type]
+        return [ids[i] for i in slot]
 
     def claim(
         self,
@@ -377,8 +369,7 @@ class RunQueries(StoreBase):
 
     def succeed(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
         """Mark runs succeeded if this worker still holds these claims; returns those it did."""
-        with self._conn("succeed") as conn:
-            return self.succeed_on(conn, worker_id, claims)
+        return self._moving("succeed", lambda conn: self.succeed_on(conn, worker_id, claims))
 
     @staticmethod
     def succeed_on(conn: db.Connection, worker_id: str, claims: Sequence[Claim]) -> set[int]:
@@ -393,8 +384,7 @@ class RunQueries(StoreBase):
         """Record failed attempts: ``failed`` with a retry time, or ``dead``."""
         if not failures:
             return []
-        with self._conn("fail") as conn:
-            return self._fail_on(conn, worker_id, failures)
+        return self._moving("fail", lambda conn: self._fail_on(conn, worker_id, failures))
 
     def finish(
         self, worker_id: str, succeeded: Sequence[Claim], failures: Sequence[Failure]
@@ -403,7 +393,8 @@ class RunQueries(StoreBase):
         written and the batch can be retried as it is: one statement when the batch holds
         one kind (atomic by itself, no BEGIN/COMMIT round trips), else one transaction.
         Returns what the lease guard let through: the succeeded ids and the failures."""
-        with self._conn("complete") as conn:
+
+        def write(conn: db.Connection) -> tuple[set[int], list[FailResult]]:
             if succeeded and failures:
                 with conn.transaction():
                     done = self.succeed_on(conn, worker_id, succeeded)
@@ -411,6 +402,8 @@ class RunQueries(StoreBase):
             if failures:
                 return set(), self._fail_on(conn, worker_id, failures)
             return self.succeed_on(conn, worker_id, succeeded), []
+
+        return self._moving("complete", write)
 
     @staticmethod
     def _fail_on(
@@ -434,22 +427,32 @@ class RunQueries(StoreBase):
         """Give held runs back (queued, attempt not counted); returns those released."""
         if not claims:
             return set()
-        with self._conn("release") as conn, conn.transaction():
-            rows = conn.execute(
-                sqlfile.query("release", conn.schema), _claims(worker_id, claims)
-            ).fetchall()
-            # Given back with their old run_at, behind every claimer's lower bound: announce
-            # each type's earliest (claimers lower their bounds to it, no scan from the start),
-            # and wake idle daemons that handle them.
-            announce(conn, [(job_type, run_at) for _, job_type, run_at in rows])
-        return {row[0] for row in rows}
+
+        def write(conn: db.Connection) -> list[tuple[Any, ...]]:
+            with conn.transaction():
+                rows = conn.execute(
+                    sqlfile.query("release", conn.schema), _claims(worker_id, claims)
+                ).fetchall()
+                # Given back with their old run_at, behind every claimer's lower bound:
+                # announce each type's earliest (claimers lower their bounds to it, no scan
+                # from the start), and wake idle daemons that handle them.
+                announce(conn, [(job_type, run_at) for _, job_type, run_at in rows])
+            return rows
+
+        return {row[0] for row in self._moving("release", write)}
 
     def acknowledge_cancel(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
         """Let go of held runs an operator cancelled, now that their handlers have stopped;
         returns those that were cancelled and held by these claims."""
         if not claims:
             return set()
-        rows = self._all("acknowledge_cancel", "acknowledge_cancel", _claims(worker_id, claims))
+        params = _claims(worker_id, claims)
+        rows = self._moving(
+            "acknowledge_cancel",
+            lambda conn: conn.execute(
+                sqlfile.query("acknowledge_cancel", conn.schema), params
+            ).fetchall(),
+        )
         return {row[0] for row in rows}
 
     @staticmethod

@@ -238,6 +238,7 @@ class ScheduleQueries(StoreBase):
     def backfill_schedule(self, name: str, occurrences: Sequence[datetime]) -> list[int]:
         """Create runs for past occurrences that have none; returns the new ids."""
         with self._conn("backfill") as conn, conn.transaction():
+            conn.execute(sqlfile.query("lock_schedule", conn.schema), {"name": name})
             rows = conn.execute(
                 sqlfile.query("backfill_schedule", conn.schema),
                 {"name": name, "occurrences": list(occurrences)},

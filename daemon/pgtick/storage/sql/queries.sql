@@ -4,6 +4,10 @@
 -- value is never interpolated): no statement depends on a connection's search_path, which a
 -- transaction-mode pooler (PgBouncer) does not keep from one transaction to the next. Literal
 -- braces are doubled ('{{}}' is an empty JSON object).
+--
+-- runs is partitioned by status (migration 0010): a statement on the hot path names the
+-- statuses it reads or writes, even where the other conditions imply them, so that the
+-- planner reads runs_live (or runs_cancelled) only instead of every terminal partition.
 
 -- db_now --
 -- The database clock; every time comparison uses it, never a daemon's clock (clocks on VMs
@@ -24,10 +28,18 @@ SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key
 SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s,
                         %(priority)s, %(concurrency_key)s);
 
+-- lock_idempotency_keys --
+-- The transaction-level advisory locks of the batch's idempotency keys, in key order (as
+-- enqueue() takes them, one at a time): what keeps a key unique across runs' partitions.
+-- Taken in a statement of their own, so the insert after them sees every run committed
+-- with one of these keys meanwhile.
+SELECT count(pg_advisory_xact_lock({schema}.key_lock(k)))
+FROM (SELECT DISTINCT k FROM unnest(%(keys)s::text[]) AS k WHERE k IS NOT NULL ORDER BY k) AS s;
+
 -- enqueue_many --
--- Many runs in one statement. Ids are drawn first so that each input row maps back to its
--- run; rows whose idempotency key already exists insert nothing and come back with NULL
--- (the caller then looks those keys up).
+-- Many runs in one statement, after lock_idempotency_keys. Ids are drawn first so that each
+-- input row maps back to its run; rows whose idempotency key already exists insert nothing
+-- and come back with the existing run's id.
 WITH input AS (
     SELECT i.*, nextval(pg_get_serial_sequence({runs_table}, 'id')) AS new_id
     FROM unnest(%(job_types)s::text[], %(payloads)s::jsonb[], %(run_ats)s::timestamptz[],
@@ -44,8 +56,9 @@ WITH input AS (
            concurrency_key
     FROM input
     LEFT JOIN {schema}.job_type_settings s ON s.job_type = input.job_type
+    WHERE input.idempotency_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM {schema}.runs r WHERE r.idempotency_key = input.idempotency_key)
     ORDER BY ord
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 )
 SELECT input.ord, inserted.id, existing.id
@@ -61,10 +74,6 @@ INSERT INTO {schema}.job_type_settings (job_type, priority)
 SELECT * FROM unnest(%(job_types)s::text[], %(priorities)s::int[])
 ON CONFLICT (job_type) DO UPDATE SET priority = excluded.priority, updated_at = now()
 WHERE job_type_settings.priority IS DISTINCT FROM excluded.priority;
-
--- run_ids_by_keys --
--- Existing runs for idempotency keys (after a conflict with a concurrent enqueue).
-SELECT idempotency_key, id FROM {schema}.runs WHERE idempotency_key = ANY(%(keys)s::text[]);
 
 -- listen --
 -- The LISTEN connection subscribes to the channel named after the schema (enqueue NOTIFYs it
@@ -117,7 +126,7 @@ WITH types AS (
                          %(lows)s::timestamptz[])
         AS t(job_type, lease, max_attempts, low)
 ), candidates AS (
-    SELECT c.id, c.priority, c.run_at
+    SELECT t.job_type, c.id, c.priority, c.run_at
     FROM types t
     CROSS JOIN LATERAL (
         SELECT * FROM (
@@ -149,7 +158,7 @@ WITH types AS (
         LIMIT %(limit)s
     ) c
 ), picked AS (
-    SELECT id, priority, run_at FROM candidates ORDER BY priority DESC, run_at, id
+    SELECT job_type, id, priority, run_at FROM candidates ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
 ), claimed AS (
     UPDATE {schema}.runs r
@@ -160,8 +169,11 @@ WITH types AS (
         max_attempts = coalesce(r.max_attempts, t.max_attempts),
         started_at = now(),
         updated_at = now()
-    FROM picked, types t
-    WHERE r.id = picked.id AND t.job_type = r.job_type
+    -- Each row by its id: the job type comes with it, and the statuses are the live
+    -- partition's, not the claim index's, so the planner cannot read that index (from the
+    -- start of the type) instead of the id's when its statistics show the partition small.
+    FROM picked JOIN types t ON t.job_type = picked.job_type
+    WHERE r.id = picked.id AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
               r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until
 ), opened AS (
@@ -190,6 +202,7 @@ held AS (
     SELECT r.job_type, coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]) AS ckey
     FROM types t
     JOIN {schema}.runs r ON r.job_type = t.job_type AND r.locked_by IS NOT NULL
+                          AND r.status IN ('running', 'cancelled')
     WHERE t.max_running IS NOT NULL OR t.per_key IS NOT NULL
 ), held_type AS (
     SELECT job_type, count(*) AS n FROM held GROUP BY job_type
@@ -302,7 +315,7 @@ WITH types AS (
                                    ORDER BY c.priority DESC, c.run_at, c.id) AS key_rank
     FROM candidates c
 ), picked AS (
-    SELECT k.id, k.ckey, k.priority, k.run_at
+    SELECT k.job_type, k.id, k.ckey, k.priority, k.run_at
     FROM keyed k
     JOIN types t ON t.job_type = k.job_type
     LEFT JOIN held_key hk ON hk.job_type = k.job_type AND hk.ckey = k.ckey
@@ -321,8 +334,11 @@ WITH types AS (
         max_attempts = coalesce(r.max_attempts, t.max_attempts),
         started_at = statement_timestamp(),
         updated_at = statement_timestamp()
-    FROM picked, types t
-    WHERE r.id = picked.id AND t.job_type = r.job_type
+    -- Each row by its id: the job type comes with it, and the statuses are the live
+    -- partition's, not the claim index's, so the planner cannot read that index (from the
+    -- start of the type) instead of the id's when its statistics show the partition small.
+    FROM picked JOIN types t ON t.job_type = picked.job_type
+    WHERE r.id = picked.id AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
               r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until
 ), opened AS (
@@ -472,7 +488,7 @@ WITH alive AS (
     UPDATE {schema}.runs r
     SET locked_until = now() + make_interval(secs => m.lease)
     FROM mine m
-    WHERE r.id = m.id
+    WHERE r.id = m.id AND r.status IN ('running', 'cancelled')
     RETURNING r.id, r.status
 )
 SELECT ARRAY(SELECT id FROM held WHERE status = 'running'), EXISTS (SELECT 1 FROM alive),
@@ -487,17 +503,18 @@ SELECT ARRAY(SELECT id FROM held WHERE status = 'running'), EXISTS (SELECT 1 FRO
 -- only for the attempt it claimed, so that a result of an earlier claim never lands on a
 -- later claim of the same run by the same daemon. Returns those finished.
 -- A run this worker holds is `running`, or `cancelled` and not let go of yet (nothing else
--- keeps locked_by), so "not cancelled" means running here. Said that way on purpose: the
--- planner cannot serve it from runs_lease_idx, which statistics taken while a backlog was
--- still queued show as empty when it is full of dead entries of runs finished since (each
--- statement then walked them all); it takes each claim by the primary key instead.
+-- keeps locked_by), so "in the live partition" (queued, running, failed) means running here.
+-- Said that way on purpose: the planner reads runs_live only, and cannot serve it from
+-- runs_lease_idx, which statistics taken while a backlog was still queued show as empty when
+-- it is full of dead entries of runs finished since (each statement then walked them all);
+-- it takes each claim by id instead.
 WITH done AS (
     UPDATE {schema}.runs r
     SET status = 'succeeded', locked_by = NULL, locked_until = NULL,
         finished_at = now(), updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
     WHERE r.id = c.id AND r.attempts = c.attempt AND r.locked_by = %(worker_id)s
-      AND r.status <> 'cancelled'
+      AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.attempts
 ), closed AS (
     UPDATE {schema}.attempts a
@@ -509,7 +526,7 @@ SELECT id FROM done;
 
 -- fail --
 -- Finish runs as failed (retry at now() + delay) or dead (delay NULL, or attempts exhausted),
--- guarded by the claim (as succeed, "not cancelled" meaning running). The short error goes
+-- guarded by the claim (as succeed, "in the live partition" meaning running). The short error goes
 -- to the run, the bounded detail to the attempt.
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
@@ -527,7 +544,7 @@ WITH input AS (
         locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM input f
     WHERE r.id = f.id AND r.attempts = f.attempt AND r.locked_by = %(worker_id)s
-      AND r.status <> 'cancelled'
+      AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.attempts, r.status, r.run_at, f.detail, f.error_type
 ), closed AS (
     UPDATE {schema}.attempts a
@@ -540,14 +557,15 @@ SELECT id, status, run_at FROM done;
 
 -- release --
 -- Give runs back unfinished (shutdown, or claimed ahead and not started): queued again, the
--- attempt not counted. Guarded by the claim (as succeed, "not cancelled" meaning running).
+-- attempt not counted. Guarded by the claim (as succeed, "in the live partition" meaning
+-- running).
 WITH done AS (
     UPDATE {schema}.runs r
     SET status = 'queued', attempts = r.attempts - 1,
         locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
     WHERE r.id = c.id AND r.attempts = c.attempt AND r.locked_by = %(worker_id)s
-      AND r.status <> 'cancelled'
+      AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.attempts + 1 AS attempt, r.job_type, r.run_at
 ), closed AS (
     UPDATE {schema}.attempts a
@@ -590,7 +608,7 @@ WITH expired AS (
     UPDATE {schema}.runs r
     SET locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM expired e
-    WHERE r.id = e.id
+    WHERE r.id = e.id AND r.status = 'cancelled'
     RETURNING r.id, r.attempts, e.locked_until AS lease_end
 ), closed AS (
     UPDATE {schema}.attempts a
@@ -659,7 +677,7 @@ WITH picked AS (
         max_attempts = CASE WHEN r.max_attempts IS NOT NULL AND r.attempts >= r.max_attempts
                             THEN r.attempts + 1 ELSE r.max_attempts END
     FROM picked p
-    WHERE r.id = p.id
+    WHERE r.id = p.id AND r.status IN ('failed', 'dead', 'cancelled')
     RETURNING r.id, r.job_type, r.attempts, p.locked_until AS lease_end
 ), closed AS (
     UPDATE {schema}.attempts a
@@ -688,10 +706,17 @@ SET status = 'cancelled', finished_at = now(), updated_at = now()
 WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('queued', 'running', 'failed')
 RETURNING id;
 
+-- maintain_partitions --
+-- One step of retention and of the partitions ahead (the function, in migration 0010, says
+-- how), in a transaction of its own: what it created, dropped or deleted, and the rows.
+SELECT action, parent, table_name, row_count
+FROM {schema}.maintain_partitions(%(retention)s, %(ahead)s, %(skip)s, %(delete_default)s);
+
 -- prune --
--- Delete up to %(batch)s terminal runs of one status finished before the cutoff; their
--- attempt rows go with them (ON DELETE CASCADE), their output (no foreign key) in the same
--- statement. Called in a loop until it deletes fewer than a batch; returns how many runs.
+-- `pgtick prune` after maintain_partitions dropped the partitions wholly past the cutoff: the
+-- rest of the cutoff, exact, as rows. Deletes up to %(batch)s terminal runs of one status
+-- finished before it, with their attempts and output. Called in a loop until it deletes
+-- fewer than a batch; returns how many runs.
 WITH victims AS (
     SELECT id FROM {schema}.runs
     WHERE status = %(status)s
@@ -700,6 +725,8 @@ WITH victims AS (
     FOR UPDATE SKIP LOCKED
 ), gone AS (
     DELETE FROM {schema}.runs r USING victims v WHERE r.id = v.id RETURNING r.id
+), attempts AS (
+    DELETE FROM {schema}.attempts a USING gone g WHERE a.run_id = g.id
 ), output AS (
     DELETE FROM {schema}.output_chunks o USING gone g WHERE o.run_id = g.id
 )
@@ -824,8 +851,10 @@ SET paused = true, paused_reason = 'invalid', paused_detail = %(detail)s, next_d
 WHERE id = %(id)s;
 
 -- materialize --
--- Insert a schedule's occurrences (ON CONFLICT DO NOTHING: the same result however many
--- daemons tick) and move its cursor and its next_due_at in the same transaction. With overlap = skip an
+-- Insert a schedule's occurrences that have no run yet (a backfill may have made one) and
+-- move its cursor and its next_due_at in the same transaction, under the schedule's row lock
+-- (lock_due_schedules): every writer of occurrences holds it, which keeps an occurrence to
+-- one run across runs' partitions, however many daemons tick. With overlap = skip an
 -- occurrence is recorded as skipped when an earlier run is still queued, running or
 -- failed-awaiting-retry, and only the last of a catch-up batch is queued.
 WITH occ AS (
@@ -846,8 +875,10 @@ WITH occ AS (
                 THEN 'skipped' ELSE 'queued' END,
            CASE WHEN %(skip)s AND (busy.busy OR occ.ord < occ.total) THEN now() END
     FROM occ, busy
+    WHERE NOT EXISTS (SELECT 1 FROM {schema}.runs r
+                      WHERE r.schedule_id = %(schedule_id)s
+                        AND r.scheduled_for = occ.scheduled_for)
     ORDER BY occ.ord
-    ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
     RETURNING status
 ), moved AS (
     UPDATE {schema}.schedules SET materialized_until = %(until)s, next_due_at = %(next_due_at)s
@@ -859,7 +890,7 @@ SELECT status, count(*) FROM inserted GROUP BY status;
 -- Every schedule with its latest run and latest success, for `pgtick schedules`. The latest
 -- run is the latest occurrence (by scheduled_for, not by id: a backfill creates old occurrences
 -- after newer ones), or a triggered run (no occurrence) made after it. Each branch is one
--- backward probe of runs_schedule_occurrence_key (schedule_id, scheduled_for).
+-- backward probe of runs_schedule_occurrence_idx (schedule_id, scheduled_for) per partition.
 SELECT s.id, s.name, s.job_type, s.cron, s.timezone, s.paused, s.paused_reason,
        s.paused_detail, s.overlap, s.catchup, s.materialized_until,
        last.status, last.scheduled_for, last.finished_at, ok.finished_at
@@ -913,15 +944,21 @@ INSERT INTO {schema}.runs (schedule_id, job_type, payload, max_attempts, priorit
 SELECT id, job_type, payload, max_attempts, priority FROM {schema}.schedules WHERE name = %(name)s
 RETURNING id, job_type;
 
+-- lock_schedule --
+-- A schedule's row lock, which every writer of its occurrences holds (see materialize).
+SELECT id FROM {schema}.schedules WHERE name = %(name)s FOR UPDATE;
+
 -- backfill_schedule --
--- Create runs for given past occurrences; existing occurrences are left alone. The cursor and
--- next_due_at do not move: backfill is behind the cursor, the ticker ahead of it.
+-- Create runs for given past occurrences, after lock_schedule; existing occurrences are left
+-- alone. The cursor and next_due_at do not move: backfill is behind the cursor, the ticker
+-- ahead of it.
 INSERT INTO {schema}.runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts,
                            priority)
 SELECT s.id, o.t, s.job_type, s.payload, now(), s.max_attempts, s.priority
-FROM {schema}.schedules s, unnest(%(occurrences)s::timestamptz[]) AS o(t)
+FROM {schema}.schedules s, (SELECT DISTINCT t FROM unnest(%(occurrences)s::timestamptz[]) AS t) AS o
 WHERE s.name = %(name)s
-ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+  AND NOT EXISTS (SELECT 1 FROM {schema}.runs r WHERE r.schedule_id = s.id AND r.scheduled_for = o.t)
+ORDER BY o.t
 RETURNING id, job_type;
 
 -- migrations_unlock --
@@ -1065,9 +1102,14 @@ SELECT /* pgtick_metrics_snapshot */
            ORDER BY xid_age DESC
            LIMIT 5) AS oldest),
     pg_has_role('pg_read_all_stats', 'USAGE'),
-    (SELECT coalesce(json_agg(json_build_array(c.relname, pg_stat_get_dead_tuples(c.oid))), '[]')
-     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-     WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p'));
+    -- Dead tuples per table, a partitioned one's summed over its partitions (one series per
+    -- table, however many partitions retention creates and drops).
+    (SELECT coalesce(json_agg(json_build_array(t.relname, t.dead)), '[]')
+     FROM (SELECT root.relname, sum(pg_stat_get_dead_tuples(c.oid))::bigint AS dead
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           JOIN pg_class root ON root.oid = coalesce(pg_partition_root(c.oid), c.oid)
+           WHERE n.nspname = %(schema)s AND c.relkind = 'r'
+           GROUP BY root.relname) AS t);
 
 -- claim_terminal_counts_refresh --
 -- Take the right to recount terminal runs if the counts are older than %(max_age)s seconds;
@@ -1248,13 +1290,14 @@ LEFT JOIN pg_namespace n ON n.nspname = %(schema)s;
 
 -- grants --
 -- What the daemon's and the CLI's role needs, and nothing more: no CREATE, no ownership
--- (`pgtick grants ROLE` prints it; migrations run as the schema owner). Attempt rows go
--- with their run through ON DELETE CASCADE, which runs as the table owner, so attempts needs
--- no DELETE. runs_id_seq: enqueue_many draws ids with nextval before inserting. EXECUTE on
--- enqueue is PostgreSQL's default for PUBLIC; granted here so a locked-down database works.
+-- (`pgtick grants ROLE` prints it; migrations run as the schema owner). `pgtick prune`
+-- deletes the runs, attempts and output a cutoff splits from their partition. runs_id_seq: enqueue_many draws ids with nextval before inserting; the claim
+-- draws attempts' ids from attempts_id_seq. EXECUTE on enqueue is PostgreSQL's default for
+-- PUBLIC; granted here so a locked-down database works. maintain_partitions creates and drops
+-- partitions as the tables' owner (SECURITY DEFINER): retention without DDL rights.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.runs TO {role};
-GRANT SELECT, INSERT, UPDATE ON {schema}.attempts TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.attempts TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.schedules TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
 GRANT SELECT, INSERT ON {schema}.effects TO {role};
@@ -1265,6 +1308,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.output_chunks TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.rate_starts TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_type_settings TO {role};
 GRANT USAGE ON SEQUENCE {schema}.runs_id_seq TO {role};
+GRANT USAGE ON SEQUENCE {schema}.attempts_id_seq TO {role};
+GRANT SELECT ON {schema}.partitions TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.maintain_partitions(jsonb, float8, text[], boolean)
+    TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, timestamptz, text, integer, integer, text)
     TO {role};
 

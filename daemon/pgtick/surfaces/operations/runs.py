@@ -328,10 +328,10 @@ def prune(
     dry_run: bool = False,
     progress_stream: TextIO | None = None,
 ) -> Pruned:
-    """Delete terminal runs finished longer ago than ``older_than`` (default: each status's
-    retention), in bounded batches; attempt rows go with them. Each status's deletion reports
-    its progress (rows, rate, time left) to the log and, if it is a terminal, to
-    ``progress_stream``."""
+    """Remove terminal runs finished longer ago than ``older_than`` (default: each status's
+    retention), with their attempts and output: the partitions wholly past the cutoff are
+    dropped, the rest deleted in bounded batches. Each status's deletion reports its progress
+    (rows, rate, time left) to the log and, if it is a terminal, to ``progress_stream``."""
     wanted = check_statuses(statuses, TERMINAL_STATUSES) if statuses else TERMINAL_STATUSES
     cutoffs = retention.by_status()
     if older_than is not None:
@@ -350,12 +350,18 @@ def prune(
     if dry_run:
         counts = {status: store.count_prunable(status, age) for status, age in used.items()}
         return Pruned(used, counts, dry_run)
+    # Whole partitions first (no row is deleted), then the rows of those a cutoff splits.
+    dropped = dict.fromkeys(used, 0)
+    for change in store.maintain_partitions(used, delete_default=False):
+        status = change.table.removeprefix("runs_").partition("_")[0]
+        if change.action in ("dropped", "deleted") and change.table.startswith("runs_"):
+            dropped[status] = dropped.get(status, 0) + change.rows
     counts = {}
     for status, age in used.items():
         progress = Progress(
             f"prune {status}", store.count_prunable(status, age), stream=progress_stream
         )
-        counts[status] = store.prune(status, age, on_batch=progress.advance)
+        counts[status] = dropped[status] + store.prune(status, age, on_batch=progress.advance)
         progress.finish()
     return Pruned(used, counts, dry_run)
 

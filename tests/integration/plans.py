@@ -1,0 +1,48 @@
+"""Query plans as the tests read them, on partitioned tables (migration 0010): a partition's
+index is named by the partitioned index it belongs to (``runs_live_job_type_priority_..._idx``
+reads as ``runs_claim_idx``), and the scans of partitions that hold few rows are left out (the
+planner reads a small table sequentially, which costs a few pages and says nothing about the
+statement's cost on a large one)."""
+
+from __future__ import annotations
+
+import re
+
+from pgtick.storage import db
+
+_SCANNED = re.compile(r" on (\w+)")
+# A partition with fewer rows is read sequentially when the planner likes (a few pages).
+SMALL_ROWS = 1000
+
+
+def readable(conn: db.Connection, plan: str) -> str:
+    """``plan`` (EXPLAIN's text) as described above."""
+    roots = dict(
+        conn.execute(
+            "SELECT c.relname::text, r.relname::text FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " JOIN pg_class r ON r.oid = pg_partition_root(c.oid)"
+            " WHERE n.nspname = current_schema() AND c.relkind = 'i' AND c.relispartition"
+        ).fetchall()
+    )
+    lines = []
+    for line in plan.splitlines():
+        scanned = _SCANNED.search(line)
+        if scanned and "Scan" in line and _small_partition(conn, scanned.group(1)):
+            continue
+        lines.append(re.sub(r"\b\w+\b", lambda m: roots.get(m.group(0), m.group(0)), line))
+    return "\n".join(lines)
+
+
+def _small_partition(conn: db.Connection, name: str) -> bool:
+    row = conn.execute(
+        "SELECT relispartition FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = current_schema() AND c.relname = %s AND c.relkind = 'r'",
+        [name],
+    ).fetchone()
+    if row is None or not row[0]:
+        return False
+    found = conn.execute(
+        f'SELECT count(*) FROM (SELECT 1 FROM "{name}" LIMIT {SMALL_ROWS}) AS s'
+    ).fetchone()
+    return found is not None and found[0] < SMALL_ROWS
