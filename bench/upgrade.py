@@ -43,8 +43,8 @@ SEED_RUNS = """
 INSERT INTO runs (job_type, payload, idempotency_key, status, run_at, attempts, max_attempts,
                   locked_by, locked_until, last_error, error_type, started_at, finished_at,
                   created_at, updated_at)
-SELECT 'job' || g % 7, jsonb_build_object('n', g),
-       CASE WHEN g % 10 = 0 THEN 'key-' || g END,
+SELECT 'job' || g %% 7, jsonb_build_object('n', g),
+       CASE WHEN g %% 10 = 0 THEN 'key-' || g END,
        s.status, t, CASE WHEN s.status IN ('queued', 'skipped') THEN 0 ELSE 1 END, 3,
        CASE WHEN s.status = 'running' THEN 'old-daemon' END,
        CASE WHEN s.status = 'running' THEN now() + interval '1 minute' END,
@@ -58,7 +58,7 @@ FROM generate_series(1, %(runs)s) g
 CROSS JOIN LATERAL (SELECT now() - interval '14 days' * (1 - g::float8 / %(runs)s) AS t) AS w
 JOIN (SELECT status, sum(n) OVER (ORDER BY ord) - n AS lo, sum(n) OVER (ORDER BY ord) AS hi
       FROM unnest(%(statuses)s::text[], %(counts)s::int[]) WITH ORDINALITY AS m(status, n, ord)
-     ) AS s ON g % 1000 >= s.lo AND g % 1000 < s.hi
+     ) AS s ON g %% 1000 >= s.lo AND g %% 1000 < s.hi
 """
 SEED_ATTEMPTS = """
 INSERT INTO attempts (run_id, attempt, worker_id, started_at, finished_at, outcome, error,
@@ -138,7 +138,8 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         elapsed = time.monotonic() - started
         if done.returncode != 0:
             raise common.BenchError(f"migrate failed: {common.tail(done.stderr)}", 1)
-        progress = [line for line in done.stderr.splitlines() if "migration_progress" in line]
+        # On a pipe, migrate writes no progress line (a terminal gets one, rewritten).
+        progress = [line for line in done.stderr.splitlines() if "progress" in line]
         after = census(dsn)
     kept = before == after
     result = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from pgtick.errors import MigrationError
 from pgtick.storage import db, migrate
@@ -132,7 +133,11 @@ def test_upgrade_from_0005_keeps_every_row(empty_dsn: str, monkeypatch: pytest.M
     # ago without deregistering (killed), which the operator forces past.
     with pytest.raises(MigrationError, match="0010_partition_runs"):
         migrate.migrate(empty_dsn, "pgtick")
-    applied = migrate.migrate(empty_dsn, "pgtick", force=True)
+    with capture_logs() as logs:
+        applied = migrate.migrate(empty_dsn, "pgtick", force=True)
+    # The copy reports its progress per table (rows, rate, time left; on a terminal too).
+    copied = {(e["what"], e["done"]) for e in logs if e["event"] == "progress" and e["final"]}
+    assert copied == {("migrate runs", 11), ("migrate attempts", 12)}, logs
     assert applied == [f"{m.version}_{m.name}" for m in shipped if m.version >= "0010"]
 
     with dbhelp.connect(empty_dsn) as conn:

@@ -39,7 +39,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     cfg = context.begin(args)
-    applied = operations.migrate(context.dsn(args, cfg), cfg.database.schema, force=args.force)
+    applied = operations.migrate(
+        context.dsn(args, cfg), cfg.database.schema, force=args.force, progress_stream=sys.stderr
+    )
     if applied:
         for name in applied:
             print(f"applied {name}")

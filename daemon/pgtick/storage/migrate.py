@@ -31,12 +31,14 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TextIO
 
 import psycopg
 import structlog
 from psycopg import sql
 
 from pgtick.errors import MigrationError, SchemaOutdatedError, UsageError
+from pgtick.observability.progress import Progress
 from pgtick.storage import db, sqlfile
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -283,20 +285,38 @@ def _check_daemons_stopped(conn: db.Connection, schema: str, name: str, *, force
     )
 
 
-def _log_progress(notice: psycopg.errors.Diagnostic) -> None:
-    """A long migration's NOTICEs that start with ``PROGRESS_PREFIX`` (rows copied, rate,
-    time left) go to the log, which is the terminal when ``migrate`` runs on one."""
-    message = notice.message_primary or ""
-    if message.startswith(PROGRESS_PREFIX):
-        log.info("migration_progress", progress=message.removeprefix(PROGRESS_PREFIX))
+class _CopyProgress:
+    """A long migration's NOTICEs ``PROGRESS_PREFIX TABLE DONE TOTAL`` as the progress of each
+    table's copy: rows done, rate and time left in the log, and on ``stream`` when it is a
+    terminal (as `pgtick prune` shows its own)."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self._stream = stream
+        self._tables: dict[str, Progress] = {}
+
+    def __call__(self, notice: psycopg.errors.Diagnostic) -> None:
+        message = notice.message_primary or ""
+        if not message.startswith(PROGRESS_PREFIX):
+            return
+        table, done, total = message.removeprefix(PROGRESS_PREFIX).split()
+        progress = self._tables.get(table)
+        if progress is None:
+            progress = Progress(f"migrate {table}", int(total), stream=self._stream)
+            self._tables[table] = progress
+        progress.advance(int(done) - progress.done)
+        if int(done) >= int(total):
+            progress.finish()
 
 
-def migrate(dsn: str, schema: str, *, force: bool = False) -> list[str]:
+def migrate(
+    dsn: str, schema: str, *, force: bool = False, progress_stream: TextIO | None = None
+) -> list[str]:
     """Apply pending migrations; idempotent and safe to run from many processes at once, on a
     direct connection or through a transaction-mode pooler (see the module docstring).
-    ``force`` applies a stop-daemons migration even while daemons are alive."""
+    ``force`` applies a stop-daemons migration even while daemons are alive. A migration that
+    copies rows reports its progress (the log; ``progress_stream`` if it is a terminal)."""
     with db.connect_raw(dsn, application_name="pgtick-migrate") as conn, db.wrap_errors("migrate"):
-        conn.add_notice_handler(_log_progress)
+        conn.add_notice_handler(_CopyProgress(progress_stream))
         check_privileges(conn, schema)
         pooled = db.behind_pooler(conn, schema)
         with _locked_transaction(conn, schema):

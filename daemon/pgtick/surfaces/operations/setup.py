@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import TextIO
 
 from pgtick.config import Config
 from pgtick.core import handlers
@@ -26,10 +27,13 @@ def open_store(dsn: str, schema: str) -> Iterator[RunStore]:
         store.pool.close()
 
 
-def migrate(dsn: str, schema: str, *, force: bool = False) -> list[str]:
+def migrate(
+    dsn: str, schema: str, *, force: bool = False, progress_stream: TextIO | None = None
+) -> list[str]:
     """Apply pending migrations (as the schema owner); the names of those applied. ``force``
-    applies one that needs every daemon stopped while some still heartbeat."""
-    return migrations.migrate(dsn, schema, force=force)
+    applies one that needs every daemon stopped while some still heartbeat; a long copy shows
+    its progress on ``progress_stream`` if it is a terminal."""
+    return migrations.migrate(dsn, schema, force=force, progress_stream=progress_stream)
 
 
 def grants_sql(role: str, schema: str, *, monitor: bool = False) -> str:

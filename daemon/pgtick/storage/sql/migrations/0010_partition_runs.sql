@@ -25,8 +25,8 @@
 -- foreign key from attempts to runs goes for the same reason (retention drops both).
 --
 -- Daemons of earlier versions must be stopped: they would read and write the renamed tables
--- (migrate refuses while any heartbeats; docs/operations.md: Rolling deploy). The copy reports
--- its progress as NOTICEs, which `pgtick migrate` shows and logs.
+-- (migrate refuses while any heartbeats; docs/operations: Rolling deploy). The copy reports its
+-- progress as NOTICEs, which `pgtick migrate` shows and logs.
 
 ALTER TABLE runs RENAME TO runs_0009;
 ALTER TABLE attempts RENAME TO attempts_0009;
@@ -150,7 +150,8 @@ BEGIN
 END;
 $$;
 
--- The copy, in batches of ids, each reported (rows moved, rate, time left).
+-- The copy, in batches of ids, each reported as a NOTICE "pgtick progress: TABLE DONE TOTAL"
+-- (`migrate` shows rows copied, rate and time left).
 DO $$
 DECLARE
     tbl text;
@@ -160,21 +161,18 @@ DECLARE
     hi bigint;
     top bigint;
     n bigint;
-    started timestamptz := clock_timestamp();
-    elapsed float8;
     batch constant bigint := 200000;
 BEGIN
     FOREACH tbl IN ARRAY ARRAY['runs', 'attempts', 'output_chunks'] LOOP
         EXECUTE format('SELECT count(*) FROM %I', tbl || '_0009') INTO total;
         IF tbl = 'output_chunks' THEN
             EXECUTE 'INSERT INTO output_chunks SELECT * FROM output_chunks_0009';
-            RAISE NOTICE 'pgtick progress: % % of % rows copied', tbl, total, total;
+            RAISE NOTICE 'pgtick progress: % % %', tbl, total, total;
             CONTINUE;
         END IF;
         EXECUTE format('SELECT coalesce(min(id), 1), coalesce(max(id), 0) FROM %I',
                        tbl || '_0009') INTO lo, top;
         done := 0;
-        started := clock_timestamp();
         WHILE lo <= top LOOP
             hi := lo + batch;
             IF tbl = 'runs' THEN
@@ -197,10 +195,7 @@ BEGIN
             GET DIAGNOSTICS n = ROW_COUNT;
             done := done + n;
             lo := hi;
-            elapsed := extract(epoch FROM clock_timestamp() - started);
-            RAISE NOTICE 'pgtick progress: % % of % rows copied, % rows/s, % s left',
-                tbl, done, total, round(done / greatest(elapsed, 0.001)),
-                round((total - done) * elapsed / greatest(done, 1));
+            RAISE NOTICE 'pgtick progress: % % %', tbl, done, total;
         END LOOP;
     END LOOP;
     PERFORM setval('runs_id_seq', greatest(
