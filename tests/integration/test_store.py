@@ -379,3 +379,36 @@ def test_a_heartbeat_skips_a_run_locked_elsewhere_instead_of_waiting(
     assert all(after[i] > before[i] for i in free)
     # Once the lock is gone, the next beat renews it like the others.
     assert store.heartbeat("w", [Lease(i, 1, 60.0) for i in ids]).held == set(ids)
+
+
+def test_a_result_that_waited_on_a_run_another_transaction_moved_is_written_again(
+    store: RunStore, dsn: str
+) -> None:
+    """runs is partitioned by status: an operator's cancel moves a running run from runs_live
+    to runs_cancelled. A result written meanwhile waits on the row lock, and PostgreSQL then
+    fails it with SQLSTATE 40001 (the row moved to another partition); the store writes it
+    again and finds the run cancelled: nothing written, no error, the cancel stands."""
+    run_id = store.enqueue(NewRun("noop"))
+    [claimed] = store.claim("w", NOOP, 1)
+    results: list[object] = []
+    with psycopg.connect(dsn) as operator:
+        operator.execute(
+            "UPDATE pgtick.runs SET status = 'cancelled', finished_at = now() WHERE id = %s",
+            [run_id],
+        )
+        writing = threading.Thread(
+            target=lambda: results.append(store.succeed("w", [(run_id, claimed.attempt)]))
+        )
+        writing.start()
+        writing.join(1)
+        assert writing.is_alive()  # waiting on the operator's row lock
+        operator.commit()
+        writing.join(10)
+    assert results == [set()]  # written again, and the guard found the run cancelled
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT status, tableoid::regclass::text, locked_by FROM pgtick.runs WHERE id = %s",
+            [run_id],
+        ).fetchone()
+    assert row is not None and row[:2] == ("cancelled", "pgtick.runs_cancelled_default")
+    assert row[2] == "w"  # still held: the daemon lets go once its handler stopped
