@@ -138,8 +138,6 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         elapsed = time.monotonic() - started
         if done.returncode != 0:
             raise common.BenchError(f"migrate failed: {common.tail(done.stderr)}", 1)
-        # On a pipe, migrate writes no progress line (a terminal gets one, rewritten).
-        progress = [line for line in done.stderr.splitlines() if "progress" in line]
         after = census(dsn)
     kept = before == after
     result = {
@@ -149,8 +147,6 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         "migrate_seconds": round(elapsed, 1),
         "runs_per_second": round(args.runs / elapsed),
         "rows_kept": kept,
-        "progress_lines": len(progress),
-        "last_progress": progress[-1] if progress else None,
     }
     record.results = result
     print(
@@ -168,7 +164,5 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
             ],
         )
     )
-    for line in progress[-3:]:
-        print(line)
     if not kept:
         raise common.BenchError(f"rows differ: before {before}, after {after}", 1)

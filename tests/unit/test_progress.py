@@ -88,22 +88,3 @@ def test_nothing_on_a_pipe_and_nothing_for_nothing_done() -> None:
         Progress("prune skipped", 0, stream=pipe, clock=clock).finish()
     assert pipe.getvalue() == ""
     assert [(e["what"], e["final"]) for e in logs] == [("prune dead", False), ("prune dead", True)]
-
-
-def test_a_short_pass_reports_nothing_when_asked_so() -> None:
-    clock = Clock()
-    with capture_logs() as logs:
-        quick = Progress("retention succeeded", None, every=10.0, clock=clock, report_short=False)
-        clock.now += 1
-        quick.advance(1000)
-        quick.finish()
-        long = Progress("retention dead", None, every=10.0, clock=clock, report_short=False)
-        clock.now += 11
-        long.advance(50_000)
-        clock.now += 1
-        long.advance(1000)
-        long.finish()
-    assert [(e["what"], e["done"], e["final"]) for e in logs] == [
-        ("retention dead", 50_000, False),
-        ("retention dead", 51_000, True),
-    ]

@@ -127,7 +127,7 @@ class Reaper:
                 log.debug("partition_created", table=change.table, moved=change.rows)
             else:
                 log.info(f"partition_{change.action}", table=change.table, rows=change.rows)
-                if change.table.startswith("runs_"):
+                if change.status is not None:
                     total += change.rows
         if total:
             log.info("runs_pruned", count=total)

@@ -1,5 +1,5 @@
-"""Progress of a long operation (``pgtick prune``, the daemon's retention): rows done, rate and
-time left, reported at most once per period and once at the end.
+"""Progress of a long operation (``pgtick prune``, ``pgtick migrate``'s copy): rows done, rate
+and time left, reported at most once per period and once at the end.
 
 Every report is a ``progress`` log event (the daemon's JSON log; the CLI's log with
 ``--debug``); on a terminal it is also one line rewritten in place on the given stream, so an
@@ -35,9 +35,7 @@ def _duration(seconds: float) -> str:
 
 
 class Progress:
-    """Counts rows of ``what`` done out of ``total`` (None: unknown, no time left shown).
-    ``report_short=False``: an operation that ended within the first period reports nothing
-    (the daemon's retention pass, which logs its own count)."""
+    """Counts rows of ``what`` done out of ``total`` (None: unknown, no time left shown)."""
 
     def __init__(
         self,
@@ -47,7 +45,6 @@ class Progress:
         stream: TextIO | None = None,
         every: float = REPORT_EVERY_SECONDS,
         clock: Callable[[], float] = time.monotonic,
-        report_short: bool = True,
     ) -> None:
         self.what = what
         self.total = total
@@ -57,8 +54,6 @@ class Progress:
         self._clock = clock
         self._started = clock()
         self._last_report = self._started
-        self._reported = False
-        self._report_short = report_short
 
     @property
     def rate(self) -> float:
@@ -97,13 +92,11 @@ class Progress:
             self._report(final=False)
 
     def finish(self) -> None:
-        """The closing report, unless nothing was done (or, ``report_short=False``, the
-        operation ended before the first periodic report)."""
-        if self._reported or (self.done and self._report_short):
+        """The closing report, unless nothing was done."""
+        if self.done:
             self._report(final=True)
 
     def _report(self, *, final: bool) -> None:
-        self._reported = True
         left = self.seconds_left
         log.info(
             "progress",

@@ -39,8 +39,15 @@ class PartitionChange:
     partition), or busy (a lock it would have waited for: tried again next time)."""
 
     action: str
+    parent: str  # runs_succeeded, ..., attempts_ended, output_chunks
     table: str
     rows: int
+
+    @property
+    def status(self) -> str | None:
+        """The terminal status whose runs the partition held; None for attempts and output."""
+        status = self.parent.removeprefix("runs_")
+        return status if status in TERMINAL_STATUSES else None
 
 
 @dataclass(frozen=True)
@@ -162,21 +169,22 @@ class MaintenanceQueries(StoreBase):
         also delete the DEFAULT partitions' rows past retention (``prune`` deletes those
         itself). Returns what changed; nothing when another caller is at it."""
         changes: list[PartitionChange] = []
-        busy: list[str] = []
+        busy: list[str] = []  # the parents to skip, sent with every step
+        params = {
+            "retention": Jsonb(dict(retention)),
+            "ahead": ahead_seconds,
+            "skip": busy,
+            "delete_default": delete_default,
+        }
         for _ in range(MAX_PARTITION_STEPS):
-            params = {
-                "retention": Jsonb(dict(retention)),
-                "ahead": ahead_seconds,
-                "skip": busy,
-                "delete_default": delete_default,
-            }
             rows = self._all("retention", "maintain_partitions", params)
             if not rows:
                 break
             action, parent, table, count = rows[0]
-            changes.append(PartitionChange(str(action), str(table), int(count)))
-            if action == "busy":
-                busy.append(str(parent))
+            change = PartitionChange(str(action), str(parent), str(table), int(count))
+            changes.append(change)
+            if change.action == "busy":
+                busy.append(change.parent)
         return changes
 
     def prune(

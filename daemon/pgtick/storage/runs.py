@@ -230,18 +230,18 @@ class RunQueries(StoreBase):
                 first_by_key[key] = len(unique)
             slot.append(len(unique))
             unique.append(run)
+        keys = [r.idempotency_key for r in unique]
         params = {
             "job_types": [r.job_type for r in unique],
             "payloads": [Jsonb(dict(r.payload) if r.payload is not None else {}) for r in unique],
             "run_ats": [r.run_at for r in unique],
-            "keys": [r.idempotency_key for r in unique],
+            "keys": keys,
             "max_attempts": [r.max_attempts for r in unique],
             "priorities": [r.priority for r in unique],
             "concurrency_keys": [r.concurrency_key for r in unique],
         }
         with self._conn("enqueue") as conn, conn.transaction():
-            keys = [r.idempotency_key for r in unique]
-            if any(key is not None for key in keys):
+            if first_by_key:  # some run has a key
                 conn.execute(sqlfile.query("lock_idempotency_keys", conn.schema), {"keys": keys})
             rows = conn.execute(sqlfile.query("enqueue_many", conn.schema), params).fetchall()
             ids = [int(inserted or existing) for _, inserted, existing in rows]

@@ -526,8 +526,8 @@ SELECT id FROM done;
 
 -- fail --
 -- Finish runs as failed (retry at now() + delay) or dead (delay NULL, or attempts exhausted),
--- guarded by the claim (as succeed, "in the live partition" meaning running). The short error goes
--- to the run, the bounded detail to the attempt.
+-- guarded by the claim (as succeed, "in the live partition" meaning running). The short
+-- error goes to the run, the bounded detail to the attempt.
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
                          %(error_types)s::text[], %(details)s::text[], %(delays)s::float8[])
@@ -955,9 +955,11 @@ SELECT id FROM {schema}.schedules WHERE name = %(name)s FOR UPDATE;
 INSERT INTO {schema}.runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts,
                            priority)
 SELECT s.id, o.t, s.job_type, s.payload, now(), s.max_attempts, s.priority
-FROM {schema}.schedules s, (SELECT DISTINCT t FROM unnest(%(occurrences)s::timestamptz[]) AS t) AS o
+FROM {schema}.schedules s,
+     (SELECT DISTINCT t FROM unnest(%(occurrences)s::timestamptz[]) AS t) AS o
 WHERE s.name = %(name)s
-  AND NOT EXISTS (SELECT 1 FROM {schema}.runs r WHERE r.schedule_id = s.id AND r.scheduled_for = o.t)
+  AND NOT EXISTS (SELECT 1 FROM {schema}.runs r
+                  WHERE r.schedule_id = s.id AND r.scheduled_for = o.t)
 ORDER BY o.t
 RETURNING id, job_type;
 
@@ -1291,8 +1293,9 @@ LEFT JOIN pg_namespace n ON n.nspname = %(schema)s;
 -- grants --
 -- What the daemon's and the CLI's role needs, and nothing more: no CREATE, no ownership
 -- (`pgtick grants ROLE` prints it; migrations run as the schema owner). `pgtick prune`
--- deletes the runs, attempts and output a cutoff splits from their partition. runs_id_seq: enqueue_many draws ids with nextval before inserting; the claim
--- draws attempts' ids from attempts_id_seq. EXECUTE on enqueue is PostgreSQL's default for
+-- deletes the runs, attempts and output a cutoff splits from their partition. runs_id_seq:
+-- enqueue_many draws ids with nextval before inserting; the claim draws attempts' ids from
+-- attempts_id_seq. EXECUTE on enqueue is PostgreSQL's default for
 -- PUBLIC; granted here so a locked-down database works. maintain_partitions creates and drops
 -- partitions as the tables' owner (SECURITY DEFINER): retention without DDL rights.
 GRANT USAGE ON SCHEMA {schema} TO {role};

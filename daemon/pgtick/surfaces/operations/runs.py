@@ -353,9 +353,8 @@ def prune(
     # Whole partitions first (no row is deleted), then the rows of those a cutoff splits.
     dropped = dict.fromkeys(used, 0)
     for change in store.maintain_partitions(used, delete_default=False):
-        status = change.table.removeprefix("runs_").partition("_")[0]
-        if change.action in ("dropped", "deleted") and change.table.startswith("runs_"):
-            dropped[status] = dropped.get(status, 0) + change.rows
+        if change.action == "dropped" and change.status is not None:
+            dropped[change.status] += change.rows
     counts = {}
     for status, age in used.items():
         progress = Progress(
