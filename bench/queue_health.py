@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import re
 import signal
@@ -453,10 +454,22 @@ def window_figures(
 
 
 def statement_figures(deltas: dict[int, load.StatementDelta]) -> dict[str, dict[str, Any]]:
-    """A window's statements by queryid: text (whitespace folded), calls, mean time."""
+    """A window's statements by their text (whitespace folded): calls, mean time. Keyed by
+    text, not queryid: PostgreSQL can count one statement under a second queryid from some
+    point of a run on (seen with the finish, about 20 s into a pin), and a statement matched
+    by queryid alone then drops out of the comparison with its baseline."""
+    merged: dict[str, tuple[int, float]] = {}
+    for d in deltas.values():
+        text = " ".join(d.query.split())
+        calls, total = merged.get(text, (0, 0.0))
+        merged[text] = (calls + d.calls, total + d.total_ms)
     return {
-        str(qid): {"query": " ".join(d.query.split()), "calls": d.calls, "mean_ms": d.mean_ms}
-        for qid, d in deltas.items()
+        hashlib.sha1(text.encode()).hexdigest()[:16]: {
+            "query": text,
+            "calls": calls,
+            "mean_ms": total / calls,
+        }
+        for text, (calls, total) in merged.items()
     }
 
 
@@ -486,7 +499,7 @@ def statement_ratios(
         judged = b["calls"] >= min_calls and p["calls"] >= min_calls
         out.append(
             {
-                "queryid": qid,
+                "statement": qid,
                 "query": b["query"],
                 "calls_baseline": b["calls"],
                 "calls_pinned": p["calls"],

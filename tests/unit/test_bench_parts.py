@@ -198,10 +198,30 @@ def test_the_bars_compare_the_last_pinned_window_with_the_baseline() -> None:
     assert v["pickup_p99_ok"] is True  # 2.8x and 17 ms < 50 ms
     assert v["claim_per_run_ratio"] == pytest.approx(2.75) and v["claim_per_run_ok"] is True
     # Statement 2 rose 9x but has too few calls to be judged.
-    assert [(s["queryid"], s["ok"]) for s in v["statements"]] == [("2", None), ("1", True)]
+    assert [(s["statement"], s["ok"]) for s in v["statements"]] == [("2", None), ("1", True)]
     assert v["statements_ok"] is True and v["worst_statement_ratio"] == pytest.approx(2.5)
     assert v["nothing_left_behind"] is True
     assert v["pickup_p99_growth"] == pytest.approx(17.0 / 7.0) and v["pickup_p99_flat"] is False
+
+
+def test_one_statement_counted_under_two_queryids_is_compared_as_one() -> None:
+    """PostgreSQL can count a statement under a new queryid part-way through a run (seen
+    with the finish under a pin): its windows must still meet their baseline by text."""
+    finish = "WITH done AS ( UPDATE runs r\n  SET status = $1 ... ) SELECT id FROM done"
+    base = load.StatementDelta(finish, 100, 30.0, 400)
+    early = load.StatementDelta(" ".join(finish.split()), 40, 28.0, 160)
+    later = load.StatementDelta(finish, 60, 150.0, 240)
+    before = queue_health.statement_figures({1: base})
+    after = queue_health.statement_figures({1: early, 2: later})
+    assert list(after) == list(before)  # one statement, same key
+    [figures] = after.values()
+    assert figures["calls"] == 100 and figures["mean_ms"] == pytest.approx(1.78)
+    rows = [
+        window("baseline", False, 1.0, 40.0, before),
+        window("pin", True, 1.0, 40.0, after),
+    ]
+    [ratio] = queue_health.verdicts(rows, {"ok": True}, min_calls=10)["statements"]
+    assert ratio["ratio"] == pytest.approx(1.78 / 0.3) and ratio["ok"] is False
 
 
 def test_a_pickup_p99_over_50_ms_fails_even_below_3x() -> None:
