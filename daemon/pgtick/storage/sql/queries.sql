@@ -16,6 +16,10 @@
 -- finished since; ANALYZE then shows them nearly empty, and the join alone let the planner
 -- read a whole index for a batch of ten (the finish grew from 0.3 to 25 ms a call over a
 -- 15-minute pin). The list makes each row one index descent, whatever the statistics say.
+-- For the same reason the holder's guard reads `locked_by IS NOT DISTINCT FROM %(worker_id)s`
+-- (the same test for a worker id, never NULL): `locked_by = ...` implies runs_held_idx's
+-- predicate (locked_by IS NOT NULL), and the planner then read that whole index, which a
+-- held snapshot fills with an entry for every claim since, instead of the ids'.
 
 -- db_now --
 -- The database clock; every time comparison uses it, never a daemon's clock (clocks on VMs
@@ -492,7 +496,7 @@ WITH alive AS (
     SELECT r.id, h.lease
     FROM {schema}.runs r JOIN given h ON r.id = h.id
     WHERE r.id = ANY(%(ids)s::bigint[])
-      AND r.attempts = h.attempt AND r.locked_by = %(worker_id)s
+      AND r.attempts = h.attempt AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('running', 'cancelled')
     FOR UPDATE OF r SKIP LOCKED
 ), held AS (
@@ -508,7 +512,7 @@ SELECT ARRAY(SELECT id FROM held WHERE status = 'running'), EXISTS (SELECT 1 FRO
              WHERE r.id = ANY(%(ids)s::bigint[]) AND r.status = 'cancelled'),
        ARRAY(SELECT r.id FROM {schema}.runs r JOIN given h ON r.id = h.id
              WHERE r.id = ANY(%(ids)s::bigint[])
-               AND r.attempts = h.attempt AND r.locked_by = %(worker_id)s
+               AND r.attempts = h.attempt AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
                AND r.status = 'running' AND r.id NOT IN (SELECT id FROM mine));
 
 -- succeed --
@@ -526,7 +530,8 @@ WITH done AS (
     SET status = 'succeeded', locked_by = NULL, locked_until = NULL,
         finished_at = now(), updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
-    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.id = c.id AND r.attempts = c.attempt AND r.locked_by = %(worker_id)s
+    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.id = c.id AND r.attempts = c.attempt
+      AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.attempts
 ), closed AS (
@@ -557,7 +562,8 @@ WITH input AS (
         last_error = f.error, error_type = f.error_type,
         locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM input f
-    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.id = f.id AND r.attempts = f.attempt AND r.locked_by = %(worker_id)s
+    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.id = f.id AND r.attempts = f.attempt
+      AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.attempts, r.status, r.run_at, f.detail, f.error_type
 ), closed AS (
@@ -579,7 +585,8 @@ WITH done AS (
     SET status = 'queued', attempts = r.attempts - 1,
         locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
-    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.id = c.id AND r.attempts = c.attempt AND r.locked_by = %(worker_id)s
+    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.id = c.id AND r.attempts = c.attempt
+      AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.attempts + 1 AS attempt, r.job_type, r.run_at
 ), closed AS (
@@ -599,7 +606,8 @@ WITH done AS (
     UPDATE {schema}.runs r
     SET locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
-    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.id = c.id AND r.attempts = c.attempt AND r.locked_by = %(worker_id)s
+    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.id = c.id AND r.attempts = c.attempt
+      AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status = 'cancelled'
     RETURNING r.id, r.attempts
 ), closed AS (
@@ -667,7 +675,8 @@ WITH input AS (
         error_type = 'lease_expired',
         locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM input f
-    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.id = f.id AND r.status = 'running' AND r.locked_until < now()
+    WHERE r.id = ANY(%(ids)s::bigint[])
+      AND r.id = f.id AND r.status = 'running' AND r.locked_until < now()
     RETURNING r.id, r.attempts, r.status, r.job_type, r.run_at
 ), closed AS (
     UPDATE {schema}.attempts a
@@ -1360,7 +1369,8 @@ SELECT r.id, r.attempts, %(started_at)s, c.seq,
 FROM {schema}.runs r,
      unnest(%(seqs)s::int[], %(lines)s::jsonb[], %(omitted)s::bigint[])
          WITH ORDINALITY AS c(seq, lines, omitted, ord)
-WHERE r.id = %(run_id)s AND r.attempts = %(attempt)s AND r.locked_by = %(worker_id)s
+WHERE r.id = %(run_id)s AND r.attempts = %(attempt)s
+  AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
   AND r.status IN ('running', 'cancelled')
 ON CONFLICT (run_id, attempt, seq, attempt_started_at) DO UPDATE
 SET lines = excluded.lines, omitted_bytes = excluded.omitted_bytes, at = excluded.at
