@@ -181,12 +181,11 @@ WITH types AS (
         max_attempts = coalesce(r.max_attempts, t.max_attempts),
         started_at = now(),
         updated_at = now()
-    -- Each row by its id, given to the index as a list (see the top of this file): the job
-    -- type comes with it, and the statuses are the live partition's, not the claim index's,
-    -- so the planner cannot read that index (from the start of the type) instead.
+    -- Each row by its id: the job type comes with it, and the statuses are the live
+    -- partition's, not the claim index's, so the planner cannot read that index (from the
+    -- start of the type) instead of the id's when its statistics show the partition small.
     FROM picked JOIN types t ON t.job_type = picked.job_type
-    WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
-      AND r.id = picked.id AND r.status IN ('queued', 'running', 'failed')
+    WHERE r.id = picked.id AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
               r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until
 ), opened AS (
@@ -347,12 +346,11 @@ WITH types AS (
         max_attempts = coalesce(r.max_attempts, t.max_attempts),
         started_at = statement_timestamp(),
         updated_at = statement_timestamp()
-    -- Each row by its id, given to the index as a list (see the top of this file): the job
-    -- type comes with it, and the statuses are the live partition's, not the claim index's,
-    -- so the planner cannot read that index (from the start of the type) instead.
+    -- Each row by its id: the job type comes with it, and the statuses are the live
+    -- partition's, not the claim index's, so the planner cannot read that index (from the
+    -- start of the type) instead of the id's when its statistics show the partition small.
     FROM picked JOIN types t ON t.job_type = picked.job_type
-    WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
-      AND r.id = picked.id AND r.status IN ('queued', 'running', 'failed')
+    WHERE r.id = picked.id AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
               r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until
 ), opened AS (
@@ -1028,8 +1026,8 @@ VALUES (%(version)s, %(name)s, %(sha256)s);
 -- job_type_stats --
 -- Per job type, on the database clock: exact counts of the non-terminal states and of runs
 -- gone dead in the last 24 h (the operator's status, the metrics, the console). It reads only
--- active rows (the partial index runs_schedule_active_idx covers exactly them) and recent
--- dead ones (runs_finished_idx), so its cost does not grow with the finished rows kept.
+-- active rows (runs_live, the partition of those statuses) and recent dead ones
+-- (runs_finished_idx), so its cost does not grow with the finished rows kept.
 WITH per_type AS (
     SELECT job_type,
            count(*) FILTER (WHERE status IN ('queued', 'failed') AND run_at <= now()) AS due,
@@ -1057,7 +1055,7 @@ ORDER BY job_type;
 -- Everything the database-derived metrics show, in one statement (the metrics collector
 -- sends it at most once per cache period; the comment below lets tests and operators find it
 -- in pg_stat_statements and pg_stat_activity). Non-terminal counts are exact and read only
--- active rows (runs_schedule_active_idx); terminal counts come from terminal_run_counts;
+-- active rows (runs_live); terminal counts come from terminal_run_counts;
 -- a schedule's last success uses runs_schedule_success_idx. %(names)s / %(due_at)s give,
 -- per configured schedule, the occurrence that should have started by now (NULL: none);
 -- due_started says whether a run for it started (or was deliberately skipped or cancelled),
