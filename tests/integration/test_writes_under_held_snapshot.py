@@ -1,11 +1,15 @@
-"""The holder's writes (succeed, fail, heartbeat) cost what their batch costs while another
-session holds a snapshot: each finds its rows by the ids it was given, never by walking
-runs_live or attempts_open, where the held snapshot keeps a dead version of every run
-claimed and finished since. Under a pin, ANALYZE sees those tables nearly empty and the
-planner was free to read the whole attempts_open index for a batch of ten; the finish then
-grew linearly with the pin (``bench queue-health --pin 900``: 0.3 -> 25 ms a call), and in
-its generic plan, once prepared, it read the whole runs_held_idx, which its guard on
-locked_by made usable and the pin fills with an entry for every claim since."""
+"""The statements of the hot path (claim, next-due probe, succeed, fail, heartbeat) cost what
+their batch costs while another session holds a snapshot: each finds its rows by the ids it
+was given or by the claim index from the claimer's bound, never by walking runs_live or
+attempts_open, where the held snapshot keeps a dead version of every run claimed and
+finished since. Under a pin, ANALYZE sees those tables nearly empty (a few live rows in
+many pages), and the planner was free to read the whole attempts_open index for a batch of
+ten (the finish grew linearly with the pin, ``bench queue-health --pin 900``: 0.3 -> 25 ms a
+call), to scan attempts_open for each finished run, to read the id index from end to end as
+the outer side of the claim's join, and the lease index for the heartbeat's
+``status = 'running'`` (caught with auto_explain under ``bench queue-health``). Each plan is
+taken as the daemon sends the statement (after planner_hints, base.by_index): planned for
+the values, and as a prepared statement's generic plan."""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from pgtick.storage import db, sqlfile
 from pgtick.storage.store import ClaimType, Failure, Lease, NewRun, RunStore
 
 NOOP = [ClaimType("noop", 60.0, 10)]
-HISTORY = 4000  # runs claimed and finished under the pin: dead versions kept by it
+HISTORY = 20000  # runs claimed and finished under the pin: dead versions kept by it
 BATCH = 10
 # A lookup by id reads a few pages per run; the plan this test guards against read one page
 # per dead version (about HISTORY of them).
@@ -50,6 +54,7 @@ def most_buffers(
     a daemon runs once psycopg has prepared the statement (its sixth execution on)."""
     text = sqlfile.query(name, conn.schema).as_string(conn)
     with conn.transaction(force_rollback=True):
+        conn.execute(sqlfile.query("planner_hints", conn.schema))
         if generic:
             names = list(dict.fromkeys(_PARAM.findall(text)))
             numbered = _PARAM.sub(lambda m: f"${names.index(m.group(1)) + 1}", text)
@@ -71,29 +76,32 @@ def most_buffers(
     return max(counts), plan
 
 
-def test_finish_and_heartbeat_read_only_their_batch_while_a_snapshot_is_held(
+def test_hot_path_reads_only_its_batch_while_a_snapshot_is_held(
     store: RunStore, conn: db.Connection, pin: None
 ) -> None:
     store.enqueue_many([NewRun("noop") for _ in range(HISTORY)])
     while claimed := store.claim("w", NOOP, 500):
         store.finish("w", [(r.id, r.attempt) for r in claimed], [])
-    # What autovacuum does meanwhile: it can remove nothing, and its statistics show the
-    # tables nearly empty.
+    store.enqueue_many([NewRun("noop") for _ in range(2 * BATCH)])
+    held = store.claim("w", NOOP, BATCH)
+    assert len(held) == BATCH
+    # What autovacuum does meanwhile, with a batch running and one queued: it can remove
+    # nothing, and its statistics show a few live rows in tables of thousands of versions.
     conn.execute("VACUUM (ANALYZE) runs_live")
     conn.execute("VACUUM (ANALYZE) attempts_open")
     dead = conn.execute(
         "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'attempts_open'"
     ).fetchone()
     assert dead is not None and dead[0] >= HISTORY  # the snapshot keeps every old version
-
-    store.enqueue_many([NewRun("noop") for _ in range(BATCH)])
-    held = store.claim("w", NOOP, BATCH)
-    assert len(held) == BATCH
+    low = min(r.run_at for r in held)  # the claimer's bound: past every run consumed
     ids = [r.id for r in held]
     attempts = [r.attempt for r in held]
     claims = {"worker_id": "w", "ids": ids, "attempts": attempts}
     failures = [Failure(r.id, r.attempt, "boom", "ValueError", "detail", 5.0) for r in held]
+    types = {"job_types": ["noop"], "leases": [60.0], "max_attempts": [10]}
     for name, params in [
+        ("claim", types | {"worker_id": "w", "lows": [low], "limit": BATCH}),
+        ("next_due", {"job_types": ["noop"], "lows": [low]}),
         ("succeed", claims),
         ("heartbeat", claims | {"leases": [60.0] * BATCH}),
         (

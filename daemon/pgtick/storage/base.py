@@ -29,6 +29,16 @@ def set_statement_timeout(conn: db.Connection, seconds: float) -> None:
     )
 
 
+def by_index(conn: db.Connection, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """Run a statement of the hot path (claim, finish, heartbeat, probes) with the planner held
+    to index paths: ``planner_hints`` and the statement go in one pipeline, one round trip,
+    and the hints last as long as the statement's transaction (the implicit one that ends at
+    the pipeline's sync, or the caller's). Why: the header of queries.sql."""
+    with conn.pipeline():
+        conn.execute(sqlfile.query("planner_hints", conn.schema))
+        return conn.execute(sqlfile.query(name, conn.schema), params).fetchall()
+
+
 class StoreBase:
     """A pool, or one connection of it pinned; the aggregates' query classes build on this."""
 
@@ -59,6 +69,13 @@ class StoreBase:
     def _all(self, operation: str, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         with self._conn(operation) as conn:
             return conn.execute(sqlfile.query(query, conn.schema), params).fetchall()
+
+    def _by_index(
+        self, operation: str, query: str, params: Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        """``_all`` for a statement of the hot path (``by_index``)."""
+        with self._conn(operation) as conn:
+            return by_index(conn, query, params)
 
     def _moving(self, operation: str, write: Callable[[db.Connection], T]) -> T:
         """Run ``write`` (statements, or a transaction, that change runs' status while they

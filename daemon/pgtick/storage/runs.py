@@ -14,7 +14,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgtick.storage import db, sqlfile
-from pgtick.storage.base import StoreBase, set_statement_timeout
+from pgtick.storage.base import StoreBase, by_index, set_statement_timeout
 
 TERMINAL_STATUSES = ("succeeded", "dead", "cancelled", "skipped")
 ACTIVE_STATUSES = ("queued", "running", "failed")
@@ -272,14 +272,14 @@ class RunQueries(StoreBase):
         }
         limited = [t.job_type for t in types if t.limited]
         if not limited:
-            return [ClaimedRun(*row) for row in self._all("claim", "claim", params)]
+            return [ClaimedRun(*row) for row in self._by_index("claim", "claim", params)]
         params |= _limit_params(types)
         with self._conn("claim") as conn, conn.transaction():
             conn.execute(
                 sqlfile.query("claim_limit_lock", conn.schema),
                 {"job_types": limited, "lock_prefix": f"pgtick.limit.{conn.schema}."},
             )
-            rows = conn.execute(sqlfile.query("claim_limited", conn.schema), params).fetchall()
+            rows = by_index(conn, "claim_limited", params)
         return [ClaimedRun(*row) for row in rows]
 
     def flow_state(
@@ -335,7 +335,7 @@ class RunQueries(StoreBase):
         each type's lower bound as ``claim``."""
         lows = lows or {}
         params = {"job_types": list(job_types), "lows": [lows.get(t) for t in job_types]}
-        rows = self._all("next_due", "next_due", params)
+        rows = self._by_index("next_due", "next_due", params)
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def behind_bounds(
@@ -351,7 +351,7 @@ class RunQueries(StoreBase):
             "lows": [lows[t] for t in types],
             "froms": [froms[t] for t in types],
         }
-        rows = self._all("keyset_probe", "behind_bounds", params)
+        rows = self._by_index("keyset_probe", "behind_bounds", params)
         return {str(job_type): run_at for job_type, run_at in rows}
 
     def heartbeat(self, worker_id: str, leases: Sequence[Lease]) -> Beat:
@@ -364,20 +364,28 @@ class RunQueries(StoreBase):
             "attempts": [lease.attempt for lease in leases],
             "leases": [lease.seconds for lease in leases],
         }
-        [(held, registered, cancelled, busy)] = self._all("heartbeat", "heartbeat", params)
+        [(held, registered, cancelled, busy)] = self._by_index("heartbeat", "heartbeat", params)
         return Beat(set(held), bool(registered), set(cancelled), set(busy))
 
     def succeed(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
         """Mark runs succeeded if this worker still holds these claims; returns those it did."""
-        return self._moving("succeed", lambda conn: self.succeed_on(conn, worker_id, claims))
+        return self._moving(
+            "succeed", lambda conn: self.succeed_on(conn, worker_id, claims, hinted=True)
+        )
 
     @staticmethod
-    def succeed_on(conn: db.Connection, worker_id: str, claims: Sequence[Claim]) -> set[int]:
-        """``succeed`` on a given connection (inside a handler's transaction)."""
+    def succeed_on(
+        conn: db.Connection, worker_id: str, claims: Sequence[Claim], *, hinted: bool = False
+    ) -> set[int]:
+        """``succeed`` on a given connection: inside a handler's transaction, or ``hinted``
+        (``by_index``) on pgtick's own, where the planner hints cannot outlast pgtick's
+        statements."""
+        params = _claims(worker_id, claims)
         with db.wrap_errors("succeed"):
-            rows = conn.execute(
-                sqlfile.query("succeed", conn.schema), _claims(worker_id, claims)
-            ).fetchall()
+            if hinted:
+                rows = by_index(conn, "succeed", params)
+            else:
+                rows = conn.execute(sqlfile.query("succeed", conn.schema), params).fetchall()
         return {row[0] for row in rows}
 
     def fail(self, worker_id: str, failures: Sequence[Failure]) -> list[FailResult]:
@@ -397,11 +405,11 @@ class RunQueries(StoreBase):
         def write(conn: db.Connection) -> tuple[set[int], list[FailResult]]:
             if succeeded and failures:
                 with conn.transaction():
-                    done = self.succeed_on(conn, worker_id, succeeded)
+                    done = self.succeed_on(conn, worker_id, succeeded, hinted=True)
                     return done, self._fail_on(conn, worker_id, failures)
             if failures:
                 return set(), self._fail_on(conn, worker_id, failures)
-            return self.succeed_on(conn, worker_id, succeeded), []
+            return self.succeed_on(conn, worker_id, succeeded, hinted=True), []
 
         return self._moving("complete", write)
 
@@ -419,9 +427,7 @@ class RunQueries(StoreBase):
             "delays": [f.retry_in_seconds for f in failures],
         }
         with db.wrap_errors("fail"):
-            return [
-                FailResult(*row) for row in conn.execute(sqlfile.query("fail", conn.schema), params)
-            ]
+            return [FailResult(*row) for row in by_index(conn, "fail", params)]
 
     def release(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
         """Give held runs back (queued, attempt not counted); returns those released."""
@@ -430,9 +436,7 @@ class RunQueries(StoreBase):
 
         def write(conn: db.Connection) -> list[tuple[Any, ...]]:
             with conn.transaction():
-                rows = conn.execute(
-                    sqlfile.query("release", conn.schema), _claims(worker_id, claims)
-                ).fetchall()
+                rows = by_index(conn, "release", _claims(worker_id, claims))
                 # Given back with their old run_at, behind every claimer's lower bound:
                 # announce each type's earliest (claimers lower their bounds to it, no scan
                 # from the start), and wake idle daemons that handle them.
@@ -449,9 +453,7 @@ class RunQueries(StoreBase):
         params = _claims(worker_id, claims)
         rows = self._moving(
             "acknowledge_cancel",
-            lambda conn: conn.execute(
-                sqlfile.query("acknowledge_cancel", conn.schema), params
-            ).fetchall(),
+            lambda conn: by_index(conn, "acknowledge_cancel", params),
         )
         return {row[0] for row in rows}
 

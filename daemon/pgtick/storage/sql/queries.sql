@@ -9,18 +9,32 @@
 -- statuses it reads or writes, even where the other conditions imply them, so that the
 -- planner reads runs_live (or runs_cancelled) only instead of every terminal partition.
 --
--- A statement that writes rows it knows by id also gives the index their ids as a list
--- (`r.id = ANY(%(ids)s)`, or `ANY(ARRAY(SELECT id FROM done))` for the rows an earlier CTE
--- wrote), besides what pairs each row with its input (a join; succeed, by its position in
--- the lists). Under a snapshot held
--- elsewhere, runs_live and attempts_open keep a dead version of every run claimed and
--- finished since; ANALYZE then shows them nearly empty, and the join alone let the planner
--- read a whole index for a batch of ten (the finish grew from 0.3 to 25 ms a call over a
--- 15-minute pin). The list makes each row one index descent, whatever the statistics say.
--- For the same reason the holder's guard reads `locked_by IS NOT DISTINCT FROM %(worker_id)s`
--- (the same test for a worker id, never NULL): `locked_by = ...` implies runs_held_idx's
--- predicate (locked_by IS NOT NULL), and the planner then read that whole index, which a
--- held snapshot fills with an entry for every claim since, instead of the ids'.
+-- The statements of the hot path (claim, finish, heartbeat, the claimer's probes) are written
+-- so that the planner cannot choose a plan that reads what a held snapshot piles up. While a
+-- snapshot is held elsewhere (pg_dump, a long analytics query, a replica's feedback), vacuum
+-- removes nothing, so runs_live and attempts_open keep a dead version, and their indexes an
+-- entry, of every run claimed and finished since; (auto)ANALYZE then shows a few live rows in
+-- many pages. With that estimate every plan looks equally cheap, and the planner picked,
+-- one minute or another, plans that read a whole index or table (measured, bench
+-- queue-health under auto_explain): a sequential scan of attempts_open for each finished
+-- run, the id index read from end to end as the outer side of a join, the (job_type, id)
+-- index and a sort instead of the claim index, the whole lease index for `status =
+-- 'running'`. Hence:
+-- - rows known by id are given as a list (`r.id = ANY(%(ids)s)`, `ANY(ARRAY(SELECT id FROM
+--   done))` for the rows an earlier CTE wrote), never joined with their input: a join lets
+--   the planner read an index in order from the start (useful to it for a merge); each row's
+--   values come from the input lists by its position (array_position);
+-- - a condition never implies a partial index's predicate unless that index is the one to
+--   read: the holder's guard is `locked_by IS NOT DISTINCT FROM %(worker_id)s` (the same
+--   test for a worker id, never NULL), not `locked_by = ...`, which implies runs_held_idx's
+--   `locked_by IS NOT NULL`; "running" is said as the live partition's statuses;
+-- - the store sends each of them after planner_hints (base.by_index), in one round trip:
+--   no sequential scan, no sort where an index gives the order.
+
+-- planner_hints --
+-- For the next statement of the hot path only (the header says why): transaction-local, and
+-- sent in the same pipeline, so it ends with that statement's transaction.
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true);
 
 -- db_now --
 -- The database clock; every time comparison uses it, never a daemon's clock (clocks on VMs
@@ -177,16 +191,18 @@ WITH types AS (
     UPDATE {schema}.runs r
     SET status = 'running',
         locked_by = %(worker_id)s,
-        locked_until = now() + make_interval(secs => t.lease),
+        locked_until = now() + make_interval(
+            secs => (%(leases)s::float8[])[array_position(%(job_types)s::text[], r.job_type)]),
         attempts = r.attempts + 1,
-        max_attempts = coalesce(r.max_attempts, t.max_attempts),
+        max_attempts = coalesce(
+            r.max_attempts,
+            (%(max_attempts)s::int[])[array_position(%(job_types)s::text[], r.job_type)]),
         started_at = now(),
         updated_at = now()
-    -- Each row by its id: the job type comes with it, and the statuses are the live
-    -- partition's, not the claim index's, so the planner cannot read that index (from the
-    -- start of the type) instead of the id's when its statistics show the partition small.
-    FROM picked JOIN types t ON t.job_type = picked.job_type
-    WHERE r.id = picked.id AND r.status IN ('queued', 'running', 'failed')
+    -- Each row by its id, as a list and not a join (the header says why); the job type's
+    -- lease by its position in the lists. The statuses are the live partition's, not the
+    -- claim index's, so that the planner cannot read that index instead.
+    WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
               r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until
 ), opened AS (
@@ -342,16 +358,16 @@ WITH types AS (
     UPDATE {schema}.runs r
     SET status = 'running',
         locked_by = %(worker_id)s,
-        locked_until = statement_timestamp() + make_interval(secs => t.lease),
+        locked_until = statement_timestamp() + make_interval(
+            secs => (%(leases)s::float8[])[array_position(%(job_types)s::text[], r.job_type)]),
         attempts = r.attempts + 1,
-        max_attempts = coalesce(r.max_attempts, t.max_attempts),
+        max_attempts = coalesce(
+            r.max_attempts,
+            (%(max_attempts)s::int[])[array_position(%(job_types)s::text[], r.job_type)]),
         started_at = statement_timestamp(),
         updated_at = statement_timestamp()
-    -- Each row by its id: the job type comes with it, and the statuses are the live
-    -- partition's, not the claim index's, so the planner cannot read that index (from the
-    -- start of the type) instead of the id's when its statistics show the partition small.
-    FROM picked JOIN types t ON t.job_type = picked.job_type
-    WHERE r.id = picked.id AND r.status IN ('queued', 'running', 'failed')
+    -- By id, as the claim's (above).
+    WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
               r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until
 ), opened AS (
@@ -486,33 +502,34 @@ CROSS JOIN LATERAL (
 -- statement's snapshot but row-locked by another transaction (our own result being written,
 -- an operator's cancel, a session that took FOR UPDATE), skipped rather than waited for, so
 -- one locked row never holds up the renewal of every other lease; the next beat looks again.
+-- Busy ones are looked for in the live partition: `status = 'running'` would imply
+-- runs_lease_idx's predicate, and the planner then read that whole index.
 WITH alive AS (
     UPDATE {schema}.workers SET heartbeat_at = now() WHERE id = %(worker_id)s RETURNING id
-), given AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(leases)s::float8[])
-        AS h(id, attempt, lease)
 ), mine AS (
-    SELECT r.id, h.lease
-    FROM {schema}.runs r JOIN given h ON r.id = h.id
+    SELECT r.id
+    FROM {schema}.runs r
     WHERE r.id = ANY(%(ids)s::bigint[])
-      AND r.attempts = h.attempt AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
+      AND r.attempts = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], r.id)]
+      AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('running', 'cancelled')
     FOR UPDATE OF r SKIP LOCKED
 ), held AS (
     UPDATE {schema}.runs r
-    SET locked_until = now() + make_interval(secs => m.lease)
-    FROM mine m
-    WHERE r.id = ANY(ARRAY(SELECT id FROM mine))
-      AND r.id = m.id AND r.status IN ('running', 'cancelled')
+    SET locked_until = now() + make_interval(
+        secs => (%(leases)s::float8[])[array_position(%(ids)s::bigint[], r.id)])
+    WHERE r.id = ANY(ARRAY(SELECT id FROM mine)) AND r.status IN ('running', 'cancelled')
     RETURNING r.id, r.status
 )
 SELECT ARRAY(SELECT id FROM held WHERE status = 'running'), EXISTS (SELECT 1 FROM alive),
        ARRAY(SELECT r.id FROM {schema}.runs r
              WHERE r.id = ANY(%(ids)s::bigint[]) AND r.status = 'cancelled'),
-       ARRAY(SELECT r.id FROM {schema}.runs r JOIN given h ON r.id = h.id
+       ARRAY(SELECT r.id FROM {schema}.runs r
              WHERE r.id = ANY(%(ids)s::bigint[])
-               AND r.attempts = h.attempt AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
-               AND r.status = 'running' AND r.id NOT IN (SELECT id FROM mine));
+               AND r.attempts = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], r.id)]
+               AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
+               AND r.status IN ('queued', 'running', 'failed')
+               AND r.id NOT IN (SELECT id FROM mine));
 
 -- succeed --
 -- Finish runs as succeeded, guarded by the claim: only the holder may write a result, and
@@ -539,9 +556,9 @@ WITH done AS (
 ), closed AS (
     UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'succeeded'
-    FROM done
     WHERE a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
+      AND a.attempt = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], a.run_id)]
+      AND a.outcome IS NULL
 )
 SELECT id FROM done;
 
@@ -549,32 +566,33 @@ SELECT id FROM done;
 -- Finish runs as failed (retry at now() + delay) or dead (delay NULL, or attempts exhausted),
 -- guarded by the claim (as succeed, "in the live partition" meaning running). The short
 -- error goes to the run, the bounded detail to the attempt.
-WITH input AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
-                         %(error_types)s::text[], %(details)s::text[], %(delays)s::float8[])
-        AS f(id, attempt, error, error_type, detail, delay)
-), done AS (
+-- Each run's values are read from the lists by its position in them, as succeed's attempts.
+WITH done AS (
     UPDATE {schema}.runs r
-    SET status = CASE WHEN f.delay IS NULL OR r.attempts >= r.max_attempts
-                      THEN 'dead' ELSE 'failed' END,
-        run_at = CASE WHEN f.delay IS NULL OR r.attempts >= r.max_attempts
-                      THEN r.run_at ELSE now() + make_interval(secs => f.delay) END,
-        finished_at = CASE WHEN f.delay IS NULL OR r.attempts >= r.max_attempts
-                           THEN now() END,
-        last_error = f.error, error_type = f.error_type,
+    SET (status, run_at, finished_at, last_error, error_type) = (
+            SELECT CASE WHEN f.delay IS NULL OR r.attempts >= r.max_attempts
+                        THEN 'dead' ELSE 'failed' END,
+                   CASE WHEN f.delay IS NULL OR r.attempts >= r.max_attempts
+                        THEN r.run_at ELSE now() + make_interval(secs => f.delay) END,
+                   CASE WHEN f.delay IS NULL OR r.attempts >= r.max_attempts THEN now() END,
+                   f.error, f.error_type
+            FROM (SELECT (%(delays)s::float8[])[i] AS delay, (%(errors)s::text[])[i] AS error,
+                         (%(error_types)s::text[])[i] AS error_type
+                  FROM array_position(%(ids)s::bigint[], r.id) AS i) f),
         locked_by = NULL, locked_until = NULL, updated_at = now()
-    FROM input f
-    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.id = f.id AND r.attempts = f.attempt
+    WHERE r.id = ANY(%(ids)s::bigint[])
+      AND r.attempts = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], r.id)]
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
-    RETURNING r.id, r.attempts, r.status, r.run_at, f.detail, f.error_type
+    RETURNING r.id, r.status, r.run_at
 ), closed AS (
     UPDATE {schema}.attempts a
-    SET finished_at = now(), outcome = 'failed', error = done.detail,
-        error_type = done.error_type
-    FROM done
+    SET finished_at = now(), outcome = 'failed',
+        error = (%(details)s::text[])[array_position(%(ids)s::bigint[], a.run_id)],
+        error_type = (%(error_types)s::text[])[array_position(%(ids)s::bigint[], a.run_id)]
     WHERE a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
+      AND a.attempt = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], a.run_id)]
+      AND a.outcome IS NULL
 )
 SELECT id, status, run_at FROM done;
 
@@ -586,17 +604,17 @@ WITH done AS (
     UPDATE {schema}.runs r
     SET status = 'queued', attempts = r.attempts - 1,
         locked_by = NULL, locked_until = NULL, updated_at = now()
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
-    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.id = c.id AND r.attempts = c.attempt
+    WHERE r.id = ANY(%(ids)s::bigint[])
+      AND r.attempts = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], r.id)]
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
-    RETURNING r.id, r.attempts + 1 AS attempt, r.job_type, r.run_at
+    RETURNING r.id, r.job_type, r.run_at
 ), closed AS (
     UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'released', error = 'released on shutdown'
-    FROM done
     WHERE a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.run_id = done.id AND a.attempt = done.attempt AND a.outcome IS NULL
+      AND a.attempt = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], a.run_id)]
+      AND a.outcome IS NULL
 )
 SELECT id, job_type, run_at FROM done;
 
@@ -607,17 +625,17 @@ SELECT id, job_type, run_at FROM done;
 WITH done AS (
     UPDATE {schema}.runs r
     SET locked_by = NULL, locked_until = NULL, updated_at = now()
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempt)
-    WHERE r.id = ANY(%(ids)s::bigint[]) AND r.id = c.id AND r.attempts = c.attempt
+    WHERE r.id = ANY(%(ids)s::bigint[])
+      AND r.attempts = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], r.id)]
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status = 'cancelled'
-    RETURNING r.id, r.attempts
+    RETURNING r.id
 ), closed AS (
     UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'lost', error = 'cancelled by operator'
-    FROM done
     WHERE a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
+      AND a.attempt = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], a.run_id)]
+      AND a.outcome IS NULL
 )
 SELECT id FROM done;
 
