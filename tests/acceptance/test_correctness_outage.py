@@ -80,8 +80,9 @@ def test_runs_claimed_ahead_are_not_started_after_their_leases_may_have_expired(
 ) -> None:
     """One thread, a stream of short runs claimed ahead, one of them blocking the thread. The
     network goes; the leases expire and a second daemon recovers and runs the claimed-ahead
-    runs. When the blocked handler returns, the cut-off daemon must not start them: each run
-    executes once."""
+    runs. When the blocked handler returns, the cut-off daemon must not start them: it starts
+    nothing after the cut. (A run it finished just before the cut may run again on the second
+    daemon: its success was still waiting to be written. CI at 05fac6b saw four such runs.)"""
     gate = tmp_path / "gate"
     gate.touch()
     config = cluster.config(threads=1, prefetch=256, lease=LEASE, heartbeat=HEARTBEAT)
@@ -91,6 +92,7 @@ def test_runs_claimed_ahead_are_not_started_after_their_leases_may_have_expired(
     ids = enqueue(conn, items, max_attempts=3)
     blocker = ids[59]
     wait_for(lambda: blocker in cluster.executions(), 20, what="the blocker started")
+    cut_at = time.time()
     proxy.cut()
     time.sleep(0.2)
     second = cluster.start(cluster.config(threads=2, reaper="500ms", poll_interval="500ms"))
@@ -104,9 +106,21 @@ def test_runs_claimed_ahead_are_not_started_after_their_leases_may_have_expired(
     time.sleep(1.5)  # what the freed thread would start, it starts now
     proxy.restore()
     wait_for(lambda: count(conn, "status = 'succeeded'") == len(ids), 20, what="all done")
-    executions = cluster.executions()
-    twice = {run_id: n for run_id, n in executions.items() if n > 1 and run_id != blocker}
-    assert not twice, f"runs started again by the cut-off daemon: {sorted(twice)}"
+    starts = [r for r in cluster.records() if r["event"] == "run"]
+    late = sorted(r["run_id"] for r in starts if r["pid"] == first.pid and r["t"] >= cut_at)
+    assert not late, f"runs started by the cut-off daemon after the cut: {late}"
+    # A run may execute twice only as at-least-once allows: the first daemon ran it before the
+    # cut and its success, still waiting to be written, was lost with the connection; the
+    # second daemon's reaper then recovered it. Never twice by one daemon.
+    by_run: dict[int, list[int]] = {}
+    for r in starts:
+        by_run.setdefault(r["run_id"], []).append(r["pid"])
+    twice = {
+        run_id: pids
+        for run_id, pids in by_run.items()
+        if len(pids) > 1 and run_id != blocker and sorted(pids) != sorted([first.pid, second.pid])
+    }
+    assert not twice, f"runs started twice other than across the cut: {twice}"
     # The scenario happened: the cut-off daemon held runs it had claimed ahead and never
     # started (their attempts were lost to the other daemon's reaper).
     held_by_first = {
