@@ -28,7 +28,6 @@ from pgtick.config import Config, read_token
 from pgtick.core import handlers
 from pgtick.core.dbstate import METRICS_POOL_SIZE, DatabaseProbe
 from pgtick.core.heartbeat import Heartbeat
-from pgtick.core.keyset import BehindProbe
 from pgtick.core.listener import Listener
 from pgtick.core.output import Flusher, log_job_output
 from pgtick.core.reaper import Reaper
@@ -248,9 +247,7 @@ class Service:
             on_rescan=worker.rescan,
             on_due=worker.due,
         )
-        probe = BehindProbe(
-            store, worker.bounds, worker.wake, metrics, notified=lambda: listener.connected
-        )
+        worker.bounds.notifying = lambda: listener.connected
         reaper = Reaper(
             store,
             job_types,
@@ -279,7 +276,6 @@ class Service:
             LoopThread("heartbeat", heartbeat.run),
             LoopThread("listener", listener.run),
             LoopThread("reaper", reaper.run),
-            LoopThread("keyset", probe.run),
             LoopThread("ticker", ticker.run),
         ]
         for loop in loops:
@@ -302,7 +298,7 @@ class Service:
         crashed = self._supervise(worker, worker_threads, loops, heartbeat, ticker)
         crashed = not self._drain(worker, ticker, metrics) or crashed
         self._log_summary(worker)
-        for side in (listener, reaper, ticker, probe):
+        for side in (listener, reaper, ticker):
             side.stop_event.set()
         heartbeat.stop_event.set()
         flusher.stop()

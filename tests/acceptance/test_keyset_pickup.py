@@ -2,7 +2,7 @@
 that bound must still start at once: a run enqueued due in the past, and a run enqueued in a
 transaction that committed seconds after its run_at was taken (while the daemon went on
 claiming later runs); a run a claim skipped because another transaction held it, within the
-probe's interval of that transaction's end."""
+look-back interval of that transaction's end."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from .conftest import Cluster, wait_for
 
 # Well under the 2 s periodic rescan and the 5 s poll: only a prompt rescan meets it.
 PROMPT_SECONDS = 1.0
-PROBE_SECONDS = 5.0  # how often a daemon asks whether due runs wait behind its bounds
+LOOK_SECONDS = 5.0  # how often a daemon's claim looks for due runs behind its bounds
 
 
 def _started_at(cluster: Cluster, run_id: int) -> float:
@@ -103,12 +103,12 @@ def test_a_late_commit_amid_a_steady_stream_starts_at_once(
         streamer.join()
 
 
-def test_a_run_skipped_while_another_transaction_held_it_is_found_by_the_probe(
+def test_a_run_skipped_while_another_transaction_held_it_is_found_by_a_look_back(
     cluster: Cluster, store: Runs, dsn: str
 ) -> None:
     """A claim skips a run another transaction holds locked (another daemon's claim); when
     that transaction rolls back, nothing announces the run, which is behind the bound by
-    then. The probe, looking where the claims passed, finds it within its 5 s."""
+    then. A claim's look back, where the claims passed, finds it within its 5 s."""
     cluster.start()
     stop = threading.Event()
 
@@ -127,7 +127,7 @@ def test_a_run_skipped_while_another_transaction_held_it_is_found_by_the_probe(
             time.sleep(3.0)  # due, skipped, and passed by the claims of the stream
             other.rollback()
             released = time.time()
-            assert _started_at(cluster, held) - released < PROBE_SECONDS + PROMPT_SECONDS
+            assert _started_at(cluster, held) - released < LOOK_SECONDS + PROMPT_SECONDS
         finally:
             stop.set()
             streamer.join()

@@ -3,6 +3,7 @@ under a held snapshot that is what keeps the claim from visiting every run claim
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -10,8 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgtick.core.keyset import BehindProbe, ClaimBounds
-from pgtick.observability.metrics import Metrics
+from pgtick.core.keyset import ClaimBounds
 from pgtick.storage import db
 from pgtick.storage.store import ClaimedRun, ClaimType, NewRun, RunStore
 from tests.integration.horizon import held_snapshot, statement_buffers
@@ -78,6 +78,8 @@ def _claim_buffers(store: RunStore, lows: dict[str, Any]) -> tuple[int, list[int
         "leases": [60.0],
         "max_attempts": [10],
         "lows": [lows.get("noop")],
+        "looks": [False],
+        "look_froms": [None],
         "limit": 1,
     }
     with store.connection() as conn, conn.transaction(force_rollback=True):
@@ -116,51 +118,55 @@ def test_under_a_held_snapshot_the_bounded_claim_does_not_grow_with_what_was_con
     assert bounded_2 < unbounded_2 / 3, costs
 
 
-def test_the_probe_finds_due_runs_behind_a_bound_and_lowers_it(store: RunStore) -> None:
+def test_a_look_back_finds_due_runs_behind_the_bounds(store: RunStore) -> None:
+    """The claim's look back reports, per type it looks at, the earliest due run behind the
+    bound; not a run ahead of it (the claim takes that) nor one not due yet."""
     now = store.now()
     store.enqueue(NewRun("noop", run_at=now - timedelta(minutes=5)))
-    store.enqueue(NewRun("noop", run_at=now + timedelta(hours=1)))  # behind nothing: not due
-    store.enqueue(NewRun("other", run_at=now - timedelta(seconds=30)))
-    bounds = ClaimBounds()
-    bounds.lows()  # the first scan, from the start
-    probe = BehindProbe(store, bounds, lambda: None, Metrics(["noop", "other"], "test", 1))
-    assert probe.probe() == []  # no bounds yet: nothing can be behind them
-    bounds.claimed([_claimed("noop", now), _claimed("other", now - timedelta(minutes=1))])
-    assert probe.probe() == ["noop"]
-    assert bounds.pending() is None  # no scan from the start: the bound goes down to the run
-    assert bounds.lows()["noop"] <= now - timedelta(minutes=5)
-    assert store.behind_bounds({"noop": now - timedelta(minutes=6)}) == {}
+    store.enqueue(NewRun("noop", run_at=now - timedelta(minutes=4)))
+    store.enqueue(NewRun("noop", run_at=now + timedelta(hours=1)))  # not due
+    ahead = store.enqueue(NewRun("other", run_at=now - timedelta(seconds=30)))
+    types = [*NOOP, ClaimType("other", 60.0, 10)]
+    lows = {"noop": now - timedelta(seconds=1), "other": now - timedelta(minutes=1)}
+    looks: dict[str, datetime | None] = {"noop": None, "other": None}
+    runs, behind = store.claim_looking("w", types, 10, lows, looks)
+    assert [r.id for r in runs] == [ahead]
+    assert behind == {"noop": now - timedelta(minutes=5)}
+    runs, behind = store.claim_looking("w", types, 10, lows, {"noop": now - timedelta(minutes=4)})
+    assert runs == [] and behind == {"noop": now - timedelta(minutes=4)}  # from where it said
+    assert store.claim_looking("w", types, 10, lows) == ([], {})  # no look asked: none made
 
 
-def test_while_notified_the_probe_looks_only_where_the_claims_passed(store: RunStore) -> None:
+def test_while_notified_a_look_back_covers_only_what_the_claims_passed(store: RunStore) -> None:
     """A run skipped by a claim (another claimer held it) is in the range the claims passed
-    over since the last probe; one put far behind while NOTIFYs arrive was announced by its
-    own ``!due``, and only the look from the start (every FULL_PROBE_SECONDS) finds it."""
+    over since the last look; one put far behind while NOTIFYs arrive was announced by its
+    own ``!due``, and only the look from the start (every FULL_LOOK_SECONDS, or every look
+    while no NOTIFY can arrive) finds it."""
+    bounds = ClaimBounds()
+    bounds.notifying = lambda: True
+
+    def claim(limit: int = 10, look: bool = False) -> tuple[list[int], Any, dict[str, Any]]:
+        bounds.look_seconds = 0.0 if look else math.inf
+        lows, looks = bounds.for_claim()
+        runs, behind = store.claim_looking("w", NOOP, limit, lows, looks)
+        bounds.claimed(runs)
+        bounds.found(behind)
+        return [r.id for r in runs], looks, behind
+
     now = store.now()
     old = store.enqueue(NewRun("noop", run_at=now - timedelta(minutes=5)))
-    bounds = ClaimBounds()
-    bounds.lows()
-    bounds.claimed([_claimed("noop", now - timedelta(seconds=20))])  # from the start
-    probe = BehindProbe(
-        store, bounds, lambda: None, Metrics(["noop"], "test", 1), notified=lambda: True
-    )
-    assert probe.probe() == ["noop"] and probe.full == 0  # first claim scanned from the start
-    assert bounds.lows()["noop"] <= now - timedelta(minutes=5)
-    [run] = store.claim("w", NOOP, 10, bounds.lows())
-    assert run.id == old
-    bounds.claimed([run, _claimed("noop", now - timedelta(seconds=20))])
-    assert probe.probe() == []  # what the claims passed over since: nothing left behind
+    assert claim(look=True) == ([old], {}, {})  # the first claim: from the start, no look
+    bounds.claimed([_claimed("noop", now - timedelta(seconds=20))])  # bound at -21 s
+    assert claim(look=True) == ([], {"noop": None}, {})  # the first claim passed from the start
+    late = store.enqueue(NewRun("noop", run_at=now - timedelta(seconds=30)))
+    assert claim(look=True) == ([], {}, {})  # no bound moved since: nothing to look at
+    bounds.claimed([_claimed("noop", now)])  # a claim passed over -21 s .. now
     skipped = store.enqueue(NewRun("noop", run_at=now - timedelta(seconds=15)))
-    far = store.enqueue(NewRun("noop", run_at=now - timedelta(minutes=3)))
-    bounds.lows()
-    bounds.claimed([_claimed("noop", now)])  # passed over -21 s .. now
-    assert probe.probe() == ["noop"]
-    assert bounds.lows()["noop"] <= now - timedelta(seconds=15)
-    assert bounds.lows()["noop"] > now - timedelta(minutes=3)  # the far one: not looked at
-    [first] = store.claim("w", NOOP, 1, bounds.lows())
-    assert first.id == skipped
-    bounds.claimed([first, _claimed("noop", now)])
-    assert probe.probe() == []  # nothing passed over since but the range just looked at
-    silent = BehindProbe(store, bounds, lambda: None, Metrics(["noop"], "test", 1))
-    assert silent.probe() == ["noop"] and silent.full == 1  # no NOTIFYs: from the start
-    assert [r.id for r in store.claim("w", NOOP, 10, bounds.lows())] == [far]
+    ids, looks, behind = claim(look=True)
+    assert (ids, looks) == ([], {"noop": now - timedelta(seconds=21)})
+    assert behind == {"noop": now - timedelta(seconds=15)}  # the one at -30 s: not looked at
+    assert claim(limit=1) == ([skipped], {}, {})  # from the lowered bound, at once
+    bounds.notifying = lambda: False  # the listener is gone: look from the start
+    ids, looks, behind = claim(look=True)
+    assert looks == {"noop": None} and behind == {"noop": now - timedelta(seconds=30)}
+    assert claim()[0] == [late]

@@ -133,6 +133,8 @@ def test_claim_and_reaper_use_their_partial_indexes(conn: db.Connection) -> None
             "leases": [60.0],
             "max_attempts": [10],
             "lows": [None],
+            "looks": [False],
+            "look_froms": [None],
             "limit": 10,
         },
     )
@@ -165,6 +167,8 @@ def test_claim_and_next_due_skip_other_job_types_through_the_index(conn: db.Conn
         "leases": [60.0, 60.0, 60.0],
         "max_attempts": [10, 10, 10],
         "lows": [None, None, None],  # from the start: the rescan, the most a scan can read
+        "looks": [False, False, False],
+        "look_froms": [None, None, None],
         "limit": 8,
     }
     for name in ("claim", "next_due"):

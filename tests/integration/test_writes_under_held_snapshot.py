@@ -100,7 +100,12 @@ def test_hot_path_reads_only_its_batch_while_a_snapshot_is_held(
     failures = [Failure(r.id, r.attempt, "boom", "ValueError", "detail", 5.0) for r in held]
     types = {"job_types": ["noop"], "leases": [60.0], "max_attempts": [10]}
     for name, params in [
-        ("claim", types | {"worker_id": "w", "lows": [low], "limit": BATCH}),
+        (
+            "claim",
+            types
+            | {"worker_id": "w", "lows": [low], "looks": [False], "look_froms": [None]}
+            | {"limit": BATCH},
+        ),
         ("next_due", {"job_types": ["noop"], "lows": [low]}),
         ("succeed", claims),
         ("heartbeat", claims | {"leases": [60.0] * BATCH}),

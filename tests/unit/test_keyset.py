@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pgtick.core.keyset import MARGIN_SECONDS, MIN_RESCAN_GAP_SECONDS, ClaimBounds
+from pgtick.core.keyset import LOOK_SECONDS, MARGIN_SECONDS, MIN_RESCAN_GAP_SECONDS, ClaimBounds
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
@@ -31,15 +32,19 @@ def test_the_first_claim_scans_from_the_start_then_each_type_from_its_latest_cla
     claimed(bounds, ("a", 5), ("a", 9), ("b", 3))
     assert bounds.lows() == {"a": at(9), "b": at(3)}
     claimed(bounds, ("a", 7))  # an earlier run_at never moves a bound down
-    assert bounds.lows() == {"a": at(9), "b": at(3)} == bounds.snapshot()[0]
+    assert bounds.lows() == {"a": at(9), "b": at(3)} == bounds.for_claim()[0]
     assert bounds.rescans == 1
 
 
 def test_a_rescan_asked_for_waits_for_the_gap_and_happens_once() -> None:
     bounds = ClaimBounds()
+    bounds.notifying = lambda: True
+    assert bounds.pending() == 0  # the first claim: a scan from the start
     bounds.lows()
+    assert bounds.pending() is None  # no bound yet: nothing to look behind
     claimed(bounds, ("a", 5))
-    assert bounds.pending() is None
+    look: Any = bounds.pending()
+    assert look is not None and LOOK_SECONDS - 1 < look <= LOOK_SECONDS  # the look back
     bounds.rescan()
     bounds.missed()
     wait: Any = bounds.pending()
@@ -80,21 +85,49 @@ def test_a_lowering_announced_during_a_claim_survives_that_claims_results() -> N
     assert bounds.lows() == {"a": T0 + timedelta(seconds=10)}  # it starts at the late run
 
 
-def test_the_snapshot_says_which_range_the_claims_passed_over_since_the_last() -> None:
+def test_a_look_back_covers_the_range_the_claims_passed_over_since_the_last() -> None:
+    """What a claim scanned is behind the bound only once the bound moves past it: a look
+    covers, from the lowest such bound, what the claims moving a bound passed over since."""
     bounds = ClaimBounds()
-    bounds.lows()
-    claimed(bounds, ("a", 5))  # the first claim of a scanned from the start
-    assert bounds.snapshot() == ({"a": at(5)}, {"a": None})
-    assert bounds.snapshot() == ({"a": at(5)}, {})  # no claim since: nothing passed over
-    bounds.lows()
+    bounds.notifying = lambda: True
+    bounds.look_seconds = 0.0  # every claim may look back
+    assert bounds.for_claim() == ({}, {})  # the first claim: from the start, nothing behind
+    claimed(bounds, ("a", 5))
+    assert bounds.for_claim() == ({"a": at(5)}, {"a": None})  # that claim passed from the start
+    assert bounds.for_claim() == ({"a": at(5)}, {})  # no bound moved since: nothing to look at
     claimed(bounds, ("a", 9))
-    bounds.lows()
+    bounds.look_seconds = math.inf  # two claims without a look
+    assert bounds.for_claim() == ({"a": at(9)}, {})
     claimed(bounds, ("a", 12))
-    assert bounds.snapshot() == ({"a": at(12)}, {"a": at(5)})  # from the lowest bound used
-    bounds.lower("a", T0 + timedelta(seconds=2))
-    bounds.lows()
+    claimed(bounds, ("a", 11))  # moves nothing, passes nothing
+    assert bounds.for_claim() == ({"a": at(12)}, {})
+    assert not bounds.look_due()
+    bounds.look_seconds = 0.0
+    assert bounds.look_due()
+    assert bounds.for_claim() == ({"a": at(12)}, {"a": at(5)})  # from the lowest bound used
+    bounds.found({"a": T0 + timedelta(seconds=2)})  # a look found a run there
     two = T0 + timedelta(seconds=2)
-    assert bounds.snapshot() == ({"a": two}, {"a": two})
+    assert bounds.for_claim() == ({"a": two}, {})
+    claimed(bounds, ("a", 14))
+    assert bounds.for_claim() == ({"a": at(14)}, {"a": two})
+    assert bounds.looks == 3 and bounds.full_looks == 0 and bounds.lowerings == 1
+
+
+def test_without_notifications_every_look_back_is_from_the_start() -> None:
+    bounds = ClaimBounds()  # no listener: nothing announces runs put behind a bound
+    bounds.look_seconds = 0.0
+    bounds.for_claim()
+    claimed(bounds, ("a", 5), ("b", 3))
+    bounds.for_claim()
+    assert bounds.for_claim() == ({"a": at(5), "b": at(3)}, {"a": None, "b": None})
+    assert bounds.full_looks == 2
+    bounds.look_seconds = 60.0
+    wait: Any = bounds.pending()
+    assert wait is not None and 59 < wait <= 60  # an idle dispatcher wakes for the next look
+    bounds.notifying = lambda: True
+    wait = bounds.pending()
+    assert wait is not None and wait > 500  # nothing passed over since: only the full look
+    assert not bounds.look_due()
 
 
 def test_a_run_due_now_announced_as_it_is_enqueued_moves_no_bound() -> None:

@@ -17,13 +17,15 @@ without a scan from the start where it can be:
   release lower the type's bound to that second (``lower``);
 - a ``!rescan`` NOTIFY (materialization, backfill) and a NOTIFY about a type that led to a
   claim finding nothing (``missed``) make the next claim scan from the start (a *rescan*);
-- the ``BehindProbe`` asks the database every ``PROBE_SECONDS``, on a connection of its own,
-  for due runs behind a bound, and lowers the bound to the earliest. While notifications
-  arrive (the listener is connected) it looks only at the index range the claims passed
-  over since its last look, where runs skipped for another claimer's lock are; otherwise,
-  and every ``FULL_PROBE_SECONDS``, from the start. Under a held snapshot the range passed
-  over in a few seconds is a few seconds of runs, so the probe's cost stays flat however long
-  the snapshot is held, except for the rare look from the start.
+- every ``LOOK_SECONDS`` a claim also looks back, with a non-locking read, for due runs
+  behind a bound, and the bound is lowered to the earliest (``looks``; ``claim_result`` in
+  queries.sql). While notifications arrive (the listener is connected) it looks only at the
+  index range the claims passed over since the last look, where runs skipped for another
+  claimer's lock are; otherwise, and every ``FULL_LOOK_SECONDS``, from the start. Under a
+  held snapshot the range passed over in a few seconds is a few seconds of runs, so the
+  look's cost stays flat however long the snapshot is held, except for the rare look from
+  the start. (It was a statement of its own, on another connection, before; inside the
+  claim it costs no round trip, and the dispatcher claims what it finds at once.)
 """
 
 from __future__ import annotations
@@ -36,17 +38,14 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from pgtick.errors import DatabaseError
-from pgtick.observability.metrics import Metrics
-from pgtick.storage.db import retry_delay
-from pgtick.storage.store import ClaimedRun, RunStore
+from pgtick.storage.store import ClaimedRun
 
 MARGIN_SECONDS = 1.0
-PROBE_SECONDS = 5.0
+LOOK_SECONDS = 5.0
 # A look from the start even while notifications arrive: for what no NOTIFY announces (an
 # application enqueueing with a pgtick of an earlier version, a claimer's transaction that
 # held runs for minutes and then rolled back).
-FULL_PROBE_SECONDS = 600.0
+FULL_LOOK_SECONDS = 600.0
 # Rescans asked for come at most this often: under a held snapshot a scan from the start is
 # the expensive kind, and a burst of NOTIFYs should not make every claim one.
 MIN_RESCAN_GAP_SECONDS = 0.25
@@ -55,8 +54,8 @@ log = structlog.get_logger("pgtick.keyset")
 
 
 class ClaimBounds:
-    """The lower bound of each job type's claim. ``lows`` and ``claimed`` are the
-    dispatcher's; ``rescan``, ``missed`` and ``snapshot`` may be called from any thread."""
+    """The lower bound of each job type's claim. ``lows``, ``for_claim`` and ``claimed`` are
+    the dispatcher's; ``rescan``, ``missed`` and ``lower`` may be called from any thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -66,10 +65,18 @@ class ClaimBounds:
         self._asked.set()  # the first claim scans from the start
         self.rescans = 0  # how many scans started from the beginning
         self._lowered: dict[str, datetime] = {}  # ``!due``: bounds to lower at the next claim
-        # Per type, the lowest bound a claim scanned from since the probe last looked (None:
-        # from the start): the range where runs another claimer held may have been skipped.
+        # Per type, the lowest bound a claim scanned from since the last look back (None: from
+        # the start): the range where runs another claimer held may have been skipped.
         self._passed: dict[str, datetime | None] = {}
+        self.look_seconds = LOOK_SECONDS  # how often a claim looks back
+        self._looked_at = time.monotonic()  # the last look back
+        self._full_at = time.monotonic()  # the last look from the start (the first claim's)
+        # True while NOTIFYs arrive (the service sets it to the listener's state): otherwise
+        # nothing announces runs put behind a bound, and every look is from the start.
+        self.notifying: Callable[[], bool] = lambda: False
         self.lowerings = 0  # bounds lowered to a run announced or found behind them
+        self.looks = 0  # claims that looked back
+        self.full_looks = 0  # of which from the start
 
     def rescan(self) -> None:
         """Runs may have been put behind the bounds: scan from the start soon."""
@@ -82,7 +89,7 @@ class ClaimBounds:
 
     def lower(self, job_type: str, run_at: datetime) -> None:
         """A run of ``job_type`` due at ``run_at`` is claimable, maybe behind the bound (a
-        ``!due`` NOTIFY, or the probe found it): the next claim of the type scans from it.
+        ``!due`` NOTIFY, or a look back found it): the next claim of the type scans from it.
         No margin: the run is known, and a run due now, announced as it is enqueued, is
         ahead of a bound already a margin below the latest run claimed, so it moves nothing."""
         with self._lock:
@@ -91,108 +98,104 @@ class ClaimBounds:
                 self._lowered[job_type] = run_at
 
     def pending(self) -> float | None:
-        """Seconds until an asked-for rescan may run (None: none asked for): how long an idle
-        dispatcher may sleep before probing again."""
-        if not self._asked.is_set():
-            return None
-        return max(0.0, self._last_rescan + MIN_RESCAN_GAP_SECONDS - time.monotonic())
+        """Seconds until an asked-for rescan or a look back is due (None: neither): how long
+        an idle dispatcher may sleep before claiming again."""
+        now = time.monotonic()
+        waits = []
+        if self._asked.is_set():
+            waits.append(self._last_rescan + MIN_RESCAN_GAP_SECONDS - now)
+        with self._lock:
+            if self._lows:
+                if self._passed or not self.notifying():
+                    waits.append(self._looked_at + self.look_seconds - now)
+                waits.append(
+                    max(self._looked_at + self.look_seconds, self._full_at + FULL_LOOK_SECONDS)
+                    - now
+                )
+        return max(0.0, min(waits)) if waits else None
+
+    def look_due(self) -> bool:
+        """The next claim looks back (an idle dispatcher claims then, not only probes)."""
+        with self._lock:
+            return self._look_due(time.monotonic())
 
     def lows(self) -> dict[str, datetime]:
-        """The bounds for the next claim or probe (empty: every type from the start)."""
-        now = time.monotonic()
+        """The bounds for the next probe or claim (empty: every type from the start)."""
         with self._lock:
-            if self._asked.is_set() and now >= self._last_rescan + MIN_RESCAN_GAP_SECONDS:
-                self._asked.clear()
-                self._lows = {}
-                self._last_rescan = now
-                self.rescans += 1
-            for job_type, low in self._lowered.items():
-                current = self._lows.get(job_type)
-                if current is not None and low < current:
-                    self._lows[job_type] = low
-                    self.lowerings += 1
-            self._lowered.clear()
-            for job_type, low in self._lows.items():
-                passed = self._passed.get(job_type, low)
-                if passed is not None:
-                    self._passed[job_type] = min(passed, low)
+            self._update(time.monotonic())
             return dict(self._lows)
 
-    def snapshot(self) -> tuple[dict[str, datetime], dict[str, datetime | None]]:
-        """The current bounds, and what claims passed over since the last snapshot (per type,
-        the lowest bound scanned from; None: from the start), for the probe."""
+    def for_claim(self) -> tuple[dict[str, datetime], dict[str, datetime | None]]:
+        """The bounds for the next claim, and, when a look back is due, per type where it
+        looks from (None: from the start) up to the bound; empty: no look now."""
+        now = time.monotonic()
         with self._lock:
-            passed, self._passed = self._passed, {}
-            return dict(self._lows), passed
+            self._update(now)
+            looks: dict[str, datetime | None] = {}
+            if self._look_due(now):
+                looks = self._look(now)
+            return dict(self._lows), looks
 
     def claimed(self, runs: Iterable[ClaimedRun]) -> None:
         """Move each type's bound up to just below the latest ``run_at`` claimed of it: the
         claim takes each type's runs in ``run_at`` order, so the ones it left are not earlier
-        (those another claimer held locked are that claimer's, or the probe finds them)."""
-        margin = timedelta(seconds=MARGIN_SECONDS)
+        (those another claimer held locked are that claimer's, or a look back finds them)."""
+        highest: dict[str, datetime] = {}
+        for run in runs:
+            low = run.run_at - timedelta(seconds=MARGIN_SECONDS)
+            highest[run.job_type] = max(low, highest.get(run.job_type, low))
         with self._lock:
-            for run in runs:
-                low = run.run_at - margin
-                current = self._lows.get(run.job_type)
-                if current is None:
-                    self._passed[run.job_type] = None  # this claim scanned from the start
-                if current is None or low > current:
-                    self._lows[run.job_type] = low
+            for job_type, low in highest.items():
+                current = self._lows.get(job_type)
+                if current is not None and low <= current:
+                    continue
+                # The bound moves past what this claim scanned from ``current`` (None: from
+                # the start): a run it skipped there is behind the bound now, for a look to
+                # find. A claim that moves no bound leaves its range ahead of it.
+                passed = self._passed.get(job_type, current)
+                self._passed[job_type] = (
+                    None if passed is None or current is None else min(passed, current)
+                )
+                self._lows[job_type] = low
 
-
-class BehindProbe:
-    """Every ``PROBE_SECONDS``: is a due run waiting behind a bound? Then lower it, now."""
-
-    def __init__(
-        self,
-        store: RunStore,
-        bounds: ClaimBounds,
-        wake: Callable[[], None],
-        metrics: Metrics,
-        interval: float = PROBE_SECONDS,
-        notified: Callable[[], bool] = lambda: False,
-    ) -> None:
-        self._store = store
-        self._bounds = bounds
-        self._wake = wake
-        self._metrics = metrics
-        self._interval = interval
-        self._notified = notified  # True while NOTIFYs arrive (the listener is connected)
-        self._full_at = time.monotonic()  # the first claim scanned from the start
-        self.stop_event = threading.Event()
-        self.alive_at = time.monotonic()
-        self.found = 0  # probes that found runs behind a bound
-        self.full = 0  # probes that looked from the start
-
-    def probe(self) -> list[str]:
-        """The job types with a due run behind their bound; lowers those bounds."""
-        lows, passed = self._bounds.snapshot()
-        if not lows:
-            return []
-        now = time.monotonic()
-        if not self._notified() or now >= self._full_at + FULL_PROBE_SECONDS:
-            froms: dict[str, datetime | None] = dict.fromkeys(lows)
-            self._full_at = now
-            self.full += 1
-        else:
-            froms = {t: passed[t] for t in lows if t in passed}
-        behind = self._store.behind_bounds(lows, froms) if froms else {}
+    def found(self, behind: dict[str, datetime]) -> None:
+        """A look back found due runs behind these bounds: the next claim starts at them."""
         if behind:
-            self.found += 1
             log.debug("runs_behind_claim_bounds", job_types=sorted(behind))
-            for job_type, run_at in behind.items():
-                self._bounds.lower(job_type, run_at)
-            self._wake()
-        return sorted(behind)
+        for job_type, run_at in behind.items():
+            self.lower(job_type, run_at)
 
-    def run(self) -> None:
-        failures = 0
-        while not self.stop_event.wait(self._interval if not failures else retry_delay(failures)):
-            self.alive_at = time.monotonic()
-            try:
-                self.probe()
-                failures = 0
-            except DatabaseError as exc:
-                failures += 1
-                self._metrics.db_error("keyset_probe")
-                log.warning("keyset_probe_failed", error=str(exc), retry_in=retry_delay(failures))
+    def _update(self, now: float) -> None:
+        """Apply an asked-for rescan (once the gap allows) and the announced lowerings."""
+        if self._asked.is_set() and now >= self._last_rescan + MIN_RESCAN_GAP_SECONDS:
+            self._asked.clear()
+            self._lows = {}
+            self._last_rescan = now
+            self.rescans += 1
+        for job_type, low in self._lowered.items():
+            current = self._lows.get(job_type)
+            if current is not None and low < current:
+                self._lows[job_type] = low
+                self.lowerings += 1
+        self._lowered.clear()
+
+    def _full_due(self, now: float) -> bool:
+        return not self.notifying() or now >= self._full_at + FULL_LOOK_SECONDS
+
+    def _look_due(self, now: float) -> bool:
+        if not self._lows or now < self._looked_at + self.look_seconds:
+            return False
+        return bool(self._passed) or self._full_due(now)
+
+    def _look(self, now: float) -> dict[str, datetime | None]:
+        """Where this look back starts, per type with a bound; forgets what was passed over."""
+        self._looked_at = now
+        self.looks += 1
+        if self._full_due(now):
+            self._full_at = now
+            self.full_looks += 1
+            looks: dict[str, datetime | None] = dict.fromkeys(self._lows)
+        else:
+            looks = {t: low for t, low in self._passed.items() if t in self._lows}
+        self._passed = {}
+        return looks

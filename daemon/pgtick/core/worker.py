@@ -230,9 +230,9 @@ class Worker:
                 # wakes us.
                 self._wake.wait(self._cfg.poll_interval_seconds)
                 continue
-            if idle:
+            if idle and not self.bounds.look_due():
                 # Idle: one cheap probe per poll, and a claim only when something is due
-                # (a NOTIFY wakes us and claims at once).
+                # (a NOTIFY wakes us and claims at once) or a look back is (keyset.py).
                 due_in = store.next_due_in(self.handled, self.bounds.lows())
                 if due_in is not None and due_in <= 0 and self._held_back:
                     self._held_back = False
@@ -250,9 +250,13 @@ class Worker:
             sent_at = time.monotonic()
             notified = self._notified.is_set()
             self._notified.clear()
-            runs = store.claim(self.worker_id, self._claim_types, capacity, self.bounds.lows())
+            lows, looks = self.bounds.for_claim()
+            runs, behind = store.claim_looking(
+                self.worker_id, self._claim_types, capacity, lows, looks
+            )
             self._held_back = not runs and bool(self.limited)
             self.bounds.claimed(runs)
+            self.bounds.found(behind)  # runs behind a bound: the next claim starts at them
             if runs:
                 self._hit_at = sent_at
             elif notified and self._hit_at < self._notified_at - NOTIFY_SLACK_SECONDS:
@@ -262,7 +266,7 @@ class Worker:
             if runs:
                 self._accept(store, runs, sent_at)
             backlog = len(runs) == capacity
-            idle = not runs
+            idle = not runs and not behind
 
     def _held_back_wait(self, store: RunStore) -> float:
         """Due runs the last claim did not take: held back by a limit (or taken by another

@@ -256,31 +256,50 @@ class RunQueries(StoreBase):
         lows: Mapping[str, datetime] | None = None,
     ) -> list[ClaimedRun]:
         """Claim up to ``limit`` due runs of the given types in one statement; a type's runs
-        due before its entry in ``lows`` are not looked at (the keyset claim). When some of
-        the types have limits, the claim takes their advisory locks first and counts what
-        runs and started, in one short transaction (``claim_limited``)."""
+        due before its entry in ``lows`` are not looked at (the keyset claim)."""
+        return self.claim_looking(worker_id, types, limit, lows)[0]
+
+    def claim_looking(
+        self,
+        worker_id: str,
+        types: Sequence[ClaimType],
+        limit: int,
+        lows: Mapping[str, datetime] | None = None,
+        looks: Mapping[str, datetime | None] | None = None,
+    ) -> tuple[list[ClaimedRun], dict[str, datetime]]:
+        """``claim``, and per type of ``looks`` with a bound in ``lows``: the earliest due run
+        of priority 0 at or after its entry in ``looks`` (None: from the start) and behind the
+        bound (keyset.py's look back). When some of the types have limits, the claim takes
+        their advisory locks first and counts what runs and started, in one short transaction
+        (``claim_limited``)."""
         if limit <= 0 or not types:
-            return []
+            return [], {}
         lows = lows or {}
+        looks = looks or {}
         params: dict[str, Any] = {
             "worker_id": worker_id,
             "job_types": [t.job_type for t in types],
             "leases": [t.lease_seconds for t in types],
             "max_attempts": [t.max_attempts for t in types],
             "lows": [lows.get(t.job_type) for t in types],
+            "looks": [t.job_type in looks for t in types],
+            "look_froms": [looks.get(t.job_type) for t in types],
             "limit": limit,
         }
         limited = [t.job_type for t in types if t.limited]
         if not limited:
-            return [ClaimedRun(*row) for row in self._by_index("claim", "claim", params)]
-        params |= _limit_params(types)
-        with self._conn("claim") as conn, conn.transaction():
-            conn.execute(
-                sqlfile.query("claim_limit_lock", conn.schema),
-                {"job_types": limited, "lock_prefix": f"pgtick.limit.{conn.schema}."},
-            )
-            rows = by_index(conn, "claim_limited", params)
-        return [ClaimedRun(*row) for row in rows]
+            rows = self._by_index("claim", "claim", params)
+        else:
+            params |= _limit_params(types)
+            with self._conn("claim") as conn, conn.transaction():
+                conn.execute(
+                    sqlfile.query("claim_limit_lock", conn.schema),
+                    {"job_types": limited, "lock_prefix": f"pgtick.limit.{conn.schema}."},
+                )
+                rows = by_index(conn, "claim_limited", params)
+        runs = [ClaimedRun(*row) for row in rows if row[0] is not None]
+        behind = {str(row[1]): row[7] for row in rows if row[0] is None}
+        return runs, behind
 
     def flow_state(
         self,
@@ -337,22 +356,6 @@ class RunQueries(StoreBase):
         params = {"job_types": list(job_types), "lows": [lows.get(t) for t in job_types]}
         rows = self._by_index("next_due", "next_due", params)
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
-
-    def behind_bounds(
-        self, lows: Mapping[str, datetime], froms: Mapping[str, datetime | None] | None = None
-    ) -> dict[str, datetime]:
-        """Per job type of ``froms`` (default: every type of ``lows``, from the start), the
-        earliest due run at or after its entry in ``froms`` (None: from the start) and before
-        its entry in ``lows``."""
-        froms = dict.fromkeys(lows) if froms is None else froms
-        types = [t for t in froms if t in lows]
-        params = {
-            "job_types": types,
-            "lows": [lows[t] for t in types],
-            "froms": [froms[t] for t in types],
-        }
-        rows = self._by_index("keyset_probe", "behind_bounds", params)
-        return {str(job_type): run_at for job_type, run_at in rows}
 
     def heartbeat(self, worker_id: str, leases: Sequence[Lease]) -> Beat:
         """Extend the given leases; says which are still held, which are busy (ours, but

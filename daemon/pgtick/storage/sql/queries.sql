@@ -147,7 +147,8 @@ GROUP BY t.job_type;
 -- The priority-0 range starts at the type's lower bound (%(lows)s, NULL: from the start):
 -- the claimer keeps it just below the run_at it last claimed, so the scan skips the index
 -- entries of runs consumed since, which a snapshot held elsewhere keeps from being removed
--- (the "keyset claim"; keyset.py says when it starts from the beginning again).
+-- (the "keyset claim"; keyset.py says when it starts from the beginning again). Every few
+-- seconds a claim also looks back behind the bounds (claim_result).
 WITH types AS (
     SELECT * FROM unnest(%(job_types)s::text[], %(leases)s::float8[], %(max_attempts)s::int[],
                          %(lows)s::timestamptz[])
@@ -209,7 +210,42 @@ WITH types AS (
     INSERT INTO {schema}.attempts (run_id, attempt, worker_id, started_at)
     SELECT id, attempts, %(worker_id)s, started_at FROM claimed
 )
-SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.priority DESC, p.run_at, p.id;
+-- include: claim_result
+
+-- claim_result --
+-- The end of claim and claim_limited: the runs claimed, in the order they were picked, then
+-- one row per job type with a due run of priority 0 behind its bound: only its job type and
+-- the earliest such run_at (the claimer lowers the bound to it and claims again). Looked for
+-- only for the types whose %(looks)s is set (keyset.py's look back, every few seconds), from
+-- their %(look_froms)s (NULL: from the start) up to the bound: runs a claim skipped while
+-- another transaction held them, which then rolled back. A non-locking read: a run still
+-- held is reported too, and looked for again. Under a held snapshot this walks the index
+-- entries of the runs claimed in that range (a few seconds of them): once every few seconds,
+-- inside a claim, instead of in a statement and round trip of its own.
+, behind AS (
+    SELECT t.job_type, b.run_at
+    FROM unnest(%(job_types)s::text[], %(lows)s::timestamptz[], %(looks)s::bool[],
+                %(look_froms)s::timestamptz[]) AS t(job_type, low, look, from_at)
+    CROSS JOIN LATERAL (
+        SELECT r.run_at
+        FROM {schema}.runs r
+        WHERE t.look AND r.job_type = t.job_type AND r.status IN ('queued', 'failed')
+          AND r.priority = 0
+          AND r.run_at >= coalesce(t.from_at, '-infinity') AND r.run_at < t.low
+          AND r.run_at <= now()
+        ORDER BY r.run_at
+        LIMIT 1
+    ) b
+)
+SELECT id, job_type, payload, attempts, max_attempts, scheduled_for, idempotency_key, run_at,
+       schedule_id, started_at, locked_until
+FROM (
+    SELECT c.*, p.priority, 0 AS part FROM claimed c JOIN picked p ON p.id = c.id
+    UNION ALL
+    SELECT NULL, b.job_type, NULL, NULL, NULL, NULL, NULL, b.run_at, NULL, NULL, NULL, 0, 1
+    FROM behind b
+) x
+ORDER BY x.part, x.priority DESC, x.run_at, x.id;
 
 -- claim_limit_lock --
 -- Before a claim of job types with a concurrency or rate limit: take each such type's
@@ -387,7 +423,7 @@ WITH types AS (
       AND s.started_at <= statement_timestamp()
           - make_interval(secs => greatest(coalesce(t.rate_window, 0), coalesce(t.key_window, 0)))
 )
-SELECT c.* FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.priority DESC, p.run_at, p.id;
+-- include: claim_result
 
 -- rate_free_in --
 -- Seconds until the oldest start inside a saturated rate window leaves it (NULL: no rate of
@@ -478,24 +514,6 @@ CROSS JOIN LATERAL (
            WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed') AND r.priority < 0
            ORDER BY r.priority DESC, r.run_at, r.id) p)
 ) n;
-
--- behind_bounds --
--- Per job type, the earliest due run behind the claimer's lower bound (keyset.py's probe):
--- skipped by a claim while another claimer's transaction held it, or put there while no
--- NOTIFY could say so. It looks from %(froms)s (NULL: from the start) up to the bound: the
--- index entries a held snapshot keeps in that range are walked, on the probe's connection.
-SELECT t.job_type, b.run_at
-FROM unnest(%(job_types)s::text[], %(lows)s::timestamptz[], %(froms)s::timestamptz[])
-    AS t(job_type, low, from_at)
-CROSS JOIN LATERAL (
-    SELECT r.run_at
-    FROM {schema}.runs r
-    WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed') AND r.priority = 0
-      AND r.run_at >= coalesce(t.from_at, '-infinity') AND r.run_at < t.low
-      AND r.run_at <= now()
-    ORDER BY r.run_at
-    LIMIT 1
-) b;
 
 -- heartbeat --
 -- Extend the leases this worker still holds (a lease not renewed expires and the run is
