@@ -24,11 +24,17 @@ DEFAULT_SECONDS = 60.0
 DEFAULT_SETTLE_SECONDS = 15.0
 SAMPLE_SECONDS = 1.0
 STATEMENTS_CALLS = """
-SELECT coalesce(sum(calls), 0) FROM pg_stat_statements
+SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)
   AND query NOT ILIKE '%%pg_stat_statements%%'
 """
 XACTS = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s"
+# The same calls by statement: which of them make up the rate.
+STATEMENTS_BY_QUERY = """
+SELECT queryid, left(regexp_replace(query, '\\s+', ' ', 'g'), 70), calls FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)
+  AND query NOT ILIKE '%%pg_stat_statements%%'
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +54,12 @@ def statements_available(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
     except psycopg.Error:
         return False
     return True
+
+
+def by_query(conn: psycopg.Connection[tuple[Any, ...]], name: str) -> dict[int, tuple[str, int]]:
+    """Each statement's calls so far in the database ``name``, by queryid."""
+    rows = conn.execute(STATEMENTS_BY_QUERY, [name]).fetchall()
+    return {int(qid): (str(text), int(calls)) for qid, text, calls in rows}
 
 
 def rss_kib(pid: int) -> tuple[int, int]:
@@ -81,6 +93,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
             time.sleep(args.settle)
             with common.connect(dsn) as conn, psycopg.connect(admin_dsn, autocommit=True) as adm:
                 calls0 = common.one(conn, STATEMENTS_CALLS, [name])[0] if use_statements else 0
+                by_query0 = by_query(conn, name) if use_statements else {}
                 xacts0 = common.one(adm, XACTS, [name])[0]
                 started = time.monotonic()
                 samples = []
@@ -90,6 +103,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
                     time.sleep(SAMPLE_SECONDS)
                 elapsed = time.monotonic() - started
                 calls1 = common.one(conn, STATEMENTS_CALLS, [name])[0] if use_statements else 0
+                by_query1 = by_query(conn, name) if use_statements else {}
                 xacts1 = common.one(adm, XACTS, [name])[0]
                 rss, hwm = rss_kib(daemon.pid)
         finally:
@@ -106,6 +120,15 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         "rss_mib_end": round(rss / 1024, 1),
         "rss_mib_peak": round(hwm / 1024, 1),
     }
+    statements = sorted(
+        (
+            (calls - by_query0.get(qid, ("", 0))[1], text)
+            for qid, (text, calls) in by_query1.items()
+            if calls > by_query0.get(qid, ("", 0))[1]
+        ),
+        reverse=True,
+    )
+    result["statements"] = [{"calls": calls, "query": text} for calls, text in statements]
     record.results = result
     print(
         common.table(
@@ -122,3 +145,11 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
             ],
         )
     )
+    if statements:
+        print()
+        print(
+            common.table(
+                ["calls", "statement (in the window)"],
+                [[s["calls"], s["query"]] for s in result["statements"]],
+            )
+        )

@@ -199,8 +199,12 @@ def test_a_pass_looks_at_leases_ended_since_the_last_and_a_first_pass_at_all(
     early, recent = store.enqueue_many([NewRun("hourly"), NewRun("hourly")])
     assert {r.id for r in store.claim("w", CLAIM, 2)} == {early, recent}
     assert reaper.reap_once() == 0 and reaper.full_passes == 1
+    assert not store.reap_look()[1]  # no lease has ended: the pass locks nothing
     conn.execute("UPDATE runs SET locked_until = now() - interval '1 hour' WHERE id = %s", [early])
     expire(conn, [recent])
+    began, due = store.reap_look()
+    assert due and abs((began - store.now()).total_seconds()) < 5
+    assert not store.reap_look(store.now())[1]  # none ended since now
     assert reaper.reap_once() == 1 and reaper.full_passes == 1
     assert store.get_run(recent).status == "failed"  # type: ignore[union-attr]
     assert store.get_run(early).status == "running"  # type: ignore[union-attr]
@@ -221,15 +225,16 @@ def test_under_a_held_snapshot_a_pass_reads_only_the_leases_ended_since(
             store.succeed("w", [(r.id, r.attempt) for r in claimed])
         time.sleep(1.5)  # every one of their leases has ended
         since = store.now()
-        windowed, full = _reap_buffers(store, since), _reap_buffers(store, None)
-    assert windowed <= 3, (windowed, full)
-    assert full > windowed + 10, (windowed, full)
+        for name in ("reap_look", "reap_select"):
+            windowed, full = _reap_buffers(store, name, since), _reap_buffers(store, name, None)
+            assert windowed <= 3, (name, windowed, full)
+            assert full > windowed + 10, (name, windowed, full)
 
 
-def _reap_buffers(store: RunStore, since: datetime | None) -> int:
-    """Shared buffers reap_select touched (its locks rolled back)."""
+def _reap_buffers(store: RunStore, name: str, since: datetime | None) -> int:
+    """Shared buffers the reaper's statement touched (reap_select's locks rolled back)."""
     with store.connection() as conn, conn.transaction(force_rollback=True):
-        return statement_buffers(conn, "reap_select", {"limit": 500, "since": since})
+        return statement_buffers(conn, name, {"limit": 500, "since": since})
 
 
 def test_after_a_database_error_the_next_pass_looks_at_every_lease(

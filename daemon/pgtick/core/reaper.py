@@ -98,8 +98,10 @@ class Reaper:
         once a minute at most (a worker row is reaped only after many missed heartbeats)."""
         store = store or self._store
         full = time.monotonic() >= self._next_full
-        began = store.now()  # the pass below sees every lease that ended before this
-        reaped = store.reap(self._delay_for, REAP_BATCH_ROWS, None if full else self._since)
+        since = None if full else self._since
+        # The clock first: the pass below sees every lease that ended before it.
+        began, due = store.reap_look(since)
+        reaped = store.reap(self._delay_for, REAP_BATCH_ROWS, since) if due else []
         if len(reaped) < REAP_BATCH_ROWS:  # complete: the next pass starts about here
             self._since = began - timedelta(seconds=REAP_MARGIN_SECONDS)
             if full:

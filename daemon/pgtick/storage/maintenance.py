@@ -124,6 +124,12 @@ class MaintenanceQueries(StoreBase):
         """Let go of cancelled runs whose holder died before it could (lease expired)."""
         return int(self._all("reap", "reap_cancelled", {"limit": limit})[0][0])
 
+    def reap_look(self, since: datetime | None = None) -> tuple[datetime, bool]:
+        """The database clock now, and whether a lease that ended at or after ``since`` (None:
+        any) has expired and awaits the reaper."""
+        [(now, due)] = self._all("reap", "reap_look", {"since": since})
+        return now, bool(due)
+
     def reap(
         self,
         delay_for: Callable[[str, int], float],

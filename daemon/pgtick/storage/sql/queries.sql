@@ -689,6 +689,17 @@ WITH expired AS (
 )
 SELECT count(*) FROM done;
 
+-- reap_look --
+-- The reaper's first look, outside a transaction: the database clock (the pass sees every
+-- lease that ended before it; the next pass starts a margin before it) and whether a lease in
+-- the pass's range has ended (reap_select's condition). Only then does the pass lock them, in
+-- a transaction: an idle daemon's reaper sends this statement and reap_cancelled per
+-- interval, not a transaction of three.
+SELECT now(), EXISTS (
+    SELECT 1 FROM {schema}.runs
+    WHERE status = 'running' AND locked_until < now()
+      AND locked_until >= coalesce(%(since)s::timestamptz, '-infinity'));
+
 -- reap_select --
 -- Lock running runs whose lease expired (crashed or frozen daemon), oldest first; served by
 -- runs_lease_idx. The caller computes each one's backoff and calls reap_mark. Only leases
