@@ -133,14 +133,10 @@ def measure(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.
         "rss_mib_end": round(rss / 1024, 1),
         "rss_mib_peak": round(hwm / 1024, 1),
     }
-    statements = sorted(
-        (
-            (calls - by_query0.get(qid, ("", 0))[1], text)
-            for qid, (text, calls) in by_query1.items()
-            if calls > by_query0.get(qid, ("", 0))[1]
-        ),
-        reverse=True,
+    deltas = (
+        (calls - by_query0.get(qid, ("", 0))[1], text) for qid, (text, calls) in by_query1.items()
     )
+    statements = sorted(((n, text) for n, text in deltas if n > 0), reverse=True)
     result["statements"] = [{"calls": calls, "query": text} for calls, text in statements]
     record.results = result
     print(

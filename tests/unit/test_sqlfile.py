@@ -42,3 +42,16 @@ def test_both_flow_statements_carry_the_shared_counts() -> None:
     for name in ("claim_limited", "flow_state"):
         assert queries["limit_counts"] in queries[name], name
         assert "include:" not in queries[name]
+
+
+def test_shared_ends_and_ranges_are_in_each_statement_that_includes_them() -> None:
+    """Both claims end with the same result and look back; the reaper's look asks exactly
+    what its select locks."""
+    queries = sqlfile.queries()
+    for shared, names in [
+        ("claim_result", ("claim", "claim_limited")),
+        ("expired_leases", ("reap_look", "reap_select")),
+    ]:
+        for name in names:
+            assert queries[shared] in queries[name], name
+            assert "include:" not in queries[name]

@@ -105,13 +105,11 @@ class ClaimBounds:
         if self._asked.is_set():
             waits.append(self._last_rescan + MIN_RESCAN_GAP_SECONDS - now)
         with self._lock:
-            if self._lows:
-                if self._passed or not self.notifying():
-                    waits.append(self._looked_at + self.look_seconds - now)
-                waits.append(
-                    max(self._looked_at + self.look_seconds, self._full_at + FULL_LOOK_SECONDS)
-                    - now
-                )
+            if self._lows:  # when _look_due turns true
+                look_at = self._looked_at + self.look_seconds
+                if not self._passed and self.notifying():
+                    look_at = max(look_at, self._full_at + FULL_LOOK_SECONDS)
+                waits.append(look_at - now)
         return max(0.0, min(waits)) if waits else None
 
     def look_due(self) -> bool:

@@ -10,7 +10,7 @@ from psycopg import sql
 
 _HEADER = re.compile(r"^-- ([a-z_]+) --$")
 # A line ``-- include: NAME`` stands for block NAME's text: SQL that two statements share (the
-# counts behind flow control's limits) is written once.
+# counts behind flow control's limits, the claims' result, the reaper's range) is written once.
 _INCLUDE = re.compile(r"^-- include: ([a-z_]+)$")
 
 

@@ -697,8 +697,15 @@ SELECT count(*) FROM done;
 -- interval, not a transaction of three.
 SELECT now(), EXISTS (
     SELECT 1 FROM {schema}.runs
-    WHERE status = 'running' AND locked_until < now()
-      AND locked_until >= coalesce(%(since)s::timestamptz, '-infinity'));
+-- include: expired_leases
+);
+
+-- expired_leases --
+-- The reaper's range, said once for reap_look and reap_select (the look must ask exactly
+-- what the select would lock): running runs whose lease ended, at or after %(since)s (NULL:
+-- any).
+WHERE status = 'running' AND locked_until < now()
+  AND locked_until >= coalesce(%(since)s::timestamptz, '-infinity')
 
 -- reap_select --
 -- Lock running runs whose lease expired (crashed or frozen daemon), oldest first; served by
@@ -709,8 +716,7 @@ SELECT now(), EXISTS (
 -- them, not the whole time the snapshot has been held.
 SELECT id, job_type, attempts, max_attempts, locked_by
 FROM {schema}.runs
-WHERE status = 'running' AND locked_until < now()
-  AND locked_until >= coalesce(%(since)s::timestamptz, '-infinity')
+-- include: expired_leases
 ORDER BY locked_until
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
