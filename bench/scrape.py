@@ -126,7 +126,11 @@ def serving(
 def start_listening_daemon(
     tmp: Path, dsn: str, config_text: str, key: str
 ) -> tuple[subprocess.Popen[bytes], int]:
-    """A `pgtick run` on ``config_text``; returns it and the port its ``key`` server bound."""
+    """A `pgtick run` on ``config_text``; returns it and the port its ``key`` server bound,
+    once it has started: the servers listen before the daemon's first retention pass, which on
+    generated history (dated before any partition, so in the DEFAULT partitions) deletes the
+    rows past retention and creates partitions under their parents' locks, and a request
+    timed meanwhile measures that pass, not the page."""
     config = tmp / f"{key.split('.')[0]}-config.toml"
     config.write_text(config_text)
     log_path = tmp / f"{key.split('.')[0]}-daemon.log"
@@ -142,9 +146,12 @@ def start_listening_daemon(
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise common.BenchError(f"daemon exited {proc.returncode}:\n{log_path.read_text()}")
+        port = None
         for line in log_path.read_text().splitlines():
             if '"http_listening"' in line and key in line:
-                return proc, int(json.loads(line)["port"])
+                port = int(json.loads(line)["port"])
+            if '"daemon_started"' in line and port is not None:
+                return proc, port
         time.sleep(0.1)
     proc.kill()
     raise common.BenchError(f"daemon did not start:\n{log_path.read_text()}")
