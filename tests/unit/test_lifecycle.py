@@ -74,7 +74,6 @@ class World:
             max_attempts=max_attempts,
             scheduled_for=None,
             idempotency_key=None,
-            cancelled=threading.Event(),
             _store=None,  # type: ignore[arg-type]  # never touched: no I/O here
             _worker_id="w",
             _guard=self.life,
@@ -520,3 +519,25 @@ def test_nothing_claimed_is_started_once_the_drain_began() -> None:
     assert not w.life.start(h)
     assert w.life.state(h.id) is State.CLAIMED  # released by the drain, never started
     assert w.life.unstarted() == [h]
+
+
+def test_a_runs_cancelled_event_is_one_event_whoever_asks_first() -> None:
+    """The event is made on first use (most runs never need one): a heartbeat setting it while
+    the handler first waits on it must reach that same event."""
+    h = World().held()
+    assert h.ctx._cancelled is None
+    seen: list[threading.Event] = []
+    barrier = threading.Barrier(8)
+
+    def ask() -> None:
+        barrier.wait()
+        seen.append(h.ctx.cancelled)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(e) for e in seen}) == 1
+    h.ctx.cancelled.set()
+    assert all(e.is_set() for e in seen)
