@@ -60,7 +60,7 @@ def test_enqueues_and_a_release_announce_their_due_second(store: RunStore, dsn: 
 
 
 def _claimed(job_type: str, run_at: datetime) -> ClaimedRun:
-    return ClaimedRun(0, job_type, {}, 1, 1, None, None, run_at, None, run_at, run_at)
+    return ClaimedRun(0, job_type, "{}", 1, 1, None, None, run_at, None, run_at, run_at)
 
 
 @pytest.fixture

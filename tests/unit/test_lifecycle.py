@@ -57,7 +57,7 @@ class World:
         run = ClaimedRun(
             id=run_id,
             job_type=jt.name,
-            payload={},
+            payload_json="{}",
             attempt=attempt,
             max_attempts=max_attempts,
             scheduled_for=None,

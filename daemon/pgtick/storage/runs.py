@@ -5,10 +5,11 @@ on runs are in ``run_admin.py``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -68,13 +69,14 @@ class FlowState:
     waiting_rate: int  # of those, held back by rate or rate_per_key
 
 
-@dataclass(frozen=True)
-class ClaimedRun:
-    """A run this worker now holds."""
+class ClaimedRun(NamedTuple):
+    """A run this worker now holds. A tuple, and its payload JSON text parsed when asked for:
+    the dispatcher makes one per claimed run, on the path every run of a backlog waits on,
+    and the handler thread parses the payload it runs with."""
 
     id: int
     job_type: str
-    payload: Any
+    payload_json: str
     attempt: int
     max_attempts: int
     scheduled_for: datetime | None
@@ -83,6 +85,10 @@ class ClaimedRun:
     schedule_id: int | None
     started_at: datetime
     locked_until: datetime
+
+    @property
+    def payload(self) -> Any:
+        return json.loads(self.payload_json)
 
 
 # A claim of a run: (run id, attempt number). Every write a holder makes is guarded by it, so

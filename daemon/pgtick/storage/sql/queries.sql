@@ -215,7 +215,8 @@ WITH types AS (
 -- claim_result --
 -- The end of claim and claim_limited: the runs claimed, in the order they were picked, then
 -- one row per job type with a due run of priority 0 behind its bound: only its job type and
--- the earliest such run_at (the claimer lowers the bound to it and claims again). Looked for
+-- the earliest such run_at (the claimer lowers the bound to it and claims again). The payload
+-- as JSON text: the handler's thread parses it, not the dispatcher. Looked for
 -- only for the types whose %(looks)s is set (keyset.py's look back, every few seconds), from
 -- their %(look_froms)s (NULL: from the start) up to the bound: runs a claim skipped while
 -- another transaction held them, which then rolled back. A non-locking read: a run still
@@ -237,8 +238,8 @@ WITH types AS (
         LIMIT 1
     ) b
 )
-SELECT id, job_type, payload, attempts, max_attempts, scheduled_for, idempotency_key, run_at,
-       schedule_id, started_at, locked_until
+SELECT id, job_type, payload::text, attempts, max_attempts, scheduled_for, idempotency_key,
+       run_at, schedule_id, started_at, locked_until
 FROM (
     SELECT c.*, p.priority, 0 AS part FROM claimed c JOIN picked p ON p.id = c.id
     UNION ALL
