@@ -541,3 +541,18 @@ def test_a_runs_cancelled_event_is_one_event_whoever_asks_first() -> None:
     assert len({id(e) for e in seen}) == 1
     h.ctx.cancelled.set()
     assert all(e.is_set() for e in seen)
+
+
+def test_the_start_delay_is_counted_when_a_thread_starts_the_run() -> None:
+    """Observed by the thread that starts the run (not by the dispatcher at the claim): the
+    claim's start minus run_at (1 s in World's runs); a run given back unstarted has none."""
+    w = World()
+    started, unstarted = w.accepted(), w.accepted()
+    delay = "pgtick_run_start_delay_seconds"
+    assert metric(w.metrics, f"{delay}_count", job_type="py") == 0
+    assert w.life.start(started)
+    assert metric(w.metrics, f"{delay}_count", job_type="py") == 1
+    assert metric(w.metrics, f"{delay}_sum", job_type="py") == 1.0
+    w.life.close()
+    assert w.life.unstarted() == [unstarted]
+    assert metric(w.metrics, f"{delay}_count", job_type="py") == 1

@@ -267,9 +267,6 @@ class Lifecycle:
             runs_log.warning("run_reclaimed_while_running", **_fields(old))
         for old in superseded:
             self._record(old, "lost", None)
-        for held in fresh:
-            delay = (held.run.started_at - held.run.run_at).total_seconds()
-            self._metrics.run_started(held.run.job_type, delay)
         return []
 
     def start(self, held: Held) -> bool:
@@ -302,6 +299,11 @@ class Lifecycle:
             self._active += 1
             self._active_commands += held.is_command
             self._metrics.busy_threads.set(self._active)
+        # The start delay (the claim's start minus run_at), observed on the thread that
+        # starts the run rather than by the dispatcher, whose time every run of a backlog
+        # waits on; a run given back unstarted is not counted.
+        run = held.run
+        self._metrics.run_started(run.job_type, (run.started_at - run.run_at).total_seconds())
         return True
 
     # -- ctx.transaction() ----------------------------------------------------------------------
