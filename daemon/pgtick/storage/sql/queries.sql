@@ -24,6 +24,11 @@
 --   done))` for the rows an earlier CTE wrote), never joined with their input: a join lets
 --   the planner read an index in order from the start (useful to it for a merge); each row's
 --   values come from the input lists by its position (array_position);
+-- - a list read row by row is cast once, in a sub-select of its own, `(SELECT
+--   %(ids)s::bigint[])`, evaluated once per statement: psycopg sends short integers as
+--   int2[] or int4[], and a prepared statement's generic plan casts a list written inline
+--   again for every row that reads it, so a finish of 400 runs cast 400 lists of 400 ids
+--   (the cast was a fifth of PostgreSQL's time in a drain, perf);
 -- - a condition never implies a partial index's predicate unless that index is the one to
 --   read: the holder's guard is `locked_by IS NOT DISTINCT FROM %(worker_id)s` (the same
 --   test for a worker id, never NULL), not `locked_by = ...`, which implies runs_held_idx's
@@ -193,11 +198,13 @@ WITH types AS (
     SET status = 'running',
         locked_by = %(worker_id)s,
         locked_until = now() + make_interval(
-            secs => (%(leases)s::float8[])[array_position(%(job_types)s::text[], r.job_type)]),
+            secs => ((SELECT %(leases)s::float8[]))[
+                array_position((SELECT %(job_types)s::text[]), r.job_type)]),
         attempts = r.attempts + 1,
         max_attempts = coalesce(
             r.max_attempts,
-            (%(max_attempts)s::int[])[array_position(%(job_types)s::text[], r.job_type)]),
+            ((SELECT %(max_attempts)s::int[]))[
+                array_position((SELECT %(job_types)s::text[]), r.job_type)]),
         started_at = now(),
         updated_at = now()
     -- Each row by its id, as a list and not a join (the header says why); the job type's
@@ -396,11 +403,13 @@ WITH types AS (
     SET status = 'running',
         locked_by = %(worker_id)s,
         locked_until = statement_timestamp() + make_interval(
-            secs => (%(leases)s::float8[])[array_position(%(job_types)s::text[], r.job_type)]),
+            secs => ((SELECT %(leases)s::float8[]))[
+                array_position((SELECT %(job_types)s::text[]), r.job_type)]),
         attempts = r.attempts + 1,
         max_attempts = coalesce(
             r.max_attempts,
-            (%(max_attempts)s::int[])[array_position(%(job_types)s::text[], r.job_type)]),
+            ((SELECT %(max_attempts)s::int[]))[
+                array_position((SELECT %(job_types)s::text[]), r.job_type)]),
         started_at = statement_timestamp(),
         updated_at = statement_timestamp()
     -- By id, as the claim's (above).
@@ -536,14 +545,15 @@ WITH alive AS (
     SELECT r.id
     FROM {schema}.runs r
     WHERE r.id = ANY(%(ids)s::bigint[])
-      AND r.attempts = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], r.id)]
+      AND r.attempts = ((SELECT %(attempts)s::int[]))[
+          array_position((SELECT %(ids)s::bigint[]), r.id)]
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('running', 'cancelled')
     FOR UPDATE OF r SKIP LOCKED
 ), held AS (
     UPDATE {schema}.runs r
     SET locked_until = now() + make_interval(
-        secs => (%(leases)s::float8[])[array_position(%(ids)s::bigint[], r.id)])
+        secs => ((SELECT %(leases)s::float8[]))[array_position((SELECT %(ids)s::bigint[]), r.id)])
     WHERE r.id = ANY(ARRAY(SELECT id FROM mine)) AND r.status IN ('running', 'cancelled')
     RETURNING r.id, r.status
 )
@@ -552,7 +562,8 @@ SELECT ARRAY(SELECT id FROM held WHERE status = 'running'), EXISTS (SELECT 1 FRO
              WHERE r.id = ANY(%(ids)s::bigint[]) AND r.status = 'cancelled'),
        ARRAY(SELECT r.id FROM {schema}.runs r
              WHERE r.id = ANY(%(ids)s::bigint[])
-               AND r.attempts = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], r.id)]
+               AND r.attempts = ((SELECT %(attempts)s::int[]))[
+                   array_position((SELECT %(ids)s::bigint[]), r.id)]
                AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
                AND r.status IN ('queued', 'running', 'failed')
                AND r.id NOT IN (SELECT id FROM mine));
@@ -575,7 +586,8 @@ WITH done AS (
     SET status = 'succeeded', locked_by = NULL, locked_until = NULL,
         finished_at = now(), updated_at = now()
     WHERE r.id = ANY(%(ids)s::bigint[])
-      AND r.attempts = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], r.id)]
+      AND r.attempts = ((SELECT %(attempts)s::int[]))[
+          array_position((SELECT %(ids)s::bigint[]), r.id)]
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.attempts
@@ -583,7 +595,8 @@ WITH done AS (
     UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'succeeded'
     WHERE a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.attempt = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], a.run_id)]
+      AND a.attempt = ((SELECT %(attempts)s::int[]))[
+          array_position((SELECT %(ids)s::bigint[]), a.run_id)]
       AND a.outcome IS NULL
 )
 SELECT id FROM done;
@@ -602,22 +615,27 @@ WITH done AS (
                         THEN r.run_at ELSE now() + make_interval(secs => f.delay) END,
                    CASE WHEN f.delay IS NULL OR r.attempts >= r.max_attempts THEN now() END,
                    f.error, f.error_type
-            FROM (SELECT (%(delays)s::float8[])[i] AS delay, (%(errors)s::text[])[i] AS error,
-                         (%(error_types)s::text[])[i] AS error_type
-                  FROM array_position(%(ids)s::bigint[], r.id) AS i) f),
+            FROM (SELECT ((SELECT %(delays)s::float8[]))[i] AS delay,
+                         ((SELECT %(errors)s::text[]))[i] AS error,
+                         ((SELECT %(error_types)s::text[]))[i] AS error_type
+                  FROM array_position((SELECT %(ids)s::bigint[]), r.id) AS i) f),
         locked_by = NULL, locked_until = NULL, updated_at = now()
     WHERE r.id = ANY(%(ids)s::bigint[])
-      AND r.attempts = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], r.id)]
+      AND r.attempts = ((SELECT %(attempts)s::int[]))[
+          array_position((SELECT %(ids)s::bigint[]), r.id)]
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.status, r.run_at
 ), closed AS (
     UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'failed',
-        error = (%(details)s::text[])[array_position(%(ids)s::bigint[], a.run_id)],
-        error_type = (%(error_types)s::text[])[array_position(%(ids)s::bigint[], a.run_id)]
+        error = ((SELECT %(details)s::text[]))[
+            array_position((SELECT %(ids)s::bigint[]), a.run_id)],
+        error_type = ((SELECT %(error_types)s::text[]))[
+            array_position((SELECT %(ids)s::bigint[]), a.run_id)]
     WHERE a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.attempt = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], a.run_id)]
+      AND a.attempt = ((SELECT %(attempts)s::int[]))[
+          array_position((SELECT %(ids)s::bigint[]), a.run_id)]
       AND a.outcome IS NULL
 )
 SELECT id, status, run_at FROM done;
@@ -631,7 +649,8 @@ WITH done AS (
     SET status = 'queued', attempts = r.attempts - 1,
         locked_by = NULL, locked_until = NULL, updated_at = now()
     WHERE r.id = ANY(%(ids)s::bigint[])
-      AND r.attempts = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], r.id)]
+      AND r.attempts = ((SELECT %(attempts)s::int[]))[
+          array_position((SELECT %(ids)s::bigint[]), r.id)]
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.job_type, r.run_at
@@ -639,7 +658,8 @@ WITH done AS (
     UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'released', error = 'released on shutdown'
     WHERE a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.attempt = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], a.run_id)]
+      AND a.attempt = ((SELECT %(attempts)s::int[]))[
+          array_position((SELECT %(ids)s::bigint[]), a.run_id)]
       AND a.outcome IS NULL
 )
 SELECT id, job_type, run_at FROM done;
@@ -652,7 +672,8 @@ WITH done AS (
     UPDATE {schema}.runs r
     SET locked_by = NULL, locked_until = NULL, updated_at = now()
     WHERE r.id = ANY(%(ids)s::bigint[])
-      AND r.attempts = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], r.id)]
+      AND r.attempts = ((SELECT %(attempts)s::int[]))[
+          array_position((SELECT %(ids)s::bigint[]), r.id)]
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status = 'cancelled'
     RETURNING r.id
@@ -660,7 +681,8 @@ WITH done AS (
     UPDATE {schema}.attempts a
     SET finished_at = now(), outcome = 'lost', error = 'cancelled by operator'
     WHERE a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.attempt = (%(attempts)s::int[])[array_position(%(ids)s::bigint[], a.run_id)]
+      AND a.attempt = ((SELECT %(attempts)s::int[]))[
+          array_position((SELECT %(ids)s::bigint[]), a.run_id)]
       AND a.outcome IS NULL
 )
 SELECT id FROM done;
