@@ -34,6 +34,7 @@ test: $(STAMP)   ## lint, type-check and run the whole test suite
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/python tests/older_server.py $(PYTEST_ARGS)
 
 # The benchmark parts, in this order; one part: `make bench BENCH=latency BENCH_ARGS="--runs 300"`.
 # queue-health (about 6 min) and soak (about 11 min) hold a steady load for minutes.
