@@ -17,13 +17,15 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 PACKAGE = "postgresql-15"
+# No TCP (listen_addresses is empty): the port only names the socket file, in a directory
+# of this run's own, so the default will do.
+PORT = 5432
 ROOT = Path("/usr/lib/postgresql")
 VERSIONS = range(13, 18)
 SETTINGS = {
@@ -50,12 +52,6 @@ def as_owner(owner: str | None, command: list[str]) -> list[str]:
     return ["runuser", "-u", owner, "--", *command] if owner else command
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def main(args: list[str]) -> int:
     binaries = bin_dir()
     if binaries is None:
@@ -70,7 +66,10 @@ def main(args: list[str]) -> int:
         try:
             owner = pwd.getpwnam("postgres").pw_name
         except KeyError:
-            print(f"tests/older_server.py: no 'postgres' user (it comes with {PACKAGE})")
+            print(
+                f"tests/older_server.py: no 'postgres' user (it comes with {PACKAGE})",
+                file=sys.stderr,
+            )
             return 1
     work = Path(tempfile.mkdtemp(prefix="pgtick-older-pg-"))
     data, sockets = work / "data", work / "sockets"
@@ -78,7 +77,6 @@ def main(args: list[str]) -> int:
     if owner:
         shutil.chown(work, owner)
         shutil.chown(sockets, owner)
-    port = free_port()
     options = " ".join(f"-c {k}={v}" for k, v in SETTINGS.items())
     pg_ctl = [str(binaries / "pg_ctl"), "-w", "-D", str(data)]
     try:
@@ -97,7 +95,7 @@ def main(args: list[str]) -> int:
                     "-l",
                     str(work / "log"),
                     "-o",
-                    f"-p {port} -k {sockets} {options}",
+                    f"-p {PORT} -k {sockets} {options}",
                     "start",
                 ],
             ),
@@ -110,7 +108,7 @@ def main(args: list[str]) -> int:
         print(f"tests/older_server.py: tests/integration on {version}", flush=True)
         env = {
             **os.environ,
-            "PGTICK_TEST_DSN": f"host={sockets} port={port} user=postgres dbname=postgres",
+            "PGTICK_TEST_DSN": f"host={sockets} port={PORT} user=postgres dbname=postgres",
         }
         tests = Path(__file__).resolve().parent / "integration"
         return subprocess.run(

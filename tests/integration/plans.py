@@ -2,15 +2,19 @@
 index is named by the partitioned index it belongs to (``runs_live_job_type_priority_..._idx``
 reads as ``runs_claim_idx``), and the scans of partitions that hold few rows are left out (the
 planner reads a small table sequentially, which costs a few pages and says nothing about the
-statement's cost on a large one)."""
+statement's cost on a large one). Also how the tests PREPARE one of pgtick's statements (its
+``%(name)s`` parameters numbered), and a parameter set for each statement of the hot path."""
 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
+from typing import Any
 
 from pgtick.storage import db
 
 _SCANNED = re.compile(r" on (\w+)")
+_PARAM = re.compile(r"%\((\w+)\)s")
 # A partition with fewer rows is read sequentially when the planner likes (a few pages).
 SMALL_ROWS = 1000
 
@@ -46,3 +50,35 @@ def _small_partition(conn: db.Connection, name: str) -> bool:
         f'SELECT count(*) FROM (SELECT 1 FROM "{name}" LIMIT {SMALL_ROWS}) AS s'
     ).fetchone()
     return found is not None and found[0] < SMALL_ROWS
+
+
+def numbered(text: str) -> tuple[list[str], str]:
+    """``text`` with its ``%(name)s`` parameters as ``$1``, ``$2``... for PREPARE, and the
+    names in that order."""
+    names = list(dict.fromkeys(_PARAM.findall(text)))
+    return names, _PARAM.sub(lambda m: f"${names.index(m.group(1)) + 1}", text)
+
+
+# Parameters for each statement of the hot path, a batch of 400 runs where it takes a list.
+_IDS = list(range(1, 401))
+_CLAIMS = {"worker_id": "w", "ids": _IDS, "attempts": [1] * len(_IDS)}
+_TYPES = {"job_types": ["noop"], "leases": [60], "max_attempts": [10]}
+_LOWS = {"lows": [datetime(2026, 1, 1, tzinfo=UTC)], "looks": [False], "look_froms": [None]}
+HOT_PATH: dict[str, dict[str, Any]] = {
+    "claim": _TYPES | _LOWS | {"worker_id": "w", "limit": 256},
+    "claim_limited": _TYPES
+    | _LOWS
+    | {"worker_id": "w", "limit": 256, "max_running": [2], "per_key": [1], "rates": [10]}
+    | {"key_paths": [None], "rate_windows": [60.0], "key_rates": [None], "key_windows": [None]},
+    "succeed": _CLAIMS,
+    "heartbeat": _CLAIMS | {"leases": [60] * len(_IDS)},
+    "fail": _CLAIMS
+    | {
+        "errors": ["boom"] * len(_IDS),
+        "error_types": ["ValueError"] * len(_IDS),
+        "details": ["detail"] * len(_IDS),
+        "delays": [5.0] * len(_IDS),
+    },
+    "release": _CLAIMS,
+    "acknowledge_cancel": _CLAIMS,
+}

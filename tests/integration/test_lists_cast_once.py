@@ -9,51 +9,26 @@ types them."""
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from psycopg.adapt import PyFormat
 
 from pgtick.storage import db, sqlfile
+from tests.integration import plans
 
-_PARAM = re.compile(r"%\((\w+)\)s")
 # A parameter cast to an array type, then read by position or searched: per row in a filter,
 # a SET list or a RETURNING list.
 _CAST_READ_PER_ROW = re.compile(
     r"array_position\(\(\$\d+\)::[\w ]+\[\]|\(\(\$\d+\)::[\w ]+\[\]\)\["
 )
 
-IDS = list(range(1, 401))
-CLAIMS = {"worker_id": "w", "ids": IDS, "attempts": [1] * len(IDS)}
-TYPES = {"job_types": ["noop"], "leases": [60], "max_attempts": [10]}
-LOWS = {"lows": [datetime(2026, 1, 1, tzinfo=UTC)], "looks": [False], "look_froms": [None]}
-STATEMENTS: dict[str, dict[str, Any]] = {
-    "claim": TYPES | LOWS | {"worker_id": "w", "limit": 256},
-    "claim_limited": TYPES
-    | LOWS
-    | {"worker_id": "w", "limit": 256, "max_running": [2], "per_key": [1], "rates": [10]}
-    | {"key_paths": [None], "rate_windows": [60.0], "key_rates": [None], "key_windows": [None]},
-    "succeed": CLAIMS,
-    "heartbeat": CLAIMS | {"leases": [60] * len(IDS)},
-    "fail": CLAIMS
-    | {
-        "errors": ["boom"] * len(IDS),
-        "error_types": ["ValueError"] * len(IDS),
-        "details": ["detail"] * len(IDS),
-        "delays": [5.0] * len(IDS),
-    },
-    "release": CLAIMS,
-    "acknowledge_cancel": CLAIMS,
-}
-
 
 def generic_plan(conn: db.Connection, name: str, params: dict[str, Any]) -> str:
     """EXPLAIN VERBOSE of ``name``'s generic plan, each parameter declared with the type
     psycopg sends for ``params``' value (``unknown``, inferred by the server, for text)."""
     text = sqlfile.query(name, conn.schema).as_string(conn)
-    names = list(dict.fromkeys(_PARAM.findall(text)))
-    numbered = _PARAM.sub(lambda m: f"${names.index(m.group(1)) + 1}", text)
+    names, numbered = plans.numbered(text)
     types = []
     for key in names:
         value = params[key]
@@ -72,8 +47,8 @@ def generic_plan(conn: db.Connection, name: str, params: dict[str, Any]) -> str:
             conn.execute("DEALLOCATE lists_probe")
 
 
-@pytest.mark.parametrize("name", sorted(STATEMENTS))
+@pytest.mark.parametrize("name", sorted(plans.HOT_PATH))
 def test_a_list_is_cast_once_per_statement_not_per_row(conn: db.Connection, name: str) -> None:
-    plan = generic_plan(conn, name, STATEMENTS[name])
+    plan = generic_plan(conn, name, plans.HOT_PATH[name])
     per_row = _CAST_READ_PER_ROW.findall(plan)
     assert not per_row, f"{name} casts a list for every row: {per_row}\n{plan}"

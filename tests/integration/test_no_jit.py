@@ -15,9 +15,9 @@ import pytest
 from psycopg import sql
 
 from pgtick.storage import db, sqlfile
-from tests.integration.test_lists_cast_once import STATEMENTS
+from tests.integration import plans
 
-HOT_PATH: dict[str, dict[str, Any]] = STATEMENTS | {
+HOT_PATH: dict[str, dict[str, Any]] = plans.HOT_PATH | {
     "next_due": {"job_types": ["noop"], "lows": [None]},
 }
 THRESHOLDS = ("jit_above_cost", "jit_inline_above_cost", "jit_optimize_above_cost")

@@ -23,6 +23,7 @@ from psycopg import sql
 
 from pgtick.storage import db, sqlfile
 from pgtick.storage.store import ClaimType, Failure, Lease, NewRun, RunStore
+from tests.integration import plans
 
 NOOP = [ClaimType("noop", 60.0, 10)]
 HISTORY = 20000  # runs claimed and finished under the pin: dead versions kept by it
@@ -31,7 +32,6 @@ BATCH = 10
 # per dead version (about HISTORY of them).
 MAX_BUFFERS = 60 * BATCH
 _BUFFERS = re.compile(r"Buffers: shared(?: hit=(\d+))?(?: read=(\d+))?")
-_PARAM = re.compile(r"%\((\w+)\)s")
 
 
 @pytest.fixture
@@ -56,8 +56,7 @@ def most_buffers(
     with conn.transaction(force_rollback=True):
         conn.execute(sqlfile.query("planner_hints", conn.schema))
         if generic:
-            names = list(dict.fromkeys(_PARAM.findall(text)))
-            numbered = _PARAM.sub(lambda m: f"${names.index(m.group(1)) + 1}", text)
+            names, numbered = plans.numbered(text)
             conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             conn.execute(f"PREPARE held_snapshot_probe AS {numbered}")
             values = sql.SQL(", ").join(sql.Literal(params[n]) for n in names)
