@@ -39,15 +39,21 @@ class Peer:
     name: str
     setting: str
     args: tuple[str, ...]
+    fastest: bool = False  # the configuration the throughput bar compares with
 
 
 PEERS = (
     Peer("procrastinate", "concurrency 1 (default)", ("--concurrency", "1")),
-    Peer("procrastinate", "concurrency 50", ("--concurrency", "50")),
+    Peer("procrastinate", "concurrency 50", ("--concurrency", "50"), fastest=True),
     Peer("pgqueuer", "psycopg, batch 10 (default)", ("--driver", "psycopg")),
     Peer("pgqueuer", "psycopg, batch 50", ("--driver", "psycopg", "--batch-size", "50")),
     Peer("pgqueuer", "asyncpg, batch 10 (default)", ("--driver", "asyncpg")),
-    Peer("pgqueuer", "asyncpg, batch 50", ("--driver", "asyncpg", "--batch-size", "50")),
+    Peer(
+        "pgqueuer",
+        "asyncpg, batch 50",
+        ("--driver", "asyncpg", "--batch-size", "50"),
+        fastest=True,
+    ),
 )
 
 PROCRASTINATE_MEASURE = """
@@ -86,6 +92,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--only", help="comma-separated peer names to run (procrastinate, pgqueuer)"
     )
+    parser.add_argument(
+        "--fastest",
+        action="store_true",
+        help="only each peer's fastest configuration, the one the bar names (procrastinate "
+        "concurrency 50, pgqueuer asyncpg batch 50): rounds of a large --runs in minutes",
+    )
     common.add_settings_option(parser)
 
 
@@ -114,8 +126,18 @@ def check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
     versions = check_installed()
     only = selected(args.only)
-    record.options = {"runs": args.runs, "set": args.set, "peers": versions, "rounds": args.rounds}
-    peers = [peer for peer in PEERS if not only or peer.name in only]
+    record.options = {
+        "runs": args.runs,
+        "set": args.set,
+        "peers": versions,
+        "rounds": args.rounds,
+        "fastest": args.fastest,
+    }
+    peers = [
+        peer
+        for peer in PEERS
+        if (not only or peer.name in only) and (peer.fastest or not args.fastest)
+    ]
     pgtick_rounds: list[dict[str, Any]] = []
     peer_rounds: dict[Peer, list[dict[str, Any]]] = {peer: [] for peer in peers}
     for round_no in range(1, args.rounds + 1):
