@@ -7,8 +7,9 @@ worker.threads x worker.prefetch, ``--daemons K`` drains with K daemons on one d
 from __future__ import annotations
 
 import argparse
+import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,8 @@ def drain(
             for i in range(daemons)
         ]
         try:
+            with common.connect(dsn) as conn:
+                cpu_before = cpu_seconds(conn, procs)
             started = time.monotonic()
             common.enqueue_noop(dsn, runs)
             with common.connect(dsn) as conn:
@@ -86,6 +89,7 @@ def drain(
 
                 common.wait_for(drained, timeout, f"{runs} runs to finish")
                 wall = time.monotonic() - started
+                cpu_after = cpu_seconds(conn, procs)
                 codes = [proc.stop() for proc in procs]
                 result = measure(conn, runs)
         finally:
@@ -94,7 +98,55 @@ def drain(
     if any(code != 0 for code in codes):
         raise common.BenchError(f"daemon exit codes {codes} (expected 0 after SIGTERM)")
     result.update(daemons=daemons, settings=settings, client_wall_seconds=round(wall, 3))
+    result.update(cpu_per_run(cpu_before, cpu_after, runs))
     return result
+
+
+# /proc/PID/stat: utime and stime are fields 14 and 15, in clock ticks.
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds a process has used (None: gone, or not on this machine)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def cpu_seconds(conn: Any, procs: Sequence[common.Daemon]) -> dict[str, dict[int, float]]:
+    """CPU used so far by the daemons and by the server processes of the bench's database
+    (read from /proc: only for a server on this machine)."""
+    backends = [
+        pid
+        for (pid,) in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        ).fetchall()
+    ]
+    out: dict[str, dict[int, float]] = {"daemon": {}, "server": {}}
+    for kind, pids in (("daemon", [p.pid for p in procs]), ("server", backends)):
+        for pid in pids:
+            used = process_cpu(pid)
+            if used is not None:
+                out[kind][pid] = used
+    return out
+
+
+def cpu_per_run(
+    before: Mapping[str, Mapping[int, float]], after: Mapping[str, Mapping[int, float]], runs: int
+) -> dict[str, float | None]:
+    """Microseconds of CPU per run, drain and enqueue included: the daemons' and the server's
+    (its backends for this database; one that came and went meanwhile is not counted). What
+    an A/B of a change to the hot path reads first: steadier than runs/s on a shared machine."""
+    out: dict[str, float | None] = {}
+    for kind in ("daemon", "server"):
+        if not after[kind]:
+            out[f"{kind}_cpu_us_per_run"] = None
+            continue
+        used = sum(t - before[kind].get(pid, 0.0) for pid, t in after[kind].items())
+        out[f"{kind}_cpu_us_per_run"] = round(used * 1e6 / runs, 1)
+    return out
 
 
 def measure(conn: Any, runs: int) -> dict[str, Any]:
@@ -163,7 +215,16 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         record.results = result
         print(
             common.table(
-                ["daemons", "settings", "runs", "seconds", "runs/s", "runs per daemon"],
+                [
+                    "daemons",
+                    "settings",
+                    "runs",
+                    "seconds",
+                    "runs/s",
+                    "runs per daemon",
+                    "CPU µs/run: daemon",
+                    "server",
+                ],
                 [
                     [
                         args.daemons,
@@ -172,6 +233,8 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
                         result["seconds"],
                         result["runs_per_second"],
                         " / ".join(map(str, result["runs_per_daemon"])),
+                        result["daemon_cpu_us_per_run"],
+                        result["server_cpu_us_per_run"],
                     ]
                 ],
             )
