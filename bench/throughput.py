@@ -106,13 +106,18 @@ def drain(
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def process_cpu(pid: int) -> float | None:
-    """CPU seconds a process has used (None: gone, or not on this machine)."""
+def process_cpu(pid: int, command: str | None = None) -> float | None:
+    """CPU seconds a process has used (None: gone, or not ``command``: a server on another
+    machine reports pids that mean nothing here)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        name, fields = stat.split("(", 1)[1].rsplit(")", 1)
+        if command is not None and name != command:
+            return None
+        values = fields.split()
+        return (int(values[11]) + int(values[12])) / CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
         return None
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def cpu_seconds(conn: Any, procs: Sequence[common.Daemon]) -> dict[str, dict[int, float]]:
@@ -125,20 +130,22 @@ def cpu_seconds(conn: Any, procs: Sequence[common.Daemon]) -> dict[str, dict[int
         ).fetchall()
     ]
     out: dict[str, dict[int, float]] = {"daemon": {}, "server": {}}
-    for kind, pids in (("daemon", [p.pid for p in procs]), ("server", backends)):
-        for pid in pids:
-            used = process_cpu(pid)
-            if used is not None:
-                out[kind][pid] = used
+    for pid in (p.pid for p in procs):
+        if (used := process_cpu(pid)) is not None:
+            out["daemon"][pid] = used
+    for pid in backends:
+        if (used := process_cpu(pid, "postgres")) is not None:
+            out["server"][pid] = used
     return out
 
 
 def cpu_per_run(
     before: Mapping[str, Mapping[int, float]], after: Mapping[str, Mapping[int, float]], runs: int
 ) -> dict[str, float | None]:
-    """Microseconds of CPU per run, drain and enqueue included: the daemons' and the server's
-    (its backends for this database; one that came and went meanwhile is not counted). What
-    an A/B of a change to the hot path reads first: steadier than runs/s on a shared machine."""
+    """Microseconds of CPU per run from just before the enqueue to the end of the drain: the
+    daemons' and the server's (its backends for this database; one that came and went
+    meanwhile, such as the enqueue's, is not counted). What a change to the hot path costs a
+    run, beside what it does to runs/s."""
     out: dict[str, float | None] = {}
     for kind in ("daemon", "server"):
         if not after[kind]:

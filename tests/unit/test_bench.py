@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from bench import common
+from bench import common, throughput
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,6 +27,33 @@ def test_distribution_of_nothing_has_only_a_count() -> None:
     assert common.distribution([]) == {"n": 0}
     stats = common.distribution([1.0, 2.0, 3.0, 4.0])
     assert (stats["n"], stats["min"], stats["max"], stats["mean"]) == (4, 1.0, 4.0, 2.5)
+
+
+def test_cpu_per_run_counts_what_each_process_used_meanwhile() -> None:
+    before = {"daemon": {10: 1.0}, "server": {20: 2.0, 21: 0.5}}
+    # 20 used 1 s more, 21 came and went (not counted), 22 is new (all of it counted)
+    after = {"daemon": {10: 3.0}, "server": {20: 3.0, 22: 0.5}}
+    assert throughput.cpu_per_run(before, after, 100_000) == {
+        "daemon_cpu_us_per_run": 20.0,
+        "server_cpu_us_per_run": 15.0,
+    }
+    nothing = {"daemon": {10: 3.0}, "server": {}}
+    assert throughput.cpu_per_run(before, nothing, 10)["server_cpu_us_per_run"] is None
+
+
+def test_process_cpu_reads_only_the_named_command() -> None:
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        used, deadline = 0.0, time.monotonic() + 10
+        while used < 0.05 and time.monotonic() < deadline:  # /proc counts clock ticks
+            used = throughput.process_cpu(busy.pid) or 0.0
+            time.sleep(0.01)
+        assert used >= 0.05
+        assert throughput.process_cpu(busy.pid, "postgres") is None  # a python process
+    finally:
+        busy.kill()
+        busy.wait()
+    assert throughput.process_cpu(busy.pid) is None  # gone
 
 
 def test_settings_are_grouped_by_section_and_typed() -> None:
