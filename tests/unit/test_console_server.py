@@ -5,6 +5,7 @@ the bounds against idle and slow clients (issue 22, findings 2 and 3)."""
 from __future__ import annotations
 
 import http.client
+import os
 import socket
 import sys
 import threading
@@ -80,6 +81,25 @@ def test_the_route_table_over_wsgi() -> None:
         assert (status, headers["allow"]) == (405, "POST")
     finally:
         server.stop()
+
+
+def test_stop_frees_the_port_when_the_loop_cannot_be_woken() -> None:
+    """CI once saw stop() raise EBADF: the event loop's wake-up pipe had been closed under it
+    (a descriptor closed twice elsewhere in the process). The daemon stops its console last,
+    after the drain; a stop that raises there turned a clean exit into a traceback."""
+    server = ConsoleServer("web.listen", "127.0.0.1", 0, {("GET", "/g"): lambda r: text(200, "ok")})
+    server.start()
+    port = server.port
+    assert call(port, "GET", "/g")[0] == 200
+    wake = server._server.trigger  # the pipe the stale close hit
+    os.close(wake.trigger)
+    thread = server._thread
+    server.stop()  # does not raise
+    assert thread is not None
+    thread.join(5)
+    assert not thread.is_alive()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
 def test_huge_ids_are_answered_before_the_database(

@@ -212,7 +212,18 @@ class ConsoleServer:
         from waitress import wasyncore
 
         server = self._server
-        server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))
+        try:
+            server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))
+        except OSError as exc:
+            # The loop's wake-up pipe is gone (its descriptor closed under it): close the
+            # sockets from here instead; the loop, polling them, finds nothing left to watch.
+            log.warning("http_stop_unwoken", key=self.key, error=str(exc))
+            wasyncore.close_all(server._map, ignore_all=True)
+            # The pipe's read end as the loop polled it (a copy the trigger owns), which the
+            # trigger leaves open when closing its other end fails. Closed through its owner,
+            # once: left to the garbage collector, it would close that descriptor number
+            # whenever it ran, by then perhaps someone else's.
+            server.trigger.socket.close()
         if self._thread is not None:
             self._thread.join(STOP_TIMEOUT_SECONDS)
         server.task_dispatcher.shutdown(timeout=STOP_TIMEOUT_SECONDS)
