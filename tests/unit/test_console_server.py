@@ -85,8 +85,8 @@ def test_the_route_table_over_wsgi() -> None:
 
 def test_stop_frees_the_port_when_the_loop_cannot_be_woken() -> None:
     """CI once saw stop() raise EBADF: the event loop's wake-up pipe had been closed under it
-    (a descriptor closed twice elsewhere in the process). The daemon stops its console last,
-    after the drain; a stop that raises there turned a clean exit into a traceback."""
+    (by what, not found). The daemon stops its console last, after the drain; a stop that
+    raises there turned a clean exit into a traceback."""
     server = ConsoleServer("web.listen", "127.0.0.1", 0, {("GET", "/g"): lambda r: text(200, "ok")})
     server.start()
     port = server.port
