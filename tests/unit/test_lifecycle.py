@@ -556,3 +556,43 @@ def test_the_start_delay_is_counted_when_a_thread_starts_the_run() -> None:
     w.life.close()
     assert w.life.unstarted() == [unstarted]
     assert metric(w.metrics, f"{delay}_count", job_type="py") == 1
+
+
+def test_busy_threads_is_what_runs_when_collected() -> None:
+    """The gauge is read from the lifecycle at collection, not set by the threads per run."""
+    w = World()
+    busy = "pgtick_worker_busy_threads"
+    first, second = w.running(), w.running()
+    assert metric(w.metrics, busy) == 2
+    w.life.finish(first, Outcome(first.id, "succeeded"), 0.1)
+    assert metric(w.metrics, busy) == 1
+    w.life.finish(second, Outcome(second.id, "failed", "boom"), 0.1)
+    assert metric(w.metrics, busy) == 0
+
+
+def test_start_delays_queued_by_many_threads_are_each_observed_once() -> None:
+    """Threads queue delays while others flush (the result writer, a scrape): none is lost
+    and none counted twice."""
+    m = Metrics({"py": PY}, "test", 8)
+    per_thread, threads = 5_000, 8
+    go = threading.Barrier(threads + 1)
+
+    def start_runs() -> None:
+        go.wait()
+        for _ in range(per_thread):
+            m.run_started("py", 0.002)
+
+    def flush_meanwhile() -> None:
+        go.wait()
+        while any(t.is_alive() for t in starters):
+            m.flush()
+
+    starters = [threading.Thread(target=start_runs) for _ in range(threads)]
+    flusher = threading.Thread(target=flush_meanwhile)
+    for t in [*starters, flusher]:
+        t.start()
+    for t in [*starters, flusher]:
+        t.join()
+    delay = "pgtick_run_start_delay_seconds"
+    assert metric(m, f"{delay}_count", job_type="py") == per_thread * threads
+    assert metric(m, f"{delay}_bucket", job_type="py", le="0.005") == per_thread * threads

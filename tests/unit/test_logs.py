@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import structlog
 
+from pgtick.config import JobTypeConfig
+from pgtick.core.handlers import JobContext, JobType, execute
 from pgtick.observability.logs import configure_logging, protect_dsn
 
 # psycopg sets its own logger to WARNING on import; a library without that quirk shows INFO.
@@ -287,3 +289,37 @@ def test_short_passwords_are_left_to_the_dsn_patterns() -> None:
     structlog.get_logger("pgtick").info("abc is a word", dsn="host=db password=abc")
     [line] = json_lines(stream)
     assert (line["event"], line["dsn"]) == ("abc is a word", "host=db password=***")
+
+
+def test_a_running_handler_s_lines_carry_its_run() -> None:
+    """handlers.execute sets logs.RUN around the handler: structlog and stdlib lines logged
+    meanwhile name the run, a key the event sets itself wins, and nothing outlives the run."""
+    stream = io.StringIO()
+    configure_logging("json", "info", stream)
+
+    def handler(ctx: JobContext, payload: Any) -> None:
+        structlog.get_logger("app.jobs").info("sending", to=payload["to"])
+        logging.getLogger("app.mailer").warning("slow smtp")
+        structlog.get_logger("app.jobs").info("override", attempt=99)
+
+    jt = JobType(JobTypeConfig("send_invoice_emails"), lease_seconds=60.0, fn=handler)
+    ctx = JobContext(
+        run_id=42,
+        job_type="send_invoice_emails",
+        attempt=2,
+        max_attempts=3,
+        scheduled_for=None,
+        idempotency_key=None,
+        _store=None,  # type: ignore[arg-type]  # never touched: the handler does no I/O
+        _worker_id="w",
+        _guard=None,  # type: ignore[arg-type]
+    )
+    outcome = execute(ctx, jt, {"to": "a@example.com"})
+    structlog.get_logger("app.jobs").info("after")
+
+    assert outcome.kind == "succeeded"
+    ours, theirs, override, after = json_lines(stream)
+    assert ours.items() >= {**RUN_CONTEXT, "to": "a@example.com"}.items()
+    assert theirs.items() >= {**RUN_CONTEXT, "level": "warning"}.items()
+    assert override["attempt"] == 99 and override["run_id"] == 42
+    assert not {"run_id", "job_type", "attempt"} & set(after)

@@ -135,6 +135,7 @@ class Completer:
                 self._in_flight = 0
                 self._writing = []
                 self._cond.notify_all()
+            self._metrics.flush()  # the start delays the threads queued meanwhile
 
     def _write(self, store: RunStore, batch: list[Result]) -> None:
         """Write the results (one statement, or one transaction), then let go of the runs an

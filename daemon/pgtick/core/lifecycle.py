@@ -153,6 +153,7 @@ class Lifecycle:
         # (the lease expired during an outage and the run was reaped): the new copy waits.
         self._replaced: dict[int, Held] = {}
         self._active = 0  # threads inside a handler
+        metrics.count_busy(lambda: self._active)
         self._waiting = 0  # runs held in CLAIMED: waiting for a thread
         self._active_commands = 0  # of which run a command handler
         self._closed = False  # no more claims accepted
@@ -298,10 +299,9 @@ class Lifecycle:
                 held.deadline = held.started_at + timeout
             self._active += 1
             self._active_commands += held.is_command
-            self._metrics.busy_threads.set(self._active)
-        # The start delay (the claim's start minus run_at), observed on the thread that
-        # starts the run rather than by the dispatcher, whose time every run of a backlog
-        # waits on; a run given back unstarted is not counted.
+        # The start delay (the claim's start minus run_at), queued by the thread that starts
+        # the run rather than by the dispatcher, whose time every run of a backlog waits on;
+        # a run given back unstarted is not counted. The result writer observes it.
         run = held.run
         self._metrics.run_started(run.job_type, (run.started_at - run.run_at).total_seconds())
         return True
@@ -342,7 +342,6 @@ class Lifecycle:
                 held.handler_active = False
                 self._active -= 1
                 self._active_commands -= held.is_command
-                self._metrics.busy_threads.set(self._active)
                 self._changed.notify_all()
             state = held.state
             if self._replaced.get(held.id) is held:

@@ -2,8 +2,9 @@
 
 Both structlog events and plain ``logging`` records (psycopg, psycopg_pool) end in one
 ``structlog.stdlib.ProcessorFormatter``: the same processors add ``timestamp``, ``level``,
-``logger`` and the context bound with ``structlog.contextvars.bound_contextvars`` to each, so
-every line has one shape whoever logged it. In JSON mode python-json-logger's ``JsonFormatter``
+``logger``, the run a handler thread is running (``RUN``) and the context bound with
+``structlog.contextvars.bound_contextvars`` to each, so every line has one shape whoever
+logged it. In JSON mode python-json-logger's ``JsonFormatter``
 serializes the finished event dict (one line per event, exceptions in an ``exception`` field);
 in console mode structlog's ``ConsoleRenderer`` prints it for humans.
 
@@ -20,6 +21,7 @@ import logging
 import os
 import re
 import sys
+from contextvars import ContextVar
 from typing import TextIO
 
 import psycopg
@@ -142,6 +144,20 @@ def _add_record_extras(_logger: WrappedLogger, _method: str, event_dict: EventDi
     return event_dict
 
 
+# (run_id, job_type, attempt) of the run this thread's handler is running, or None: every
+# line logged meanwhile carries them (a key the event sets itself is kept). One variable set
+# and reset per run (handlers.execute), where binding the three keys with structlog's
+# contextvars cost a drain of no-op runs a few percent of its throughput (docs/performance.md).
+RUN: ContextVar[tuple[int, str, int] | None] = ContextVar("pgtick_run", default=None)
+
+
+def _merge_run_context(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    run = RUN.get()
+    if run is None:
+        return event_dict
+    return {"run_id": run[0], "job_type": run[1], "attempt": run[2], **event_dict}
+
+
 def _is_tty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
@@ -194,6 +210,7 @@ def configure_logging(
     use_json = format == "json" or (format == "auto" and not tty)
 
     shared: list[Processor] = [
+        _merge_run_context,
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_logger_name,
         structlog.stdlib.add_log_level,

@@ -2,13 +2,19 @@
 
 ``Metrics`` holds the series the daemon's own loops update; label values are pre-initialised
 for every configured job type so series never vanish. Per-run updates go through cached label
-children: the hot path is a dict lookup and an increment. The database-derived series and
-``/readyz`` live in ``database.py``.
+children: the hot path is a dict lookup and an increment. What the handler threads would
+update for every run is kept off their path: the busy-thread gauge is read from the lifecycle
+when collected, and start delays are queued and observed by one thread at a time (``flush``:
+the result writer after each batch, and every collection), because each Prometheus update
+takes a lock, and eight threads contending for the same few locks cost a drain of no-op runs
+about a tenth of its throughput (measured, docs/performance.md). The database-derived series
+and ``/readyz`` live in ``database.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import collections
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -19,6 +25,8 @@ from prometheus_client import (
     ProcessCollector,
 )
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 ATTEMPT_OUTCOMES = ("succeeded", "failed", "lost", "cancelled", "released")
 # The daemon's database operations, pre-initialised so a dashboard shows 0, not "no data",
@@ -59,11 +67,29 @@ START_DELAY_BUCKETS_SECONDS = (
 )
 
 
+class _FlushFirst(Collector):
+    """Registered first, so that every collection (a scrape, ``get_sample_value``) applies the
+    queued observations before the series are read."""
+
+    def __init__(self, flush: Callable[[], None]) -> None:
+        self._flush = flush
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        self._flush()
+        return iter(())
+
+
 class Metrics:
     """The process-local series; one instance per daemon."""
 
     def __init__(self, job_types: Iterable[str], version: str, threads: int) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        # (job type, start delay) of runs started since the last flush.
+        self._pending_delays: collections.deque[tuple[str, float]] = collections.deque()
+        self.registry.register(_FlushFirst(self.flush))
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.job_types = tuple(job_types)
@@ -126,10 +152,27 @@ class Metrics:
             self._durations[key].observe(seconds)
 
     def run_started(self, job_type: str, delay_seconds: float) -> None:
-        histogram = self._delays.get(job_type)
-        if histogram is None:
-            histogram = self._delays[job_type] = self.start_delay.labels(job_type)
-        histogram.observe(max(0.0, delay_seconds))
+        """Queue a run's start delay (an append takes no lock); ``flush`` observes it."""
+        self._pending_delays.append((job_type, delay_seconds))
+
+    def flush(self) -> None:
+        """Observe the queued start delays. Any thread may call it at any time: each queued
+        value is taken by exactly one caller (the deque's pops are atomic)."""
+        pending = self._pending_delays
+        while pending:
+            try:
+                job_type, delay = pending.popleft()
+            except IndexError:
+                return
+            histogram = self._delays.get(job_type)
+            if histogram is None:
+                histogram = self._delays[job_type] = self.start_delay.labels(job_type)
+            histogram.observe(max(0.0, delay))
+
+    def count_busy(self, busy: Callable[[], float]) -> None:
+        """The busy-thread gauge reads ``busy`` when collected, rather than being set twice
+        per run by the threads."""
+        self.busy_threads.set_function(busy)
 
     def lease_lost(self, job_type: str) -> None:
         self.leases_lost.labels(job_type).inc()
