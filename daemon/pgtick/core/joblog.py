@@ -33,17 +33,26 @@ _SKIP_KEYS = frozenset(
 )
 
 
+# Taken only to make a slot's capture, on its first record: one lock for every slot, rather
+# than a lock made per run for the few runs that log.
+_make_lock = threading.Lock()
+
+
 class _Slot:
     """One running Python attempt: where its records go once it logs something."""
+
+    __slots__ = ("_flusher", "_make", "capture")
 
     def __init__(self, make: Callable[[], Capture], flusher: Flusher) -> None:
         self._make = make
         self._flusher = flusher
         self.capture: Capture | None = None
-        self._lock = threading.Lock()
 
     def get(self) -> Capture:
-        with self._lock:
+        capture = self.capture
+        if capture is not None:
+            return capture
+        with _make_lock:
             if self.capture is None:
                 self.capture = self._make()
                 self._flusher.add(self.capture)
@@ -105,8 +114,12 @@ _install_lock = threading.Lock()
 
 
 def log_capture() -> LogCapture:
-    """The one LogCapture, on the root logger (added once, kept across reconfiguration)."""
+    """The one LogCapture, on the root logger (added once, kept across reconfiguration).
+    Called for every run: once installed, no lock is taken."""
     global _installed
+    installed = _installed
+    if installed is not None and installed in logging.getLogger().handlers:
+        return installed
     with _install_lock:
         if _installed is None:
             _installed = LogCapture()
