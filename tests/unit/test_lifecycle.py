@@ -3,15 +3,20 @@ transition does what it says, every other one is refused and changes nothing."""
 
 from __future__ import annotations
 
+import io
+import json
+import logging
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import structlog
 
 from pgtick.config import JobTypeConfig
 from pgtick.core.handlers import JobContext, JobType, Outcome
 from pgtick.core.lifecycle import Held, Lifecycle, State
+from pgtick.observability.logs import configure_logging
 from pgtick.observability.metrics import Metrics
 from pgtick.storage.store import ClaimedRun, FailResult
 
@@ -596,3 +601,34 @@ def test_start_delays_queued_by_many_threads_are_each_observed_once() -> None:
     delay = "pgtick_run_start_delay_seconds"
     assert metric(m, f"{delay}_count", job_type="py") == per_thread * threads
     assert metric(m, f"{delay}_bucket", job_type="py", le="0.005") == per_thread * threads
+
+
+@pytest.mark.parametrize("level", ["debug", "info"])
+def test_successes_are_counted_per_batch_and_logged_only_at_debug(level: str) -> None:
+    """A batch's successes: each counted (attempts, durations, the summary's tally), and a
+    `run_succeeded` line each only when the log level is debug."""
+    stream = io.StringIO()
+    root = logging.getLogger()
+    handlers_before, level_before = list(root.handlers), root.level
+    configure_logging("json", level, stream)
+    try:
+        w = World()
+        batch = [w.finishing() for _ in range(3)]
+        results = [(h, Outcome(h.id, "succeeded"), 0.002) for h in batch]
+        w.life.written(results, {h.id for h in batch}, {})
+    finally:
+        for handler in [h for h in root.handlers if h not in handlers_before]:
+            root.removeHandler(handler)
+        root.setLevel(level_before)
+        structlog.reset_defaults()
+    assert attempts(w.metrics, "py", "succeeded") == 3
+    count = "pgtick_run_duration_seconds_count"
+    assert metric(w.metrics, count, job_type="py", outcome="succeeded") == 3
+    assert w.life.take_summary() == {"py": {"succeeded": 3}}
+    assert w.life.finished_total == 3
+    logged = [
+        json.loads(line)["run_id"]
+        for line in stream.getvalue().splitlines()
+        if json.loads(line)["event"] == "run_succeeded"
+    ]
+    assert logged == ([h.id for h in batch] if level == "debug" else [])

@@ -138,12 +138,15 @@ class ClaimBounds:
         """Move each type's bound up to just below the latest ``run_at`` claimed of it: the
         claim takes each type's runs in ``run_at`` order, so the ones it left are not earlier
         (those another claimer held locked are that claimer's, or a look back finds them)."""
-        highest: dict[str, datetime] = {}
+        latest: dict[str, datetime] = {}
         for run in runs:
-            low = run.run_at - timedelta(seconds=MARGIN_SECONDS)
-            highest[run.job_type] = max(low, highest.get(run.job_type, low))
+            seen = latest.get(run.job_type)
+            if seen is None or run.run_at > seen:
+                latest[run.job_type] = run.run_at
+        margin = timedelta(seconds=MARGIN_SECONDS)
         with self._lock:
-            for job_type, low in highest.items():
+            for job_type, run_at in latest.items():
+                low = run_at - margin
                 current = self._lows.get(job_type)
                 if current is not None and low <= current:
                     continue

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import logging
 import math
 import threading
 import time
@@ -57,7 +58,8 @@ from pgtick.storage.store import ClaimedRun, FailResult, Lease
 log = structlog.get_logger("pgtick.lifecycle")
 # One line per run outcome; successes only at DEBUG (the attempts table and the metrics
 # already record every run, and an INFO line per success would be the largest per-run cost).
-runs_log = structlog.get_logger("pgtick.runs")
+RUNS_LOGGER = "pgtick.runs"
+runs_log = structlog.get_logger(RUNS_LOGGER)
 
 
 class State(enum.Enum):
@@ -144,7 +146,10 @@ class Lifecycle:
         self._min_lease = min_lease_seconds
         self._confirmed_at = clock()  # when the last heartbeat that renewed every lease left
         self._last_start = -math.inf  # monotonic, the latest start()
-        # `pgtick demo` shows every success at INFO; a production daemon only counts them.
+        # `pgtick demo` shows every success at INFO; a production daemon only counts them
+        # (at DEBUG, which a batch of results looks up once rather than formatting a line
+        # per run for nothing).
+        self._log_each_run = log_each_run
         self._log_success = runs_log.info if log_each_run else runs_log.debug
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -481,12 +486,15 @@ class Lifecycle:
                 elif held.gone == "lost":  # a newer claim of the run replaced it
                     held.state = State.LOST
                     mine.append(item)
+        log_each = self._log_each_run or logging.getLogger(RUNS_LOGGER).isEnabledFor(logging.DEBUG)
+        ok: list[tuple[Held, float | None]] = []
         for held, outcome, duration in mine:
             if outcome.kind == "succeeded" and held.id in succeeded:
-                self._record(held, "succeeded", duration)
-                self._log_success(
-                    "run_succeeded", **_fields(held), duration=round(duration or 0.0, 6)
-                )
+                ok.append((held, duration))
+                if log_each:
+                    self._log_success(
+                        "run_succeeded", **_fields(held), duration=round(duration or 0.0, 6)
+                    )
             elif held.id in failed:
                 self._failed(held, outcome, duration, failed[held.id])
             elif held.gone == "cancelled" or held.id in let_go:
@@ -499,6 +507,8 @@ class Lifecycle:
                 self._metrics.lease_lost(held.run.job_type)
                 self._record(held, "lost", duration)
                 runs_log.warning("lease_lost", **_fields(held), at="finish")
+        if ok:
+            self._record_successes(ok)
 
     def _failed(
         self, held: Held, outcome: Outcome, duration: float | None, result: FailResult
@@ -617,6 +627,19 @@ class Lifecycle:
             self._tally[held.run.job_type]["dead" if dead else outcome] += 1
             if outcome != "released":
                 self.finished_total += 1
+
+    def _record_successes(self, ok: list[tuple[Held, float | None]]) -> None:
+        """``_record`` for a batch of successes: the counters once per job type, the tally
+        under one lock."""
+        durations: dict[str, list[float]] = collections.defaultdict(list)
+        for held, duration in ok:
+            durations[held.run.job_type].append(0.0 if duration is None else duration)
+        for job_type, seconds in durations.items():
+            self._metrics.attempts_finished(job_type, "succeeded", seconds)
+        with self._lock:
+            for job_type, seconds in durations.items():
+                self._tally[job_type]["succeeded"] += len(seconds)
+            self.finished_total += len(ok)
 
     def take_summary(self) -> dict[str, dict[str, int]]:
         """{job type: {outcome: count}} since the last call, for the periodic summary line."""

@@ -151,6 +151,18 @@ class Metrics:
         if seconds is not None:
             self._durations[key].observe(seconds)
 
+    def attempts_finished(self, job_type: str, outcome: str, seconds: list[float]) -> None:
+        """``attempt_finished`` for a batch of one job type and outcome: one increment."""
+        key = (job_type, outcome)
+        counter = self._attempts.get(key)
+        if counter is None:
+            counter = self._attempts[key] = self.attempts.labels(job_type, outcome)
+            self._durations[key] = self.duration.labels(job_type, outcome)
+        counter.inc(len(seconds))
+        histogram = self._durations[key]
+        for value in seconds:
+            histogram.observe(value)
+
     def run_started(self, job_type: str, delay_seconds: float) -> None:
         """Queue a run's start delay (an append takes no lock); ``flush`` observes it."""
         self._pending_delays.append((job_type, delay_seconds))
