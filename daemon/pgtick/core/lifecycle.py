@@ -631,9 +631,9 @@ class Lifecycle:
     def _record_successes(self, ok: list[tuple[Held, float | None]]) -> None:
         """``_record`` for a batch of successes: the counters once per job type, the tally
         under one lock."""
-        durations: dict[str, list[float]] = collections.defaultdict(list)
+        durations: dict[str, list[float | None]] = collections.defaultdict(list)
         for held, duration in ok:
-            durations[held.run.job_type].append(0.0 if duration is None else duration)
+            durations[held.run.job_type].append(duration)
         for job_type, seconds in durations.items():
             self._metrics.attempts_finished(job_type, "succeeded", seconds)
         with self._lock:

@@ -14,7 +14,7 @@ and ``/readyz`` live in ``database.py``.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client import (
     CollectorRegistry,
@@ -151,7 +151,9 @@ class Metrics:
         if seconds is not None:
             self._durations[key].observe(seconds)
 
-    def attempts_finished(self, job_type: str, outcome: str, seconds: list[float]) -> None:
+    def attempts_finished(
+        self, job_type: str, outcome: str, seconds: Sequence[float | None]
+    ) -> None:
         """``attempt_finished`` for a batch of one job type and outcome: one increment."""
         key = (job_type, outcome)
         counter = self._attempts.get(key)
@@ -161,7 +163,8 @@ class Metrics:
         counter.inc(len(seconds))
         histogram = self._durations[key]
         for value in seconds:
-            histogram.observe(value)
+            if value is not None:
+                histogram.observe(value)
 
     def run_started(self, job_type: str, delay_seconds: float) -> None:
         """Queue a run's start delay (an append takes no lock); ``flush`` observes it."""
