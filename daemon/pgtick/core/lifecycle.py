@@ -508,7 +508,7 @@ class Lifecycle:
                 self._record(held, "lost", duration)
                 runs_log.warning("lease_lost", **_fields(held), at="finish")
         if ok:
-            self._record_successes(ok)
+            self._record_many("succeeded", ok)
 
     def _failed(
         self, held: Held, outcome: Outcome, duration: float | None, result: FailResult
@@ -622,24 +622,24 @@ class Lifecycle:
     # -- counting -------------------------------------------------------------------------------
 
     def _record(self, held: Held, outcome: str, duration: float | None, dead: bool = False) -> None:
-        self._metrics.attempt_finished(held.run.job_type, outcome, duration)
-        with self._lock:
-            self._tally[held.run.job_type]["dead" if dead else outcome] += 1
-            if outcome != "released":
-                self.finished_total += 1
+        self._record_many(outcome, [(held, duration)], "dead" if dead else outcome)
 
-    def _record_successes(self, ok: list[tuple[Held, float | None]]) -> None:
-        """``_record`` for a batch of successes: the counters once per job type, the tally
-        under one lock."""
+    def _record_many(
+        self, outcome: str, ended: list[tuple[Held, float | None]], tally: str | None = None
+    ) -> None:
+        """Count attempts that ended with ``outcome`` (in the summary's tally as ``tally``):
+        the metrics once per job type, the tally under one lock; a batch of successes is
+        counted in one call."""
         durations: dict[str, list[float | None]] = collections.defaultdict(list)
-        for held, duration in ok:
+        for held, duration in ended:
             durations[held.run.job_type].append(duration)
         for job_type, seconds in durations.items():
-            self._metrics.attempts_finished(job_type, "succeeded", seconds)
+            self._metrics.attempts_finished(job_type, outcome, seconds)
         with self._lock:
             for job_type, seconds in durations.items():
-                self._tally[job_type]["succeeded"] += len(seconds)
-            self.finished_total += len(ok)
+                self._tally[job_type][tally or outcome] += len(seconds)
+            if outcome != "released":
+                self.finished_total += len(ended)
 
     def take_summary(self) -> dict[str, dict[str, int]]:
         """{job type: {outcome: count}} since the last call, for the periodic summary line."""

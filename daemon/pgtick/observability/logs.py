@@ -4,9 +4,9 @@ Both structlog events and plain ``logging`` records (psycopg, psycopg_pool) end 
 ``structlog.stdlib.ProcessorFormatter``: the same processors add ``timestamp``, ``level``,
 ``logger``, the run a handler thread is running (``RUN``) and the context bound with
 ``structlog.contextvars.bound_contextvars`` to each, so every line has one shape whoever
-logged it. In JSON mode python-json-logger's ``JsonFormatter``
-serializes the finished event dict (one line per event, exceptions in an ``exception`` field);
-in console mode structlog's ``ConsoleRenderer`` prints it for humans.
+logged it. In JSON mode python-json-logger's ``JsonFormatter`` serializes the finished event
+dict (one line per event, exceptions in an ``exception`` field); in console mode structlog's
+``ConsoleRenderer`` prints it for humans.
 
 Database passwords never reach the stream: the formatter redacts every finished line, whoever
 logged it (psycopg's own messages can quote parts of a connection string). It replaces the

@@ -141,20 +141,11 @@ class Metrics:
                 self.attempts.labels(job_type, outcome)
                 self.duration.labels(job_type, outcome)
 
-    def attempt_finished(self, job_type: str, outcome: str, seconds: float | None) -> None:
-        key = (job_type, outcome)
-        counter = self._attempts.get(key)
-        if counter is None:
-            counter = self._attempts[key] = self.attempts.labels(job_type, outcome)
-            self._durations[key] = self.duration.labels(job_type, outcome)
-        counter.inc()
-        if seconds is not None:
-            self._durations[key].observe(seconds)
-
     def attempts_finished(
         self, job_type: str, outcome: str, seconds: Sequence[float | None]
     ) -> None:
-        """``attempt_finished`` for a batch of one job type and outcome: one increment."""
+        """Attempts of one job type and outcome that ended, one handler time each (None: no
+        handler ran, nothing observed): one counter increment for all of them."""
         key = (job_type, outcome)
         counter = self._attempts.get(key)
         if counter is None:
