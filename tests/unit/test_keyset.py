@@ -140,3 +140,24 @@ def test_a_run_due_now_announced_as_it_is_enqueued_moves_no_bound() -> None:
     assert bounds.lows() == {"a": at(50.7)} and bounds.lowerings == 0
     bounds.lower("a", T0 + timedelta(seconds=49))  # due at 49.2: behind the bound at 49.7
     assert bounds.lows() == {"a": T0 + timedelta(seconds=49)} and bounds.lowerings == 1
+
+
+def test_the_idle_probe_starts_at_the_latest_claim_only_while_notifications_arrive() -> None:
+    """Without the margin the probe reads none of the second of runs claimed below the latest,
+    which a held snapshot keeps; a bound lowered since (an announcement, a look back) and any
+    bound without notifications are the claim's own."""
+    bounds = ClaimBounds()
+    bounds.lows()
+    claimed(bounds, ("a", 50), ("b", 40))
+    assert bounds.probe_lows() == bounds.lows() == {"a": at(50), "b": at(40)}  # no listener
+    bounds.notifying = lambda: True
+    latest = {"a": T0 + timedelta(seconds=50), "b": T0 + timedelta(seconds=40)}
+    assert bounds.probe_lows() == latest
+    assert bounds.for_claim()[0] == {"a": at(50), "b": at(40)}  # claims keep the margin
+    bounds.lower("a", T0 + timedelta(seconds=20))  # a run committed behind a's bound
+    assert bounds.probe_lows() == {"a": T0 + timedelta(seconds=20), "b": latest["b"]}
+    claimed(bounds, ("a", 55))  # claimed from the lowered bound, then up again
+    assert bounds.probe_lows() == {"a": T0 + timedelta(seconds=55), "b": latest["b"]}
+    bounds.rescan()
+    time.sleep(MIN_RESCAN_GAP_SECONDS + 0.01)
+    assert bounds.probe_lows() == {}  # a rescan: the probe too reads from the start

@@ -233,7 +233,7 @@ class Worker:
             if idle and not self.bounds.look_due():
                 # Idle: one cheap probe per poll, and a claim only when something is due
                 # (a NOTIFY wakes us and claims at once) or a look back is (keyset.py).
-                due_in = store.next_due_in(self.handled, self.bounds.lows())
+                due_in = store.next_due_in(self.handled, self.bounds.probe_lows())
                 if due_in is not None and due_in <= 0 and self._held_back:
                     self._held_back = False
                     idle = not self._wake.wait(self._held_back_wait(store))
