@@ -124,3 +124,57 @@ def test_the_cancelled_lease_reaper_reads_only_its_index(conn: db.Connection) ->
     plan = plans.readable(conn, "\n".join(r[0] for r in rows))
     assert "runs_cancel_lease_idx" in plan, plan
     assert "Seq Scan on runs" not in plan, plan
+
+
+def test_each_claim_in_a_batch_is_matched_to_its_own_attempt_in_any_order(
+    store: RunStore, conn: db.Connection
+) -> None:
+    """The writes find each run's attempt (and lease, error, delay) by its position in the
+    lists of ids, by binary search: the store sends them sorted whatever order it is given,
+    and a list that is not sorted (another caller of the SQL) writes nothing rather than
+    match a run to another's attempt."""
+    ids = [store.enqueue(NewRun("noop")) for _ in range(40)]
+    claimed = {r.id: r.attempt for r in store.claim("w", NOOP, 40)}
+    assert sorted(claimed) == ids
+    again = ids[1::2]  # claimed a second time: their attempt 1 is stale
+    expire(conn, again)
+    assert sorted(r.id for r in store.reap(lambda job_type, attempt: 0.0)) == again
+    claimed |= {r.id: r.attempt for r in store.claim("w", NOOP, 40)}
+    assert sorted(claimed.values()) == [1] * 20 + [2] * 20
+    shuffled = sorted(ids, key=lambda run_id: (run_id * 7919) % 97)  # no order at all
+
+    beat = store.heartbeat("w", [Lease(i, claimed[i], 60.0 + i) for i in shuffled])
+    assert beat.held == set(ids)
+    leases = conn.execute(
+        "SELECT id, round(extract(epoch FROM locked_until - now())) FROM runs WHERE id = ANY(%s)",
+        [ids],
+    ).fetchall()
+    assert {i: int(left) for i, left in leases} == {i: 60 + i for i in ids}  # each its own
+
+    current = [(i, claimed[i]) for i in ids[:20]]
+    stale = [(i, 1) for i in again[10:]]  # runs 21, 23, ..., 39 of the 40
+    assert store.succeed("w", sorted(current + stale, key=lambda c: -c[0])) == set(ids[:20])
+
+    failures = [
+        Failure(i, claimed[i], f"error {i}", "E", f"detail {i}", 100.0 + i) for i in ids[20:30]
+    ]
+    assert {f.id for f in store.fail("w", failures[::-1])} == set(ids[20:30])
+    rows = conn.execute(
+        "SELECT r.id, r.last_error, a.error, round(extract(epoch FROM r.run_at - a.finished_at))"
+        " FROM runs r JOIN attempts a ON a.run_id = r.id AND a.attempt = r.attempts"
+        " WHERE r.id = ANY(%s)",
+        [ids[20:30]],
+    ).fetchall()
+    assert {row[0]: row[1:] for row in rows} == {
+        i: (f"error {i}", f"detail {i}", 100 + i) for i in ids[20:30]
+    }
+
+    assert store.release("w", [(i, claimed[i]) for i in reversed(ids[30:35])]) == set(ids[30:35])
+
+    # The SQL itself, given lists that are not sorted: no run gets another's attempt.
+    rest = ids[35:]
+    backwards = {"worker_id": "w", "ids": rest[::-1], "attempts": [claimed[i] for i in rest[::-1]]}
+    with store.connection() as c:
+        written = {row[0] for row in c.execute(sqlfile.query("succeed", c.schema), backwards)}
+    statuses = dict(conn.execute("SELECT id, status FROM runs WHERE id = ANY(%s)", [rest]))
+    assert statuses == {i: "succeeded" if i in written else "running" for i in rest}

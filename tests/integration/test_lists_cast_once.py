@@ -20,7 +20,8 @@ from tests.integration import plans
 # A parameter cast to an array type, then read by position or searched: per row in a filter,
 # a SET list or a RETURNING list.
 _CAST_READ_PER_ROW = re.compile(
-    r"array_position\(\(\$\d+\)::[\w ]+\[\]|\(\(\$\d+\)::[\w ]+\[\]\)\["
+    r"array_position\(\(\$\d+\)::[\w ]+\[\]|width_bucket\([^,()]+, \(\$\d+\)::[\w ]+\[\]"
+    r"|\(\(\$\d+\)::[\w ]+\[\]\)\["
 )
 
 

@@ -6,10 +6,10 @@ on runs are in ``run_admin.py``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -90,6 +90,8 @@ class ClaimedRun(NamedTuple):
     def payload(self) -> Any:
         return json.loads(self.payload_json)
 
+
+T = TypeVar("T")
 
 # A claim of a run: (run id, attempt number). Every write a holder makes is guarded by it, so
 # that a result of an earlier claim never lands on a later claim of the same run.
@@ -182,11 +184,19 @@ def _limit_params(types: Sequence[ClaimType]) -> dict[str, Any]:
     }
 
 
+def by_id(items: Iterable[T], run_id: Callable[[T], int]) -> list[T]:
+    """Items in the order of their run ids: the statements that read lists of ids find each
+    row's position in them by binary search (``width_bucket``, queries.sql's header), which
+    needs the list sorted."""
+    return sorted(items, key=run_id)
+
+
 def _claims(worker_id: str, claims: Sequence[Claim]) -> dict[str, Any]:
+    ordered = by_id(claims, lambda claim: claim[0])
     return {
         "worker_id": worker_id,
-        "ids": [run_id for run_id, _ in claims],
-        "attempts": [attempt for _, attempt in claims],
+        "ids": [run_id for run_id, _ in ordered],
+        "attempts": [attempt for _, attempt in ordered],
     }
 
 
@@ -367,6 +377,7 @@ class RunQueries(StoreBase):
         """Extend the given leases; says which are still held, which are busy (ours, but
         row-locked by another transaction: skipped, not renewed), the others being gone; which
         of the gone ones an operator cancelled, and whether this worker's row still exists."""
+        leases = by_id(leases, lambda lease: lease.run_id)
         params = {
             "worker_id": worker_id,
             "ids": [lease.run_id for lease in leases],
@@ -426,6 +437,7 @@ class RunQueries(StoreBase):
     def _fail_on(
         conn: db.Connection, worker_id: str, failures: Sequence[Failure]
     ) -> list[FailResult]:
+        failures = by_id(failures, lambda f: f.run_id)
         params = {
             "worker_id": worker_id,
             "ids": [f.run_id for f in failures],
