@@ -3,7 +3,8 @@
 Connections keep no session state, so that they work behind a transaction-mode pooler
 (PgBouncer) where consecutive statements may reach different server connections: no
 ``search_path`` (every statement names its schema, see sqlfile.py; the connection only
-carries the schema's name for rendering them), no server-side prepared statements
+carries the schema's name for rendering them; the one session setting, a UTC zone's name,
+changes no result: queries.sql, utc_by_name), no server-side prepared statements
 unless ``database.prepared_statements`` says the connection is direct (psycopg prepares a
 statement after 5 runs, and behind the pooler the next transaction may land where it does not
 exist; the worker pool's hot statements are faster prepared), no session advisory locks, and
@@ -53,9 +54,20 @@ def retry_delay(failures: int) -> float:
     return float(min(DB_RETRY_MAX_SECONDS, DB_RETRY_MIN_SECONDS * 2 ** max(0, failures - 1)))
 
 
-def _set_schema(conn: Connection, schema: str) -> None:
-    """Pool ``configure`` callback: the schema this connection's statements are rendered for."""
+# The names of UTC that are not "UTC" itself (tzdata's links to Etc/UTC): a pool connection
+# in one of them names its zone "UTC" instead (queries.sql, utc_by_name, says why). Zones named
+# after GMT are left alone: their datetimes' tzname() is "GMT".
+UTC_ALIASES = frozenset(
+    {"Etc/UTC", "Etc/UCT", "Etc/Universal", "Etc/Zulu", "UCT", "Universal", "Zulu"}
+)
+
+
+def _configure(conn: Connection, schema: str) -> None:
+    """Pool ``configure`` callback: the schema this connection's statements are rendered for,
+    and its time zone named "UTC" where the server's is UTC under another name."""
     conn.schema = schema
+    if conn.info.parameter_status("TimeZone") in UTC_ALIASES:
+        conn.execute(sqlfile.query("utc_by_name", schema))
 
 
 def describe(exc: BaseException) -> str:
@@ -124,7 +136,7 @@ def make_pool(
         max_size=size,
         connection_class=Connection,
         kwargs=_connect_kwargs(name, prepare=prepare),
-        configure=lambda conn: _set_schema(conn, schema),
+        configure=lambda conn: _configure(conn, schema),
         check=psycopg_pool.ConnectionPool.check_connection,
         name=name,
         open=False,
