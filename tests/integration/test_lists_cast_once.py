@@ -53,3 +53,13 @@ def test_a_list_is_cast_once_per_statement_not_per_row(conn: db.Connection, name
     plan = generic_plan(conn, name, plans.HOT_PATH[name])
     per_row = _CAST_READ_PER_ROW.findall(plan)
     assert not per_row, f"{name} casts a list for every row: {per_row}\n{plan}"
+
+
+@pytest.mark.parametrize("values", [[], [7], [3, 1, 2], [2**40, -(2**62), 0]])
+def test_ints_are_sent_as_one_bigint_array(conn: db.Connection, values: list[int]) -> None:
+    """The holder's lists of ids and attempts (``db.Ints``): one bigint[] literal, not a list
+    dumped element by element, read back as sent, in order, whatever the values' size."""
+    [(back, kind)] = conn.execute(
+        "SELECT %(ids)s, pg_typeof(%(ids)s)::text", {"ids": db.Ints(values)}
+    )
+    assert (back, kind) == (values, "bigint[]")

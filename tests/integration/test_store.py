@@ -45,6 +45,20 @@ def test_claim_sets_lease_attempt_and_opens_attempt_row(
     assert statuses == {"other": "queued", "noop": "queued"}
 
 
+def test_each_payload_is_read_as_enqueued(store: RunStore) -> None:
+    """Payloads as the handler sees them, the empty object (read without the JSON decoder)
+    among them: a new dict on every read, so a handler's changes stay its own."""
+    payloads = [{}, {"a": 1}, {"": {}}, {"k": "{}"}, None]
+    ids = store.enqueue_many([NewRun("noop", p) for p in payloads])
+    claimed = {c.id: c for c in store.claim("w1", NOOP, len(ids))}
+    expected = [{} if p is None else p for p in payloads]
+    assert [claimed[i].payload for i in ids] == expected
+    empty = claimed[ids[0]]
+    first = empty.payload
+    first["changed"] = True
+    assert empty.payload == {}
+
+
 def test_run_max_attempts_wins_over_job_type_default(store: RunStore) -> None:
     store.enqueue(NewRun("noop", max_attempts=2))
     assert store.claim("w1", NOOP, 1)[0].max_attempts == 2

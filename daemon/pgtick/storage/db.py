@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+import psycopg.adapt
 import psycopg_pool
 
 from pgtick.errors import DatabaseError
@@ -47,6 +48,24 @@ def _connect_kwargs(application_name: str, *, prepare: bool = False) -> dict[str
         "application_name": application_name,
         "prepare_threshold": PREPARE_THRESHOLD if prepare else None,
     }
+
+
+class Ints(list[int]):
+    """A list of integers for a ``bigint[]`` parameter, sent as one array literal. psycopg's
+    own list dumper dumps a list element by element in Python: a finish's two lists of 264
+    took 0.38 ms to dump that way, 0.08 ms as this (measured apart), once per batch of
+    results, on the thread that writes them."""
+
+
+class _IntsDumper(psycopg.adapt.Dumper):
+    oid = psycopg.postgres.types["int8"].array_oid
+
+    def dump(self, obj: Ints) -> bytes:
+        return ("{" + ",".join(map(str, obj)) + "}").encode()
+
+
+# Every connection, pgtick's and a handler's: only this type of pgtick's own is dumped so.
+psycopg.adapters.register_dumper(Ints, _IntsDumper)
 
 
 def retry_delay(failures: int) -> float:

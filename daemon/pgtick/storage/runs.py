@@ -88,6 +88,10 @@ class ClaimedRun(NamedTuple):
 
     @property
     def payload(self) -> Any:
+        # The empty object, the payload of most scheduled runs, without the JSON decoder
+        # (0.8 µs a run): a new dict each time, as json.loads would give.
+        if self.payload_json == "{}":
+            return {}
         return json.loads(self.payload_json)
 
 
@@ -195,8 +199,8 @@ def _claims(worker_id: str, claims: Sequence[Claim]) -> dict[str, Any]:
     ordered = by_id(claims, lambda claim: claim[0])
     return {
         "worker_id": worker_id,
-        "ids": [run_id for run_id, _ in ordered],
-        "attempts": [attempt for _, attempt in ordered],
+        "ids": db.Ints(run_id for run_id, _ in ordered),
+        "attempts": db.Ints(attempt for _, attempt in ordered),
     }
 
 
@@ -380,8 +384,8 @@ class RunQueries(StoreBase):
         leases = by_id(leases, lambda lease: lease.run_id)
         params = {
             "worker_id": worker_id,
-            "ids": [lease.run_id for lease in leases],
-            "attempts": [lease.attempt for lease in leases],
+            "ids": db.Ints(lease.run_id for lease in leases),
+            "attempts": db.Ints(lease.attempt for lease in leases),
             "leases": [lease.seconds for lease in leases],
         }
         [(held, registered, cancelled, busy)] = self._by_index("heartbeat", "heartbeat", params)
@@ -440,8 +444,8 @@ class RunQueries(StoreBase):
         failures = by_id(failures, lambda f: f.run_id)
         params = {
             "worker_id": worker_id,
-            "ids": [f.run_id for f in failures],
-            "attempts": [f.attempt for f in failures],
+            "ids": db.Ints(f.run_id for f in failures),
+            "attempts": db.Ints(f.attempt for f in failures),
             "errors": [f.error for f in failures],
             "error_types": [f.error_type for f in failures],
             "details": [f.detail for f in failures],
