@@ -10,6 +10,9 @@ DEMO_VENV ?= .venv-demo
 DEMO_STAMP = $(DEMO_VENV)/.installed
 # Lint what exists: git keeps no empty directories, so bench/ may be missing from a clone.
 LINT    = $(wildcard daemon tests bench tools)
+# pytest processes for the parallel part of the suite (most tests wait on daemons and the
+# clock, not the CPU); the tests marked serial run alone afterwards.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test lint typecheck check clean bench docs dist reference
 
@@ -33,7 +36,8 @@ test: $(STAMP)   ## lint, type-check and run the whole test suite
 	$(BIN)/ruff format --check $(LINT)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/pytest -q -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/python tests/older_server.py $(PYTEST_ARGS)
 
 # The benchmark parts, in this order; one part: `make bench BENCH=latency BENCH_ARGS="--runs 300"`.

@@ -316,6 +316,7 @@ def test_transaction_is_atomic_with_success(
     assert [a.outcome for a in store.get_attempts(passing)] == ["succeeded"]
 
 
+@pytest.mark.serial  # a 50 ms bar: run alone (docs/development.md)
 def test_pickup_with_idle_workers_is_fast(cluster: Cluster, store: Runs, conn: Connection) -> None:
     """Must show 9: enqueue -> handler start, median of 20, under 50 ms (poll interval 5 s)."""
     cluster.start()

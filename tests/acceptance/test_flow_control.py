@@ -16,10 +16,14 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import pytest
 
 from tests.acceptance.cli import pgtick
 from tests.acceptance.conftest import HERE, Cluster, wait_for
 from tests.dbhelp import Connection
+
+# Timing bars: run alone, after the parallel part of `make test` (docs/development.md).
+pytestmark = pytest.mark.serial
 
 DAEMONS = 4
 THREADS = 8

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from tests.dbhelp import Connection, NewRun, Runs
 
@@ -247,6 +248,7 @@ def _pickup(cluster: Cluster, store: Runs, conn: Connection) -> float:
     return float(started[0]["t"] - float(created))
 
 
+@pytest.mark.serial  # a 10 ms bar: run alone (docs/development.md)
 def test_a_gigabyte_flood_is_bounded_and_slows_nothing(
     cluster: Cluster, store: Runs, conn: Connection, tmp_path: Path
 ) -> None:

@@ -16,6 +16,9 @@ from psycopg.types.json import Jsonb
 from pgtick.storage import db
 from tests import dbhelp
 
+# Timing bars: run alone, after the parallel part of `make test` (docs/development.md).
+pytestmark = pytest.mark.serial
+
 OTHER_PARENTS = [
     "attempts_ended",
     "attempts_succeeded",

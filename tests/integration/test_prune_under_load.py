@@ -24,6 +24,9 @@ from tests import dbhelp
 from tests.acceptance import conftest as acceptance
 from tests.acceptance.conftest import Cluster, status_counts, wait_for
 
+# Timing bars: run alone, after the parallel part of `make test` (docs/development.md).
+pytestmark = pytest.mark.serial
+
 OLD_RUNS = 200_000
 BACKLOG = 3000
 PROBES = 5000

@@ -99,11 +99,14 @@ def test_invalid_watchdog_usec_disables_watchdog(
     notifier.close()
 
 
-@pytest.mark.parametrize("pid", [str(os.getpid() + 1), "not-a-pid"])
+# "another" is resolved in the test: a pid in a test id would differ between pytest-xdist's
+# workers, which then refuse to run (each must collect the same tests).
+@pytest.mark.parametrize("pid", ["another", "not-a-pid"])
 def test_watchdog_pid_of_another_process_disables_watchdog(
     receiver: tuple[socket.socket, str], pid: str
 ) -> None:
     sock, path = receiver
+    pid = str(os.getpid() + 1) if pid == "another" else pid
     notifier = Notifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "10000000", "WATCHDOG_PID": pid})
     assert notifier.watchdog_interval_seconds is None
     notifier.watchdog()
