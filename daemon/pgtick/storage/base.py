@@ -19,6 +19,12 @@ T = TypeVar("T")
 # A write that waited on a row moved meanwhile runs again; more than a couple of moves of one
 # run between two tries means something else is wrong.
 MOVED_ROW_TRIES = 5
+# A statement that locks many runs with SKIP LOCKED (the claim, the heartbeat, the reaper)
+# fails when any row it reaches was moved after its snapshot; each failed try met another
+# finish, and while a daemon drains a backlog its result writer commits one every few
+# milliseconds (a beat of 2 000-5 000 leases failed two tries in three against a writer
+# finishing them back to back): more tries, each a round trip.
+SKIPPING_TRIES = 50
 
 
 def set_statement_timeout(conn: db.Connection, seconds: float) -> None:
@@ -77,16 +83,18 @@ class StoreBase:
         with self._conn(operation) as conn:
             return by_index(conn, query, params)
 
-    def _moving(self, operation: str, write: Callable[[db.Connection], T]) -> T:
+    def _moving(
+        self, operation: str, write: Callable[[db.Connection], T], tries: int = MOVED_ROW_TRIES
+    ) -> T:
         """Run ``write`` (statements, or a transaction, that change runs' status while they
         may wait on a row lock), again when the row it waited for was moved to another
-        partition meanwhile (``db.moved_row``); a few times, then the error stands."""
-        for tries in range(1, MOVED_ROW_TRIES + 1):
+        partition meanwhile (``db.moved_row``); ``tries`` times, then the error stands."""
+        for attempt in range(1, tries + 1):
             try:
                 with self._conn(operation) as conn:
                     return write(conn)
             except DatabaseError as exc:
-                if tries == MOVED_ROW_TRIES or not db.moved_row(exc):
+                if attempt == tries or not db.moved_row(exc):
                     raise
         raise AssertionError("unreachable")
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from psycopg.types.json import Jsonb
 
 from pgtick.storage import db, sqlfile
-from pgtick.storage.base import StoreBase, set_statement_timeout
+from pgtick.storage.base import SKIPPING_TRIES, StoreBase, set_statement_timeout
 from pgtick.storage.runs import TERMINAL_STATUSES, announce
 
 PRUNE_BATCH_ROWS = 1000
@@ -137,8 +137,21 @@ class MaintenanceQueries(StoreBase):
         since: datetime | None = None,
     ) -> list[ReapedRun]:
         """Fail or kill runs whose lease expired (at or after ``since``, if given), in one
-        short transaction; wakes idle daemons for the runs that are claimable again."""
-        with self._conn("reap") as conn, conn.transaction():
+        short transaction; wakes idle daemons for the runs that are claimable again. Again
+        when a run whose lease it read as expired was finished by its holder meanwhile (the
+        finish moved the row: SQLSTATE 40001, nothing written)."""
+        return self._moving(
+            "reap", lambda conn: self._reap_on(conn, delay_for, limit, since), SKIPPING_TRIES
+        )
+
+    def _reap_on(
+        self,
+        conn: db.Connection,
+        delay_for: Callable[[str, int], float],
+        limit: int,
+        since: datetime | None,
+    ) -> list[ReapedRun]:
+        with conn.transaction():
             rows = conn.execute(
                 sqlfile.query("reap_select", conn.schema), {"limit": limit, "since": since}
             ).fetchall()
