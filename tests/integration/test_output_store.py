@@ -4,7 +4,9 @@ reader's marker, and the output pruned with its run."""
 
 from __future__ import annotations
 
-from pgtick.core.output import Capture, Flusher
+import threading
+
+from pgtick.core.output import Capture, Flusher, Line
 from pgtick.storage import db
 from pgtick.storage.store import Chunk, ClaimType, NewRun, RunStore
 from pgtick.surfaces import operations
@@ -75,3 +77,37 @@ def test_flushed_capture_reads_back_head_marker_tail_and_prunes_with_the_run(
     conn.execute("UPDATE runs SET finished_at = now() - interval '8 days' WHERE id = %s", [run_id])
     assert store.prune("succeeded", 7 * 86400) == 1
     assert conn.execute("SELECT count(*) FROM output_chunks").fetchone() == (0,)
+
+
+def test_a_periodic_flush_still_writing_when_the_attempt_ends_does_not_undo_the_last_lines(
+    store: RunStore,
+) -> None:
+    """The flusher's thread takes a capture's new lines, then writes them; the attempt ends in
+    between and the worker writes the rest (the same tail slot, with the last line). The
+    periodic write must not land after the final one with the older copy of that slot."""
+    run_id = store.enqueue(NewRun("noop"))
+    [claimed] = store.claim("w", NOOP, 1)
+    capture = Capture(run_id, 1, "noop", claimed.started_at, 1024)
+    for i in range(200):  # past the head: the last lines go into the tail slots
+        capture.feed("stdout", b"line %d\n" % i)
+    taken = threading.Event()
+    go_on = threading.Event()
+
+    def on_lines(_capture: Capture, lines: list[Line]) -> None:
+        if not taken.is_set():  # the periodic flush: it has taken, and has not written yet
+            taken.set()
+            go_on.wait(10)
+
+    flusher = Flusher(store, "w", on_lines)
+    periodic = threading.Thread(target=lambda: flusher.flush(capture, final=False))
+    periodic.start()
+    assert taken.wait(10)
+    capture.feed("stdout", b"done\n")  # the command's last line, then it exits
+    final = threading.Thread(target=lambda: flusher.finish(capture))
+    final.start()
+    final.join(0.5)  # the final flush waits for the periodic one (or, unguarded, writes now)
+    go_on.set()
+    periodic.join(10)
+    final.join(10)
+    texts = [x.text for x in operations.run_output(store, run_id)]
+    assert texts[-1] == "done", texts[-3:]

@@ -100,6 +100,9 @@ class Capture:
         self._slot_bytes = 0
         self._ring_bytes: list[int] = []  # bytes held by each slot, oldest first
         self._dirty: dict[int, list[Line]] = {}
+        # Held by a flush from its take to its write (Flusher.flush): one at a time, each
+        # written before the next is taken.
+        self.writing = threading.Lock()
 
     def _ms(self) -> int:
         return int((time.monotonic() - self._t0) * 1000)
@@ -262,17 +265,22 @@ class Flusher:
                     log.exception("output_flush_failed", run_id=capture.run_id)
 
     def flush(self, capture: Capture, *, final: bool) -> None:
-        chunks, lines = capture.take(final)
-        if lines and self._on_lines is not None:
-            self._on_lines(capture, lines)
-        if not chunks:
-            return
-        try:
-            self._store.write_output(
-                self._worker_id, capture.run_id, capture.attempt, capture.started_at, chunks
-            )
-        except DatabaseError as exc:  # output is best effort; the run's outcome is not
-            log.warning("output_write_failed", run_id=capture.run_id, error=str(exc))
+        """Take what is new and write it. One flush of a capture at a time: a tail slot is
+        upserted whole, so a periodic flush still writing when the attempt ended (its thread
+        had taken the capture before ``finish``) would otherwise land after the final one and
+        put an older copy of the slot back, losing the last lines."""
+        with capture.writing:
+            chunks, lines = capture.take(final)
+            if lines and self._on_lines is not None:
+                self._on_lines(capture, lines)
+            if not chunks:
+                return
+            try:
+                self._store.write_output(
+                    self._worker_id, capture.run_id, capture.attempt, capture.started_at, chunks
+                )
+            except DatabaseError as exc:  # output is best effort; the run's outcome is not
+                log.warning("output_write_failed", run_id=capture.run_id, error=str(exc))
 
 
 _job_log = structlog.get_logger("pgtick.job_output")
