@@ -4,6 +4,7 @@ the bounds against idle and slow clients (issue 22, findings 2 and 3)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import socket
@@ -218,3 +219,25 @@ def test_without_the_console_extra_the_console_is_a_config_error(
         server.start()
     assert str(refused.value) == console_server.EXTRA_MISSING.format(key="web.listen")
     assert "pip install 'pgtick[console]'" in str(refused.value)
+
+
+def test_stop_survives_a_wake_up_pipe_whose_descriptor_was_closed_and_reused() -> None:
+    """Something else in the process closed the number of the event loop's wake-up pipe and
+    opened another file that got it: waking the loop fails, and closing the pipe closes that
+    number without an error. stop() still closes the listening socket and returns (a parallel
+    test run once hit this in teardown)."""
+    routes = Console(cast(RunStore, None), TOKEN, heartbeat_seconds=20).routes()
+    server = ConsoleServer("web.listen", "127.0.0.1", 0, routes, SECURITY_HEADERS)
+    server.start()
+    port = server.port
+    number = server._server.trigger.trigger  # type: ignore[union-attr]
+    os.close(number)
+    reused = os.open(os.devnull, os.O_RDONLY)  # the lowest free number: the one just closed
+    try:
+        assert reused == number
+        server.stop()
+    finally:
+        with contextlib.suppress(OSError):  # stop() closed it as the pipe's end
+            os.close(reused)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()

@@ -222,8 +222,10 @@ class ConsoleServer:
             # The pipe's read end as the loop polled it (a copy the trigger owns), which the
             # trigger leaves open when closing its other end fails. Closed through its owner,
             # once: left to the garbage collector, it would close that descriptor number
-            # whenever it ran, by then perhaps someone else's.
-            server.trigger.socket.close()
+            # whenever it ran, by then perhaps someone else's. None when close_all closed it
+            # (its other end's number closed without an error: reused by then).
+            if server.trigger.socket is not None:
+                server.trigger.socket.close()
         if self._thread is not None:
             self._thread.join(STOP_TIMEOUT_SECONDS)
         server.task_dispatcher.shutdown(timeout=STOP_TIMEOUT_SECONDS)
