@@ -86,9 +86,11 @@ class StoreBase:
     def _moving(
         self, operation: str, write: Callable[[db.Connection], T], tries: int = MOVED_ROW_TRIES
     ) -> T:
-        """Run ``write`` (statements, or a transaction, that change runs' status while they
-        may wait on a row lock), again when the row it waited for was moved to another
-        partition meanwhile (``db.moved_row``); ``tries`` times, then the error stands."""
+        """Run ``write`` (statements, or a transaction, on runs' rows), again when a row it
+        locked or waited for had been moved to another partition since its snapshot
+        (``db.moved_row``: nothing was written); ``tries`` times, then the error stands.
+        MOVED_ROW_TRIES for writes that wait on one row, SKIPPING_TRIES for those that lock
+        many with SKIP LOCKED."""
         for attempt in range(1, tries + 1):
             try:
                 with self._conn(operation) as conn:

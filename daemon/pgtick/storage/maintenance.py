@@ -138,8 +138,8 @@ class MaintenanceQueries(StoreBase):
     ) -> list[ReapedRun]:
         """Fail or kill runs whose lease expired (at or after ``since``, if given), in one
         short transaction; wakes idle daemons for the runs that are claimable again. Again
-        when a run whose lease it read as expired was finished by its holder meanwhile (the
-        finish moved the row: SQLSTATE 40001, nothing written)."""
+        when a run whose lease it read as expired was finished by its holder meanwhile
+        (base.SKIPPING_TRIES)."""
         return self._moving(
             "reap", lambda conn: self._reap_on(conn, delay_for, limit, since), SKIPPING_TRIES
         )

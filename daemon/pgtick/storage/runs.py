@@ -320,10 +320,8 @@ class RunQueries(StoreBase):
                 )
                 return by_index(conn, "claim_limited", params)
 
-        # SKIP LOCKED skips a row locked now, but not one whose claim and finish both
-        # committed after this statement's snapshot and before its scan reached the row: the
-        # finish moved the row out of runs_live, and PostgreSQL fails the lock with SQLSTATE
-        # 40001. Nothing was claimed (the statement rolled back): claim again.
+        # Again when a run another daemon claimed and finished after this claim's snapshot
+        # was moved out of runs_live before the scan reached it (base.SKIPPING_TRIES).
         rows = self._moving("claim", claim, SKIPPING_TRIES)
         runs = [ClaimedRun(*row) for row in rows if row[0] is not None]
         behind = {str(row[1]): row[7] for row in rows if row[0] is None}
@@ -396,11 +394,8 @@ class RunQueries(StoreBase):
             "attempts": db.Ints(lease.attempt for lease in leases),
             "leases": [lease.seconds for lease in leases],
         }
-        # SKIP LOCKED skips a row our result writer is writing now, but not one whose finish
-        # committed after this statement's snapshot: the finish moved it out of runs_live and
-        # the lock fails with SQLSTATE 40001 (two beats in three of 2 000 leases while the
-        # writer finished them 20 at a time; a lease not renewed expires). Nothing was
-        # renewed: beat again.
+        # Again when our result writer finished and moved a run after this beat's snapshot
+        # (base.SKIPPING_TRIES): a lease the beats fail to renew expires.
         [(held, registered, cancelled, busy)] = self._moving(
             "heartbeat", lambda conn: by_index(conn, "heartbeat", params), SKIPPING_TRIES
         )
