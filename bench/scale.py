@@ -37,9 +37,9 @@ GONE_WORKER = "bench-scale-gone"
 CLAIMS_TIMEOUT_SECONDS = 600.0
 SHOWN_STATEMENTS = 8
 # The claim, known by its shape in pg_stat_statements: the bench's claim pattern (it skips locked
-# rows and updates them), and it opens the attempt rows (the reaper's let-go of cancelled runs
-# has the first two and not this).
-CLAIM = re.compile(load.CLAIM.pattern + r"(?=.*\bINSERT\s+INTO\s+[\w.\"]*attempts\b)")
+# rows and updates them), and its CTE of the rows it claimed (the reaper's let-go of cancelled
+# runs has the first two and not this).
+CLAIM = re.compile(load.CLAIM.pattern + r"(?=.*\bclaimed\s+AS\s*\()")
 EXPIRED = """
 WITH held AS (
     INSERT INTO pgtick.runs (job_type, status, run_at, attempts, started_at, locked_by,
@@ -47,10 +47,9 @@ WITH held AS (
     SELECT 'other_' || (i %% %(types)s), 'running', now() - interval '2 minutes', 1,
            now() - interval '2 minutes', %(worker)s, now() - interval '1 minute'
     FROM generate_series(1, %(runs)s) i
-    RETURNING id, started_at
+    RETURNING id
 )
-INSERT INTO pgtick.attempts (run_id, attempt, worker_id, started_at)
-SELECT id, 1, %(worker)s, started_at FROM held
+SELECT count(*) FROM held
 """
 
 

@@ -19,8 +19,8 @@ max flat (the later half of the samples' median at most 1.5x the earlier half's)
 succeeded exactly once (each enqueued id in the ledger once, what is left in ``runs`` succeeded
 with one attempt, pgtick_run_attempts_total{outcome="succeeded"} equal to the runs enqueued and
 no other outcome); retention deleted no rows (n_tup_del of the tables that hold runs, attempts
-and output, but for the rows a finish moves out of runs_live and attempts_open, which
-PostgreSQL counts as deleted there: 0 when retention drops whole partitions).
+and output, but for the rows a finish moves out of runs_live, which PostgreSQL counts as
+deleted there: 0 when retention drops whole partitions).
 The daemon prunes every eighth of the retention (every 15 s at 2 minutes; at least every 10 s,
 at most every 5 minutes), its first prune that long after it starts.
 """
@@ -132,7 +132,7 @@ def size_bar(samples: list[dict[str, Any]]) -> dict[str, Any]:
 # Where a finish moves a run's row from: PostgreSQL counts the move as a delete there (and
 # an insert in the partition of the run's status); every other table of pgtick's only ever
 # loses rows to retention (or to nothing).
-MOVED_FROM = ("runs_live", "attempts_open")
+MOVED_FROM = ("runs_live",)
 
 
 def retained(table: str) -> bool:
@@ -412,7 +412,7 @@ def report(result: dict[str, Any]) -> None:
         [
             "retention deleted no rows (n_tup_del)",
             f"{result['retention_deletes']:,} rows deleted, {result['pruned']:,} runs pruned "
-            f"(and {result['moves_out_of_live']:,} rows moved out of runs_live/attempts_open)",
+            f"(and {result['moves_out_of_live']:,} rows moved out of runs_live)",
             "",
             load.verdict(result["retention_deletes"] == 0 if result["prune_expected"] else None),
         ],

@@ -27,7 +27,7 @@ def _finished(conn: Connection, status: str, days_ago: float, attempts: int = 0)
     )
     for n in range(1, attempts + 1):
         conn.execute(
-            "INSERT INTO attempts (run_id, attempt, worker_id, outcome)"
+            "INSERT INTO attempts_history (run_id, attempt, worker_id, outcome)"
             " VALUES (%s, %s, 'w', 'failed')",
             (run_id, n),
         )

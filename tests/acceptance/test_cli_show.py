@@ -38,8 +38,8 @@ def _seed(conn: Connection) -> int:
         error_type="ValueError",
     )
     conn.execute(
-        "INSERT INTO attempts (run_id, attempt, worker_id, started_at, finished_at, outcome,"
-        " error, error_type) VALUES"
+        "INSERT INTO attempts_history (run_id, attempt, worker_id, started_at, finished_at,"
+        " outcome, error, error_type) VALUES"
         " (%(id)s, 1, 'host-a:11:aa', %(t)s, %(t)s + interval '2 seconds', 'failed', %(tb)s,"
         "  'ValueError'),"
         " (%(id)s, 2, 'host-b:22:bb', %(t)s + interval '30 seconds',"

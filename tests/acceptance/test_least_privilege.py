@@ -98,7 +98,7 @@ def test_daemon_and_cli_run_as_the_granted_role_and_migrate_is_refused(
 
         old = insert_run(conn, job_type="record", status="dead", finished_at="2020-01-01")
         conn.execute(
-            "INSERT INTO attempts (run_id, attempt, worker_id, outcome)"
+            "INSERT INTO attempts_history (run_id, attempt, worker_id, outcome)"
             " VALUES (%s, 1, 'w', 'failed')",
             (old,),
         )

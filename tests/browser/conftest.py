@@ -180,7 +180,7 @@ def _prepare(dsn: str) -> tuple[int, int]:
         assert dead is not None and hostile is not None
         for n, error in ((1, f"Traceback (most recent call last):\n  {SCRIPT}"), (2, IMG)):
             conn.execute(
-                "INSERT INTO attempts (run_id, attempt, worker_id, started_at, finished_at,"
+                "INSERT INTO attempts_history (run_id, attempt, worker_id, started_at, finished_at,"
                 " outcome, error, error_type) VALUES (%s, %s, 'elsewhere:1:aa',"
                 " now() - interval '11 minutes', now() - interval '10 minutes', 'failed', %s,"
                 " 'ValueError')",

@@ -214,9 +214,9 @@ def test_xss_payloads_in_every_field_stay_text(console: Console, chrome: Any) ->
         f" 1, 1, {_q(hostile)}, {_q(hostile)}, now(), now()) RETURNING id"
     )[0][0]
     console.sql(
-        "INSERT INTO attempts (run_id, attempt, worker_id, started_at, finished_at, outcome,"
-        f" error, error_type) VALUES ({with_attempt}, 1, {_q(hostile)}, now(), now(), 'failed',"
-        f" {_q(hostile)}, {_q(hostile)}) RETURNING run_id"
+        "INSERT INTO attempts_history (run_id, attempt, worker_id, started_at, finished_at,"
+        f" outcome, error, error_type) VALUES ({with_attempt}, 1, {_q(hostile)}, now(), now(),"
+        f" 'failed', {_q(hostile)}, {_q(hostile)}) RETURNING run_id"
     )
     cookie = console.login()
     chrome.get(f"{console.url}/login")

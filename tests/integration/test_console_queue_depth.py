@@ -102,23 +102,30 @@ def _build(conn: db.Connection, history: list[History]) -> None:
                 FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS x(e, ordinality)
             ), inserted AS (
                 INSERT INTO runs (job_type, status, run_at, created_at, scheduled_for,
-                                  finished_at, attempts, max_attempts, locked_by, locked_until)
+                                  finished_at, attempts, max_attempts, locked_by, locked_until,
+                                  started_at)
                 SELECT job_type, status, run_at, created_at, scheduled_for, finished_at,
                        jsonb_array_length(attempts), 3,
                        CASE WHEN status = 'running' THEN 'w:1:a' END,
-                       CASE WHEN status = 'running' THEN now() + interval '1 minute' END
+                       CASE WHEN status = 'running' THEN now() + interval '1 minute' END,
+                       -- A running run's open attempt is its row (migration 0013).
+                       CASE WHEN status = 'running'
+                            THEN now() + make_interval(secs => (attempts->-1->>0)::float8 * 60)
+                       END
                 FROM h ORDER BY n
                 RETURNING id
             ), numbered AS (
                 SELECT id, row_number() OVER (ORDER BY id) AS n FROM inserted
             )
-            INSERT INTO attempts (run_id, attempt, worker_id, started_at, finished_at, outcome)
+            INSERT INTO attempts_history (run_id, attempt, worker_id, started_at, finished_at,
+                                          outcome)
             SELECT i.id, a.ordinality, 'w:1:a',
                    now() + make_interval(secs => (a.e->>0)::float8 * 60),
                    now() + make_interval(secs => (a.e->>1)::float8 * 60), a.e->>2
             FROM numbered i
             JOIN h ON h.n = i.n
             CROSS JOIN LATERAL jsonb_array_elements(h.attempts) WITH ORDINALITY AS a(e, ordinality)
+            WHERE a.e->>2 IS NOT NULL
             """,
             (json.dumps(history),),
         )

@@ -92,7 +92,7 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
-CREATE TRIGGER fail_once BEFORE UPDATE ON attempts
+CREATE TRIGGER fail_once BEFORE INSERT ON attempts_history
     FOR EACH ROW EXECUTE FUNCTION public.fail_once();
 """
 

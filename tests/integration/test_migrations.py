@@ -18,7 +18,7 @@ TERMINAL_SCAN = re.compile(r"Scan on runs_(succeeded|dead|cancelled|skipped)")
 EXPECTED_TABLES = {
     "schedules",
     "runs",
-    "attempts",
+    "attempts_history",
     "workers",
     "rate_starts",
     "job_type_settings",
@@ -46,6 +46,11 @@ def test_apply_twice_is_a_no_op(empty_dsn: str) -> None:
             )
         }
         assert tables == EXPECTED_TABLES
+        views = conn.execute(
+            "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'pgtick' AND c.relkind = 'v'"
+        ).fetchall()
+        assert views == [("attempts",)]  # ended attempts and the open ones, read from runs
         migrate.check_current(conn, "pgtick")
 
 
@@ -310,8 +315,11 @@ def test_a_stop_daemons_migration_is_marked_only_in_its_leading_comments() -> No
     assert stops(STORAGE_CUT_OVER)
     assert stops("-- pgtick: no-transaction\n-- pgtick: stop-daemons\nCREATE INDEX i ON t (a);")
     assert not stops("CREATE TABLE t (a int);\n-- pgtick: stop-daemons\n")
-    # The storage cut-over, the only one shipped.
-    assert [m.name for m in migrate.available() if m.stops_daemons] == ["partition_runs"]
+    # The storage cut-over and the attempts written once, the only ones shipped.
+    assert [m.name for m in migrate.available() if m.stops_daemons] == [
+        "partition_runs",
+        "write_each_attempt_once",
+    ]
 
 
 def test_a_stop_daemons_migration_is_refused_while_a_daemon_heartbeats(

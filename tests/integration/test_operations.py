@@ -53,7 +53,7 @@ def test_daemon_retention_deletes_the_rows_no_partition_covers_after_their_own_a
     )
     conn.execute("INSERT INTO runs (job_type) VALUES ('email')")
     conn.execute(
-        "INSERT INTO attempts (run_id, attempt, worker_id, finished_at, outcome)"
+        "INSERT INTO attempts_history (run_id, attempt, worker_id, finished_at, outcome)"
         " SELECT id, 1, 'w', finished_at,"
         "        CASE WHEN status = 'succeeded' THEN 'succeeded' ELSE 'failed' END"
         " FROM runs WHERE finished_at IS NOT NULL"
@@ -100,8 +100,8 @@ def test_retention_drops_whole_partitions_and_deletes_no_row(
         " FROM unnest(ARRAY[30, 2]) d, generate_series(1, 500) g"
     )
     conn.execute(
-        "INSERT INTO attempts (run_id, attempt, worker_id, started_at, finished_at, outcome)"
-        " SELECT id, 1, 'w', finished_at, finished_at, 'succeeded' FROM runs"
+        "INSERT INTO attempts_history (run_id, attempt, worker_id, started_at, finished_at,"
+        " outcome) SELECT id, 1, 'w', finished_at, finished_at, 'succeeded' FROM runs"
     )
     conn.execute(
         "INSERT INTO output_chunks (run_id, attempt, attempt_started_at, seq, lines)"

@@ -51,8 +51,8 @@ def _seed(conn: db.Connection) -> None:
         f" FROM generate_series(1, {OLD_RUNS}) g"
     )
     conn.execute(
-        "INSERT INTO attempts (run_id, attempt, worker_id, started_at, finished_at, outcome)"
-        " SELECT id, 1, 'w', started_at, finished_at, 'succeeded' FROM runs"
+        "INSERT INTO attempts_history (run_id, attempt, worker_id, started_at, finished_at,"
+        " outcome) SELECT id, 1, 'w', started_at, finished_at, 'succeeded' FROM runs"
     )
     conn.execute(f"INSERT INTO runs (job_type) SELECT 'record' FROM generate_series(1, {BACKLOG})")
     conn.execute(f"INSERT INTO runs (job_type) SELECT 'probe' FROM generate_series(1, {PROBES})")

@@ -40,8 +40,8 @@ def _old_history(conn: db.Connection) -> list[str]:
             "        date_trunc('hour', now()) - %(hour)s * interval '1 hour'"
             "        + g * interval '1 second'"
             " FROM generate_series(1, %(n)s) g RETURNING id, status, finished_at)"
-            " INSERT INTO attempts (run_id, attempt, worker_id, started_at, finished_at, outcome)"
-            " SELECT id, 1, 'w', finished_at, finished_at,"
+            " INSERT INTO attempts_history (run_id, attempt, worker_id, started_at, finished_at,"
+            " outcome) SELECT id, 1, 'w', finished_at, finished_at,"
             "        CASE WHEN status = 'dead' THEN 'failed' ELSE 'succeeded' END FROM old",
             {"hour": hour, "n": OLD_RUNS_PER_HOUR},
         )

@@ -52,7 +52,7 @@ def test_dead_tuples_of_pgticks_tables(store: RunStore, conn: db.Connection) -> 
         lambda: snapshot(store).dead_tuples.get("runs", 0) >= 20, 10, what="dead tuples counted"
     )
     tables = set(snapshot(store).dead_tuples)
-    assert {"runs", "attempts", "schedules", "workers", "effects"} <= tables
+    assert {"runs", "attempts_history", "schedules", "workers", "effects"} <= tables
 
 
 def test_a_slots_age_counts_from_when_it_was_first_seen() -> None:

@@ -165,7 +165,8 @@ class MaintenanceQueries(StoreBase):
             done = [
                 ReapedRun(*row)
                 for row in conn.execute(
-                    sqlfile.query("reap_mark", conn.schema), {"ids": ids, "delays": delays}
+                    sqlfile.query("reap_mark", conn.schema),
+                    {"ids": ids, "delays": delays, "workers": [row[4] for row in rows]},
                 ).fetchall()
             ]
             # A first lost attempt is claimable at once: wake idle daemons now rather than

@@ -12,8 +12,8 @@
 -- The statements of the hot path (claim, finish, heartbeat, the claimer's probes) are written
 -- so that the planner cannot choose a plan that reads what a held snapshot piles up. While a
 -- snapshot is held elsewhere (pg_dump, a long analytics query, a replica's feedback), vacuum
--- removes nothing, so runs_live and attempts_open keep a dead version, and their indexes an
--- entry, of every run claimed and finished since; (auto)ANALYZE then shows a few live rows in
+-- removes nothing, so runs_live keeps a dead version, and its indexes an entry, of every run
+-- claimed and finished since (attempts_open did too, until 0013 wrote attempts once); (auto)ANALYZE then shows a few live rows in
 -- many pages. With that estimate every plan looks equally cheap, and the planner picked,
 -- one minute or another, plans that read a whole index or table (measured, bench
 -- queue-health under auto_explain): a sequential scan of attempts_open for each finished
@@ -168,7 +168,9 @@ GROUP BY t.job_type;
 -- runs of priority above 0, then those of 0 (the default, nearly all), then those below,
 -- each read in index order; the outer LIMIT stops reading once it has enough, so a type
 -- whose runs all have priority 0 costs one empty probe more than before, nothing else. Fills
--- in max_attempts from the job type when the run did not set one, and opens the attempt rows.
+-- in max_attempts from the job type when the run did not set one. No attempt row: the run's
+-- row is the open attempt (locked_by, attempts, started_at) until whatever ends it writes
+-- the attempt, once (migration 0013).
 -- The priority-0 range starts at the type's lower bound (%(lows)s, NULL: from the start):
 -- the claimer keeps it just below the run_at it last claimed, so the scan skips the index
 -- entries of runs consumed since, which a snapshot held elsewhere keeps from being removed
@@ -233,9 +235,6 @@ WITH types AS (
     WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
               r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until
-), opened AS (
-    INSERT INTO {schema}.attempts (run_id, attempt, worker_id, started_at)
-    SELECT id, attempts, %(worker_id)s, started_at FROM claimed
 )
 -- include: claim_result
 
@@ -436,9 +435,6 @@ WITH types AS (
     WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
               r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until
-), opened AS (
-    INSERT INTO {schema}.attempts (run_id, attempt, worker_id, started_at)
-    SELECT id, attempts, %(worker_id)s, started_at FROM claimed
 ), counted AS (
     INSERT INTO {schema}.rate_starts (job_type, concurrency_key, started_at)
     SELECT c.job_type, p.ckey, statement_timestamp()
@@ -593,7 +589,8 @@ SELECT ARRAY(SELECT id FROM held WHERE status = 'running'), EXISTS (SELECT 1 FRO
 -- succeed --
 -- Finish runs as succeeded, guarded by the claim: only the holder may write a result, and
 -- only for the attempt it claimed, so that a result of an earlier claim never lands on a
--- later claim of the same run by the same daemon. Returns those finished.
+-- later claim of the same run by the same daemon. Writes each ended attempt, once. Returns
+-- those finished.
 -- A run this worker holds is `running`, or `cancelled` and not let go of yet (nothing else
 -- keeps locked_by), so "in the live partition" (queued, running, failed) means running here.
 -- Said that way on purpose: the planner reads runs_live only, and cannot serve it from
@@ -613,14 +610,11 @@ WITH done AS (
       AND ((SELECT %(ids)s::bigint[]))[width_bucket(r.id, (SELECT %(ids)s::bigint[]))] = r.id
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
-    RETURNING r.id, r.attempts
-), closed AS (
-    UPDATE {schema}.attempts a
-    SET finished_at = now(), outcome = 'succeeded'
-    WHERE a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.attempt = ((SELECT %(attempts)s::int[]))[
-          width_bucket(a.run_id, (SELECT %(ids)s::bigint[]))]
-      AND a.outcome IS NULL
+    RETURNING r.id, r.attempts, r.started_at
+), ended AS (
+    INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
+                                          outcome)
+    SELECT id, attempts, %(worker_id)s, started_at, now(), 'succeeded' FROM done
 )
 SELECT id FROM done;
 
@@ -649,18 +643,14 @@ WITH done AS (
       AND ((SELECT %(ids)s::bigint[]))[width_bucket(r.id, (SELECT %(ids)s::bigint[]))] = r.id
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
-    RETURNING r.id, r.status, r.run_at
-), closed AS (
-    UPDATE {schema}.attempts a
-    SET finished_at = now(), outcome = 'failed',
-        error = ((SELECT %(details)s::text[]))[
-            width_bucket(a.run_id, (SELECT %(ids)s::bigint[]))],
-        error_type = ((SELECT %(error_types)s::text[]))[
-            width_bucket(a.run_id, (SELECT %(ids)s::bigint[]))]
-    WHERE a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.attempt = ((SELECT %(attempts)s::int[]))[
-          width_bucket(a.run_id, (SELECT %(ids)s::bigint[]))]
-      AND a.outcome IS NULL
+    RETURNING r.id, r.status, r.run_at, r.attempts, r.started_at
+), ended AS (
+    INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
+                                          outcome, error, error_type)
+    SELECT id, attempts, %(worker_id)s, started_at, now(), 'failed',
+           ((SELECT %(details)s::text[]))[width_bucket(id, (SELECT %(ids)s::bigint[]))],
+           ((SELECT %(error_types)s::text[]))[width_bucket(id, (SELECT %(ids)s::bigint[]))]
+    FROM done
 )
 SELECT id, status, run_at FROM done;
 
@@ -678,14 +668,13 @@ WITH done AS (
       AND ((SELECT %(ids)s::bigint[]))[width_bucket(r.id, (SELECT %(ids)s::bigint[]))] = r.id
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
-    RETURNING r.id, r.job_type, r.run_at
-), closed AS (
-    UPDATE {schema}.attempts a
-    SET finished_at = now(), outcome = 'released', error = 'released on shutdown'
-    WHERE a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.attempt = ((SELECT %(attempts)s::int[]))[
-          width_bucket(a.run_id, (SELECT %(ids)s::bigint[]))]
-      AND a.outcome IS NULL
+    RETURNING r.id, r.job_type, r.run_at, r.started_at
+), ended AS (
+    INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
+                                          outcome, error)
+    SELECT id, ((SELECT %(attempts)s::int[]))[width_bucket(id, (SELECT %(ids)s::bigint[]))],
+           %(worker_id)s, started_at, now(), 'released', 'released on shutdown'
+    FROM done
 )
 SELECT id, job_type, run_at FROM done;
 
@@ -702,23 +691,21 @@ WITH done AS (
       AND ((SELECT %(ids)s::bigint[]))[width_bucket(r.id, (SELECT %(ids)s::bigint[]))] = r.id
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status = 'cancelled'
-    RETURNING r.id
-), closed AS (
-    UPDATE {schema}.attempts a
-    SET finished_at = now(), outcome = 'lost', error = 'cancelled by operator'
-    WHERE a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.attempt = ((SELECT %(attempts)s::int[]))[
-          width_bucket(a.run_id, (SELECT %(ids)s::bigint[]))]
-      AND a.outcome IS NULL
+    RETURNING r.id, r.attempts, r.started_at
+), ended AS (
+    INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
+                                          outcome, error)
+    SELECT id, attempts, %(worker_id)s, started_at, now(), 'lost', 'cancelled by operator'
+    FROM done
 )
 SELECT id FROM done;
 
 -- reap_cancelled --
 -- Cancelled runs whose holder never let go (it died) and whose lease has expired: nothing
--- runs them any more. Clear the lease and close the attempt as lost, ended at the latest when
+-- runs them any more. Clear the lease and write the attempt as lost, ended at the latest when
 -- its lease did. Served by runs_cancel_lease_idx.
 WITH expired AS (
-    SELECT id, locked_until FROM {schema}.runs
+    SELECT id, locked_until, locked_by FROM {schema}.runs
     WHERE status = 'cancelled' AND locked_until < now()
     ORDER BY locked_until
     LIMIT %(limit)s
@@ -728,13 +715,13 @@ WITH expired AS (
     SET locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM expired e
     WHERE r.id = e.id AND r.status = 'cancelled'
-    RETURNING r.id, r.attempts, e.locked_until AS lease_end
-), closed AS (
-    UPDATE {schema}.attempts a
-    SET finished_at = done.lease_end, outcome = 'lost', error = 'cancelled by operator'
+    RETURNING r.id, r.attempts, r.started_at, e.locked_by AS worker_id,
+              e.locked_until AS lease_end
+), ended AS (
+    INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
+                                          outcome, error)
+    SELECT id, attempts, worker_id, started_at, lease_end, 'lost', 'cancelled by operator'
     FROM done
-    WHERE a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
 )
 SELECT count(*) FROM done;
 
@@ -771,10 +758,12 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
 -- reap_mark --
--- Turn reaped runs into failed (delay given) or dead (delay NULL), attempt outcome 'lost'
--- (a run whose daemon died is retried or dead, never lost silently).
+-- Turn reaped runs into failed (delay given) or dead (delay NULL), and write each attempt as
+-- 'lost', with the worker reap_select read in locked_by (%(workers)s): a run whose daemon died
+-- is retried or dead, never lost silently.
 WITH input AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS f(id, delay)
+    SELECT * FROM unnest(%(ids)s::bigint[], %(delays)s::float8[], %(workers)s::text[])
+        AS f(id, delay, worker_id)
 ), done AS (
     UPDATE {schema}.runs r
     SET status = CASE WHEN f.delay IS NULL THEN 'dead' ELSE 'failed' END,
@@ -788,14 +777,12 @@ WITH input AS (
     FROM input f
     WHERE r.id = ANY(%(ids)s::bigint[])
       AND r.id = f.id AND r.status = 'running' AND r.locked_until < now()
-    RETURNING r.id, r.attempts, r.status, r.job_type, r.run_at
-), closed AS (
-    UPDATE {schema}.attempts a
-    SET finished_at = now(), outcome = 'lost', error = 'lease expired',
-        error_type = 'lease_expired'
+    RETURNING r.id, r.attempts, r.status, r.job_type, r.run_at, r.started_at, f.worker_id
+), ended AS (
+    INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
+                                          outcome, error, error_type)
+    SELECT id, attempts, worker_id, started_at, now(), 'lost', 'lease expired', 'lease_expired'
     FROM done
-    WHERE a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
 )
 SELECT id, status, job_type, run_at FROM done;
 
@@ -803,9 +790,10 @@ SELECT id, status, job_type, run_at FROM done;
 -- Operator retry: failed/dead/cancelled back to queued, due now, lease cleared. A run that
 -- had used up its attempts gets one more. A cancelled run whose holder has not let go (its
 -- lease is live) is left alone: its handler may still run, and a second copy must not start.
--- One whose holder died (lease expired) has its attempt closed, ended when the lease did.
+-- One whose holder died (lease expired) has its attempt written as lost, ended when the lease
+-- did.
 WITH picked AS (
-    SELECT id, locked_until FROM {schema}.runs
+    SELECT id, locked_until, locked_by FROM {schema}.runs
     WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('failed', 'dead', 'cancelled')
       AND (locked_until IS NULL OR locked_until < now())
     FOR UPDATE
@@ -818,14 +806,14 @@ WITH picked AS (
     FROM picked p
     WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
       AND r.id = p.id AND r.status IN ('failed', 'dead', 'cancelled')
-    RETURNING r.id, r.job_type, r.attempts, p.locked_until AS lease_end
-), closed AS (
-    UPDATE {schema}.attempts a
-    SET finished_at = done.lease_end, outcome = 'lost', error = 'cancelled by operator'
+    RETURNING r.id, r.job_type, r.attempts, r.started_at, p.locked_by AS worker_id,
+              p.locked_until AS lease_end
+), ended AS (
+    INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
+                                          outcome, error)
+    SELECT id, attempts, worker_id, started_at, lease_end, 'lost', 'cancelled by operator'
     FROM done
-    WHERE done.lease_end IS NOT NULL
-      AND a.run_id = ANY(ARRAY(SELECT id FROM done))
-      AND a.run_id = done.id AND a.attempt = done.attempts AND a.outcome IS NULL
+    WHERE worker_id IS NOT NULL
 )
 SELECT id, job_type FROM done;
 
@@ -867,7 +855,7 @@ WITH victims AS (
 ), gone AS (
     DELETE FROM {schema}.runs r USING victims v WHERE r.id = v.id RETURNING r.id
 ), attempts AS (
-    DELETE FROM {schema}.attempts a USING gone g WHERE a.run_id = g.id
+    DELETE FROM {schema}.attempts_history a USING gone g WHERE a.run_id = g.id
 ), output AS (
     DELETE FROM {schema}.output_chunks o USING gone g WHERE o.run_id = g.id
 )
@@ -881,9 +869,9 @@ SELECT id, schedule_id, scheduled_for, job_type, payload, idempotency_key, statu
 FROM {schema}.runs WHERE id = %(id)s;
 
 -- get_attempts --
--- A run's attempts in order.
+-- A run's attempts in order: the ended ones by their start, the open one (id NULL) last.
 SELECT run_id, attempt, worker_id, started_at, finished_at, outcome, error, error_type
-FROM {schema}.attempts WHERE run_id = %(id)s ORDER BY id;
+FROM {schema}.attempts WHERE run_id = %(id)s ORDER BY id IS NULL, started_at, id;
 
 -- connection_limit --
 -- How many connections the server accepts from an ordinary role (max_connections less the
@@ -1435,13 +1423,14 @@ LEFT JOIN pg_namespace n ON n.nspname = %(schema)s;
 -- What the daemon's and the CLI's role needs, and nothing more: no CREATE, no ownership
 -- (`pgtick grants ROLE` prints it; migrations run as the schema owner). `pgtick prune`
 -- deletes the runs, attempts and output a cutoff splits from their partition. runs_id_seq:
--- enqueue_many draws ids with nextval before inserting; the claim draws attempts' ids from
--- attempts_id_seq. EXECUTE on enqueue is PostgreSQL's default for
+-- enqueue_many draws ids with nextval before inserting; whatever ends an attempt draws its id
+-- from attempts_id_seq. EXECUTE on enqueue is PostgreSQL's default for
 -- PUBLIC; granted here so a locked-down database works. maintain_partitions creates and drops
 -- partitions as the tables' owner (SECURITY DEFINER): retention without DDL rights.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.runs TO {role};
-GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.attempts TO {role};
+GRANT SELECT, INSERT, DELETE ON {schema}.attempts_history TO {role};
+GRANT SELECT ON {schema}.attempts TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.schedules TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
 GRANT SELECT, INSERT ON {schema}.effects TO {role};
@@ -1501,5 +1490,5 @@ ORDER BY attempt_started_at, attempt, seq < 0, CASE WHEN seq >= 0 THEN seq END, 
 -- status, its current attempt number, and that attempt's outcome (NULL while it runs).
 SELECT r.status, r.attempts,
        (SELECT a.outcome FROM {schema}.attempts a
-        WHERE a.run_id = r.id AND a.attempt = %(attempt)s ORDER BY a.id DESC LIMIT 1)
+        WHERE a.run_id = r.id AND a.attempt = %(attempt)s ORDER BY a.id DESC NULLS FIRST LIMIT 1)
 FROM {schema}.runs r WHERE r.id = %(run_id)s;
