@@ -145,3 +145,39 @@ def test_a_reaper_that_finds_an_expired_run_finished_meanwhile_reaps_again(
     assert results == [[]]  # reaped again, and found nothing left to reap
     status = conn.execute("SELECT status FROM runs WHERE id = %s", [target]).fetchone()
     assert status == ("succeeded",)
+
+
+def test_a_prune_that_finds_a_run_retried_meanwhile_prunes_again(
+    store: RunStore, conn: db.Connection, dsn: str
+) -> None:
+    """`pgtick prune` deletes with SKIP LOCKED too: an operator's `retry` of a dead run, moving
+    it to runs_live after a batch's snapshot, made the batch fail the same way."""
+    month = 30 * 86400.0
+    with (
+        store.pinned("prune") as pruner,
+        psycopg.connect(dsn) as ahead,
+        psycopg.connect(dsn, autocommit=True) as other,
+    ):
+        assert pruner.prune("dead", month) == 0  # warm caches (see above)
+        ahead.execute(
+            "INSERT INTO pgtick.runs (job_type, status, attempts, finished_at)"
+            " SELECT 'mail', 'dead', 1, now() - interval '50 days' FROM generate_series(1, %s)",
+            [INVISIBLE],
+        )  # older than the target and ahead of it in the heap: read first, invisible
+        [(target,)] = other.execute(
+            "INSERT INTO pgtick.runs (job_type, status, attempts, finished_at)"
+            " VALUES ('mail', 'dead', 1, now() - interval '40 days') RETURNING id"
+        ).fetchall()
+        pruning, results = _started(lambda: pruner.prune("dead", month))
+        _wait_running(other, "FOR UPDATE SKIP LOCKED")
+        moved = other.execute(
+            "UPDATE pgtick.runs SET status = 'queued', run_at = now(), finished_at = NULL"
+            " WHERE id = %s AND status = 'dead' RETURNING tableoid::regclass::text",
+            [target],
+        ).fetchone()  # what `pgtick retry` does to it
+        pruning.join(60)
+        ahead.rollback()
+    assert moved == ("pgtick.runs_live",), moved
+    assert results == [0]  # pruned again, and found nothing left to prune
+    status = conn.execute("SELECT status FROM runs WHERE id = %s", [target]).fetchone()
+    assert status == ("queued",)

@@ -219,15 +219,17 @@ class MaintenanceQueries(StoreBase):
         a cutoff splits); ``on_batch`` is told each batch's count (progress)."""
         if status not in TERMINAL_STATUSES:
             raise ValueError(f"only terminal runs are pruned, not {status!r}")
+        params = {"status": status, "older_than": older_than_seconds, "batch": batch}
+
+        def delete(conn: db.Connection) -> int:
+            row = conn.execute(sqlfile.query("prune", conn.schema), params).fetchone()
+            return int(row[0]) if row else 0
+
         total = 0
         while True:
-            with self._conn("prune") as conn:
-                cur = conn.execute(
-                    sqlfile.query("prune", conn.schema),
-                    {"status": status, "older_than": older_than_seconds, "batch": batch},
-                )
-                row = cur.fetchone()
-                deleted = int(row[0]) if row else 0
+            # Again when a run `retry` queued after this batch's snapshot was moved out of
+            # its terminal partition before the scan reached it (base.SKIPPING_TRIES).
+            deleted = self._moving("prune", delete, SKIPPING_TRIES)
             total += deleted
             if on_batch is not None:
                 on_batch(deleted)
