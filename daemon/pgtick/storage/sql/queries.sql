@@ -9,17 +9,16 @@
 -- statuses it reads or writes, even where the other conditions imply them, so that the
 -- planner reads runs_live (or runs_cancelled) only instead of every terminal partition.
 --
--- The statements of the hot path (claim, finish, heartbeat, the claimer's probes) are written
--- so that the planner cannot choose a plan that reads what a held snapshot piles up. While a
--- snapshot is held elsewhere (pg_dump, a long analytics query, a replica's feedback), vacuum
--- removes nothing, so runs_live keeps a dead version, and its indexes an entry, of every run
--- claimed and finished since (attempts_open did too, until 0013 wrote attempts once); (auto)ANALYZE then shows a few live rows in
--- many pages. With that estimate every plan looks equally cheap, and the planner picked,
--- one minute or another, plans that read a whole index or table (measured, bench
--- queue-health under auto_explain): a sequential scan of attempts_open for each finished
--- run, the id index read from end to end as the outer side of a join, the (job_type, id)
--- index and a sort instead of the claim index, the whole lease index for `status =
--- 'running'`. Hence:
+-- The statements of the hot path (claim, finish, heartbeat, the claimer's probes) are written so
+-- that the planner cannot choose a plan that reads what a held snapshot piles up. While a snapshot
+-- is held elsewhere (pg_dump, a long analytics query, a replica's feedback), vacuum removes
+-- nothing, so runs_live keeps a dead version, and its indexes an entry, of every run claimed and
+-- finished since (attempts_open did too, until 0013 wrote attempts once); (auto)ANALYZE then shows
+-- a few live rows in many pages. With that estimate every plan looks equally cheap, and the planner
+-- picked, one minute or another, plans that read a whole index or table (measured, bench
+-- queue-health under auto_explain): a sequential scan of attempts_open for each finished run, the
+-- id index read from end to end as the outer side of a join, the (job_type, id) index and a sort
+-- instead of the claim index, the whole lease index for `status = 'running'`. Hence:
 -- - rows known by id are given as a list (`r.id = ANY(%(ids)s)`, `ANY(ARRAY(SELECT id FROM
 --   done))` for the rows an earlier CTE wrote), never joined with their input: a join lets
 --   the planner read an index in order from the start (useful to it for a merge); each row's
