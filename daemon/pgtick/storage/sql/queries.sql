@@ -667,12 +667,12 @@ WITH done AS (
       AND ((SELECT %(ids)s::bigint[]))[width_bucket(r.id, (SELECT %(ids)s::bigint[]))] = r.id
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
-    RETURNING r.id, r.job_type, r.run_at, r.started_at
+    RETURNING r.id, r.job_type, r.run_at, r.started_at, r.attempts + 1 AS attempt
 ), ended AS (
+    -- The attempt claimed: the guard matched it, and the update gave it back to the count.
     INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
                                           outcome, error)
-    SELECT id, ((SELECT %(attempts)s::int[]))[width_bucket(id, (SELECT %(ids)s::bigint[]))],
-           %(worker_id)s, started_at, now(), 'released', 'released on shutdown'
+    SELECT id, attempt, %(worker_id)s, started_at, now(), 'released', 'released on shutdown'
     FROM done
 )
 SELECT id, job_type, run_at FROM done;
