@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
+import math
 import os
 import re
 import signal
@@ -339,6 +340,36 @@ def parse_metric(body: str, name: str) -> dict[tuple[tuple[str, str], ...], floa
         if match and match.group(1) == name:
             out[tuple(sorted(LABEL.findall(match.group(2))))] = float(match.group(3))
     return out
+
+
+def buckets(url: str, name: str) -> dict[float, float]:
+    """A histogram without other labels than ``le``: {upper bound: cumulative count}."""
+    return {
+        float(dict(labels)["le"]): value
+        for labels, value in scrape(url, name + "_bucket").items()
+        if "le" in dict(labels)
+    }
+
+
+def quantile(q: float, later: dict[float, float], earlier: dict[float, float]) -> float | None:
+    """The ``q`` quantile of what a cumulative histogram counted between two scrapes, as
+    PromQL's histogram_quantile estimates it: linear within the bucket it falls in, the
+    largest finite bound if it falls in +Inf. None when nothing was counted."""
+    bounds = sorted(later)
+    counts = [later[b] - earlier.get(b, 0.0) for b in bounds]
+    if not counts or counts[-1] <= 0:
+        return None
+    rank = q * counts[-1]
+    lower, below = 0.0, 0.0
+    for bound, count in zip(bounds, counts, strict=True):
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            if count == below:
+                return bound
+            return lower + (bound - lower) * (rank - below) / (count - below)
+        lower, below = bound, count
+    return lower
 
 
 # -- load: the producer and the pin ------------------------------------------------------------

@@ -30,7 +30,8 @@ DB_CACHE_SECONDS = 5.0
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
-# Every required series: (type, label names); counters are named without _total here.
+# Every required series, and the claim histogram the dashboard reads: (type, label names);
+# counters are named without _total here.
 REQUIRED = {
     "pgtick_runs": ("gauge", {"job_type", "status"}),
     "pgtick_queue_depth": ("gauge", {"job_type"}),
@@ -43,6 +44,7 @@ REQUIRED = {
     "pgtick_schedule_next_run_timestamp_seconds": ("gauge", {"schedule"}),
     "pgtick_ticker_last_tick_timestamp_seconds": ("gauge", set()),
     "pgtick_leases_lost": ("counter", {"job_type"}),
+    "pgtick_claim_duration_seconds": ("histogram", set()),
     "pgtick_worker_threads": ("gauge", set()),
     "pgtick_worker_busy_threads": ("gauge", set()),
     "pgtick_db_errors": ("counter", {"operation"}),
@@ -233,6 +235,12 @@ def test_metrics_of_a_running_daemon_match_the_database(
     assert value("pgtick_worker_busy_threads") == 0
     assert value("pgtick_draining") == 0
     assert value("pgtick_build_info", version=pgtick.__version__) == 1
+    # Every claim's round trip, found runs or not: at least the claims of the runs above, each
+    # well under the largest finite bucket on an idle test server.
+    claims = value("pgtick_claim_duration_seconds_count")
+    assert claims >= 1
+    assert 0 < value("pgtick_claim_duration_seconds_sum") < claims * 10
+    assert value("pgtick_claim_duration_seconds_bucket", le="10.0") == claims
     assert value("pgtick_db_pool_max_connections", pool="pgtick") >= 4
     assert value("pgtick_db_pool_max_connections", pool="pgtick-metrics") == 2
     assert value("process_resident_memory_bytes") > 0

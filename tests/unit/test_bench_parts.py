@@ -167,6 +167,31 @@ def test_a_metric_is_read_by_name_with_its_labels() -> None:
     }
 
 
+def test_a_histogram_quantile_is_read_between_two_scrapes_as_promql_reads_it() -> None:
+    inf = float("inf")
+    body = (
+        'pgtick_claim_duration_seconds_bucket{le="0.001"} 10.0\n'
+        'pgtick_claim_duration_seconds_bucket{le="0.002"} 60.0\n'
+        'pgtick_claim_duration_seconds_bucket{le="0.005"} 100.0\n'
+        'pgtick_claim_duration_seconds_bucket{le="+Inf"} 100.0\n'
+        "pgtick_claim_duration_seconds_count 100.0\n"
+    )
+    later = {
+        float(dict(labels)["le"]): value
+        for labels, value in load.parse_metric(body, "pgtick_claim_duration_seconds_bucket").items()
+    }
+    assert later == {0.001: 10.0, 0.002: 60.0, 0.005: 100.0, inf: 100.0}
+    # p99: rank 99 falls in (0.002, 0.005], 39 of its 40 counts in.
+    assert load.quantile(0.99, later, {}) == pytest.approx(0.002 + 0.003 * 39 / 40)
+    assert load.quantile(0.5, later, {}) == pytest.approx(0.001 + 0.001 * 40 / 50)
+    # Only what was counted since the earlier scrape: the 40 claims above 2 ms.
+    earlier = {0.001: 10.0, 0.002: 60.0, 0.005: 60.0, inf: 60.0}
+    assert load.quantile(0.5, later, earlier) == pytest.approx(0.002 + 0.003 * 20 / 40)
+    assert load.quantile(0.99, later, later) is None
+    # Beyond the largest finite bound: that bound, as histogram_quantile says.
+    assert load.quantile(0.99, {0.001: 0.0, inf: 5.0}, {}) == 0.001
+
+
 def window(
     label: str, pinned: bool, p99: float | None, per_run: float | None, stmts: dict[str, Any]
 ) -> dict[str, Any]:

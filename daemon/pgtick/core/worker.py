@@ -254,6 +254,7 @@ class Worker:
             runs, behind = store.claim_looking(
                 self.worker_id, self._claim_types, capacity, lows, looks
             )
+            self._metrics.claimed(time.monotonic() - sent_at)
             self._held_back = not runs and bool(self.limited)
             self.bounds.claimed(runs)
             self.bounds.found(behind)  # runs behind a bound: the next claim starts at them
