@@ -8,6 +8,7 @@
     │   └── UsageError         a command-line argument or request refused -> exit 2
     ├── MigrationError         a changed migration file, or live daemons -> exit 2
     ├── SchemaOutdatedError    database schema older than this code      -> exit 2
+    ├── SchemaNewerError       a newer migration this code cannot run on -> exit 2
     ├── DatabaseError          database unreachable or a query failed    -> exit 3
     ├── NotFoundError          run id, schedule name, ... not found      -> exit 4
     └── JobControl             raised by handlers to steer their run
@@ -44,6 +45,11 @@ class MigrationError(PgtickError):
 
 class SchemaOutdatedError(PgtickError):
     """The database schema is older than the code; run ``pgtick migrate``."""
+
+
+class SchemaNewerError(PgtickError):
+    """The database has a migration this code does not know that changed the tables daemons
+    of earlier versions read and write; install the pgtick that brought it."""
 
 
 class DatabaseError(PgtickError):

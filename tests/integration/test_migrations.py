@@ -9,7 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from pgtick.errors import MigrationError, SchemaOutdatedError
+from pgtick.cli.exits import EXIT_USAGE, exit_code
+from pgtick.errors import MigrationError, SchemaNewerError, SchemaOutdatedError
 from pgtick.storage import db, migrate, sqlfile
 from tests import dbhelp
 from tests.integration import plans
@@ -280,11 +281,13 @@ STORAGE_CUT_OVER = (
 )
 
 
+CUT_OVER = migrate.Migration("9999", "cut_over", STORAGE_CUT_OVER, "f" * 64)
+
+
 def _with_cut_over(monkeypatch: pytest.MonkeyPatch) -> migrate.Migration:
     shipped = migrate.available()
-    cut_over = migrate.Migration("9999", "cut_over", STORAGE_CUT_OVER, "f" * 64)
-    monkeypatch.setattr(migrate, "available", lambda: [*shipped, cut_over])
-    return cut_over
+    monkeypatch.setattr(migrate, "available", lambda: [*shipped, CUT_OVER])
+    return CUT_OVER
 
 
 def _register(dsn: str, worker_id: str, pid: int, heartbeat_age_seconds: float) -> None:
@@ -360,3 +363,37 @@ def test_a_fresh_install_applies_a_stop_daemons_migration_with_the_rest(
     applied = migrate.migrate(empty_dsn, "pgtick")
     assert applied[-1] == f"{cut_over.version}_{cut_over.name}"
     assert _cut_over_applied(empty_dsn)
+
+
+def test_the_stop_daemons_migrations_are_recorded_as_such(empty_dsn: str) -> None:
+    """0014 marks the two before it; migrate marks each later one as it records it."""
+    migrate.migrate(empty_dsn, "pgtick")
+    with dbhelp.connect(empty_dsn, "pgtick") as conn:
+        marked = conn.execute("SELECT version FROM schema_migrations WHERE stops_daemons")
+        assert [v for (v,) in marked] == [m.version for m in migrate.available() if m.stops_daemons]
+
+
+def test_a_daemon_refuses_a_schema_newer_by_a_stop_daemons_migration_it_does_not_know(
+    empty_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an old daemon met after 0013 (it claimed nothing and logged claim_failed) is, from
+    here on, a refusal to start naming the migration; a newer migration that daemons may run
+    across (an index, a function) is no reason to refuse."""
+    shipped = migrate.available()
+    later = migrate.Migration("9998", "an_index", "CREATE INDEX ON schedules (name);\n", "e" * 64)
+    monkeypatch.setattr(migrate, "available", lambda: [*shipped, later, CUT_OVER])
+    assert migrate.migrate(empty_dsn, "pgtick")[-2:] == ["9998_an_index", "9999_cut_over"]
+    with dbhelp.connect(empty_dsn, "pgtick") as conn:
+        migrate.check_current(conn, "pgtick")  # the code that brought them
+        monkeypatch.setattr(migrate, "available", lambda: [*shipped, later])
+        with pytest.raises(SchemaNewerError) as refused:
+            migrate.check_current(conn, "pgtick")  # a daemon of the version before
+        message = str(refused.value)
+        assert "9999_cut_over" in message and "9998" not in message and "\n" not in message
+        assert "install the pgtick that brought it" in message
+        assert exit_code(refused.value) == EXIT_USAGE
+        monkeypatch.setattr(migrate, "available", lambda: shipped)
+        with pytest.raises(SchemaNewerError):  # and one of two versions before
+            migrate.check_current(conn, "pgtick")
+        conn.execute("UPDATE schema_migrations SET stops_daemons = false WHERE version = '9999'")
+        migrate.check_current(conn, "pgtick")  # only the marked ones are refused

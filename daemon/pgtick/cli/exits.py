@@ -11,6 +11,7 @@ from pgtick.errors import (
     MigrationError,
     NotFoundError,
     PgtickError,
+    SchemaNewerError,
     SchemaOutdatedError,
 )
 
@@ -25,6 +26,7 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (ConfigError, EXIT_USAGE),
     (MigrationError, EXIT_USAGE),
     (SchemaOutdatedError, EXIT_USAGE),
+    (SchemaNewerError, EXIT_USAGE),
     (DatabaseError, EXIT_DATABASE),
     (NotFoundError, EXIT_NOT_FOUND),
     (PgtickError, EXIT_FAILURE),

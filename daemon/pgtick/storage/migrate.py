@@ -37,7 +37,7 @@ import psycopg
 import structlog
 from psycopg import sql
 
-from pgtick.errors import MigrationError, SchemaOutdatedError, UsageError
+from pgtick.errors import MigrationError, SchemaNewerError, SchemaOutdatedError, UsageError
 from pgtick.observability.progress import Progress
 from pgtick.storage import db, sqlfile
 
@@ -45,6 +45,9 @@ _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION_MARKER = "-- pgtick: no-transaction"
 STOP_DAEMONS_MARKER = "-- pgtick: stop-daemons"
 PROGRESS_PREFIX = "pgtick progress: "
+# The migration that added schema_migrations.stops_daemons and marked the stop-daemons files
+# before it; migrate marks each later one as it records it.
+STOPS_RECORDED_FROM = "0014"
 # A registered daemon that heartbeated this recently counts as alive for a stop-daemons
 # migration: longer than any heartbeat interval in use (lease / 3 by default), so a live
 # daemon is never missed; a daemon killed within it blocks until then, or --force.
@@ -144,14 +147,24 @@ def pending(conn: db.Connection, schema: str) -> list[Migration]:
 
 
 def check_current(conn: db.Connection, schema: str) -> None:
-    """Refuse to run against a schema older than this code (a newer one is fine: rolling
-    deploys run old daemons against it)."""
+    """Refuse to run against a schema older than this code, or newer by a stop-daemons
+    migration this code does not know. Newer by any other migration is fine: rolling deploys
+    run old daemons against it."""
     todo = pending(conn, schema)
     if todo:
         names = ", ".join(f"{m.version}_{m.name}" for m in todo)
         raise SchemaOutdatedError(
             f"database schema {schema!r} is older than this pgtick (pending: {names}); "
             "run `pgtick migrate` (or start with `pgtick run --migrate`)"
+        )
+    known = {m.version for m in available()}
+    rows = conn.execute(sqlfile.with_schema("stop_daemons_migrations", schema)).fetchall()
+    unknown = [f"{version}_{name}" for version, name in rows if version not in known]
+    if unknown:
+        raise SchemaNewerError(
+            f"database schema {schema!r} has {', '.join(unknown)} applied, which changed the "
+            "tables daemons of earlier versions read and write, and this pgtick predates it; "
+            "install the pgtick that brought it on this host (docs/operations: Rolling deploy)"
         )
 
 
@@ -206,7 +219,7 @@ def _apply_transactional(conn: db.Connection, schema: str, migration: Migration)
     """Inside the caller's locked transaction."""
     conn.execute(sqlfile.with_schema("set_local_search_path", schema))
     conn.execute(migration.sql.encode("utf-8"))
-    conn.execute(sqlfile.with_schema("record_migration", schema), _record(migration))
+    _record(conn, schema, migration)
 
 
 def _apply_without_concurrently(conn: db.Connection, schema: str, migration: Migration) -> None:
@@ -215,11 +228,15 @@ def _apply_without_concurrently(conn: db.Connection, schema: str, migration: Mig
     conn.execute(sqlfile.with_schema("set_local_search_path", schema))
     for statement in migration.statements():
         conn.execute(_CONCURRENTLY.sub("", statement).encode("utf-8"))
-    conn.execute(sqlfile.with_schema("record_migration", schema), _record(migration))
+    _record(conn, schema, migration)
 
 
-def _record(migration: Migration) -> dict[str, str]:
-    return {"version": migration.version, "name": migration.name, "sha256": migration.sha256}
+def _record(conn: db.Connection, schema: str, migration: Migration) -> None:
+    """Record an applied file, and whether it stops daemons once the history can say so."""
+    params = {"version": migration.version, "name": migration.name, "sha256": migration.sha256}
+    conn.execute(sqlfile.with_schema("record_migration", schema), params)
+    if migration.stops_daemons and migration.version > STOPS_RECORDED_FROM:
+        conn.execute(sqlfile.with_schema("mark_stops_daemons", schema), params)
 
 
 def _apply_outside_transaction(conn: db.Connection, schema: str, migration: Migration) -> bool:
@@ -234,7 +251,7 @@ def _apply_outside_transaction(conn: db.Connection, schema: str, migration: Migr
         conn.execute(sqlfile.with_schema("migration_search_path", schema))
         for statement in migration.statements():
             conn.execute(statement.encode("utf-8"))
-        conn.execute(sqlfile.with_schema("record_migration", schema), _record(migration))
+        _record(conn, schema, migration)
         return True
     finally:
         conn.execute(sqlfile.query("migrations_unlock", schema), {"schema": schema})

@@ -1123,6 +1123,14 @@ SET search_path TO {schema};
 INSERT INTO {schema}.schema_migrations (version, name, sha256)
 VALUES (%(version)s, %(name)s, %(sha256)s);
 
+-- mark_stops_daemons --
+-- A stop-daemons migration, recorded as such (the column is migration 0014's): daemons of
+-- earlier versions that do not know it refuse to start (migrate.check_current).
+UPDATE {schema}.schema_migrations SET stops_daemons = true WHERE version = %(version)s;
+
+-- stop_daemons_migrations --
+SELECT version, name FROM {schema}.schema_migrations WHERE stops_daemons ORDER BY version;
+
 -- job_type_stats --
 -- Per job type, on the database clock: exact counts of the non-terminal states and of runs
 -- gone dead in the last 24 h (the operator's status, the metrics, the console). It reads only
