@@ -150,14 +150,15 @@ def check_current(conn: db.Connection, schema: str) -> None:
     """Refuse to run against a schema older than this code, or newer by a stop-daemons
     migration this code does not know. Newer by any other migration is fine: rolling deploys
     run old daemons against it."""
-    todo = pending(conn, schema)
+    files = available()
+    todo = _verify(applied(conn, schema), files)
     if todo:
         names = ", ".join(f"{m.version}_{m.name}" for m in todo)
         raise SchemaOutdatedError(
             f"database schema {schema!r} is older than this pgtick (pending: {names}); "
             "run `pgtick migrate` (or start with `pgtick run --migrate`)"
         )
-    known = {m.version for m in available()}
+    known = {m.version for m in files}
     rows = conn.execute(sqlfile.with_schema("stop_daemons_migrations", schema)).fetchall()
     unknown = [f"{version}_{name}" for version, name in rows if version not in known]
     if unknown:
