@@ -45,9 +45,18 @@
 -- before PostgreSQL 18 a disabled plan node adds 1e10 to the plan's cost, far above
 -- jit_above_cost, and a server built with LLVM (jit = on is the default, and Debian's and
 -- PGDG's packages have it) then compiled every claim and finish, inlined and optimized:
--- 0.8-4.5 s a statement on PostgreSQL 15 instead of milliseconds.
+-- 0.8-4.5 s a statement on PostgreSQL 15 instead of milliseconds. And a prepared statement
+-- runs on its generic plan, always (force_generic_plan): under the default (auto) a re-plan,
+-- after autoanalyze or a partition that maintain_partitions created or dropped, weighs the
+-- generic plan against custom ones again, and could settle on planning the claim at every
+-- call for the rest of the run: 0.8 ms of planning for 0.2 ms of execution, the claim
+-- backend's CPU doubled and the daemon's claim p99 up from about 2.5 to 5-6 ms (bench soak,
+-- 2026-11-27: pg_stat_statements' plans counting up with its calls from one minute on). The
+-- hints above hold the plan to index paths either way; executions took 0.17-0.20 ms a claim
+-- on the generic plan as on the custom ones. Without prepared statements (a pooler) every
+-- statement is planned anyway.
 SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
-       set_config('jit', 'off', true);
+       set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true);
 
 -- utc_by_name --
 -- A pool connection whose server zone is UTC under another name (Etc/UTC, the default of
