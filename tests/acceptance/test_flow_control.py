@@ -133,17 +133,18 @@ def test_one_run_per_key_at_a_time_and_every_key_progresses(
     records = cluster.records()
     for k in range(keys):
         assert _max_overlap(records, f"c{k}") == 1, f"c{k}"
-    # Every key progressed from the start: each had its first run started within 2 s, where
-    # serving by age would start c19 after the 19 keys before it (about 19 x 30 x 20 ms). Not
-    # 1 s: when each key's runs are contiguous, a claim's scan of `room` candidates finds one
-    # new key, so the 20 first runs take about 20 claims (0.8-1.1 s here; at 1.13 s the CI
-    # at 99eda7d failed a 1 s bar, and the code before it fails that bar as often locally).
+    # Every key progressed from the start: each had its first run started within 4 s, where
+    # serving by age would start c19 after the 19 keys before it (about 19 x 30 x 20 ms, 11 s).
+    # Not 1 s: when each key's runs are contiguous, a claim's scan of `room` candidates finds
+    # one new key, so the 20 first runs take about 20 claims (0.8-1.1 s when written; at 1.13 s
+    # the CI at 99eda7d failed a 1 s bar). Not 2 s either: 1.3-1.9 s in six local runs on
+    # 2026-11-27, with or without the hot path's generic plans, and 2.06 s in a CI run.
     first = {}
     for r in sorted((r for r in records if r["event"] == "start"), key=lambda r: r["t"]):
         first.setdefault(r["key"], r["t"])
     began = min(first.values())
     assert len(first) == keys
-    assert max(first.values()) - began < 2.0, sorted(first.items(), key=lambda kv: kv[1])[-3:]
+    assert max(first.values()) - began < 4.0, sorted(first.items(), key=lambda kv: kv[1])[-3:]
 
 
 def test_a_rate_holds_in_every_one_second_window(
