@@ -4,9 +4,10 @@ its first five executions, and again whenever a re-plan (after autoanalyze or a 
 created or dropped) finds the generic plan dearer than the custom ones: measured under
 ``bench soak``, the claim was then planned at every call for the rest of the run, 0.8 ms of
 planning for 0.2 ms of execution, and the daemon's claim p99 stepped from about 2.5 to 5-6 ms.
-planner_hints sets ``force_generic_plan`` for the statement that follows it; checked here on a
-connection of the worker pool's kind (prepared statements on), through ``base.by_index``, the
-path the store sends them by. Without the hint the first executions are custom plans."""
+planner_hints sets ``force_generic_plan`` for the statement that follows it; checked here for
+every statement of the hot path (as test_no_jit.py does), on a connection of the worker
+pool's kind (prepared statements on), through ``base.by_index``, the path the store sends
+them by. Without the hint the first executions are custom plans."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from tests.integration import plans
 CALLS = 12  # well past psycopg's prepare threshold and PostgreSQL's five custom plans
 
 
-@pytest.mark.parametrize("name", ["claim", "succeed", "heartbeat"])
+@pytest.mark.parametrize("name", sorted(plans.HOT_PATH))
 def test_a_hot_path_statement_runs_on_its_generic_plan(dsn: str, name: str) -> None:
     pool = db.make_pool(dsn, SCHEMA, size=1, name="pgtick-test", prepare=True)
     try:
