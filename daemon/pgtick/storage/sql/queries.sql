@@ -1179,7 +1179,9 @@ ORDER BY job_type;
 -- and is NULL for an occurrence from before the schedule existed.
 -- Vacuum health: the oldest holders of this database's MVCC horizon, oldest first by
 -- transaction age (what really orders them): sessions of this database with a snapshot or
--- a transaction id (backend_xmin/backend_xid; a walsender's hot_standby_feedback), replication
+-- a transaction id (backend_xmin/backend_xid; a walsender's hot_standby_feedback; not an
+-- autovacuum worker: a VACUUM's snapshot holds back no other vacuum, an autoanalyze's lasts
+-- one table's sample, and a vacuum of hours would raise a false alarm), replication
 -- slots (xmin, catalog_xmin) and prepared transactions. Each as [kind, ident, user,
 -- application, client address, state, age in seconds (NULL: not known, a slot or a
 -- walsender, or a session of another role whose times this role may not see), age in
@@ -1233,6 +1235,10 @@ SELECT /* pgtick_metrics_snapshot */
                FROM pg_stat_activity a
                WHERE (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
                  AND a.pid <> pg_backend_pid()
+                 -- Not an autovacuum worker (a process of no user, to a role that may
+                 -- not see its type).
+                 AND a.backend_type IS DISTINCT FROM 'autovacuum worker'
+                 AND (a.usesysid IS NOT NULL OR a.backend_type IS NOT NULL)
                  AND (a.datname = current_database() OR a.backend_type = 'walsender')
                UNION ALL
                SELECT 'slot', r.slot_name::text, NULL, r.slot_type::text,
