@@ -55,6 +55,35 @@ def _wait_running(other: psycopg.Connection[Any], text: str) -> None:
         assert time.monotonic() < deadline, f"no statement with {text!r} started"
 
 
+def _old_dead_run_behind_invisible_ones(
+    ahead: psycopg.Connection[Any], other: psycopg.Connection[Any]
+) -> int:
+    """A run dead 40 days, committed, behind INVISIBLE runs dead 50 days that ``ahead``'s
+    open transaction inserts: a scan for old dead runs reads those first (invisible to it),
+    which leaves the time to move the target meanwhile. Returns the target's id."""
+    ahead.execute(
+        "INSERT INTO pgtick.runs (job_type, status, attempts, finished_at)"
+        " SELECT 'mail', 'dead', 1, now() - interval '50 days' FROM generate_series(1, %s)",
+        [INVISIBLE],
+    )
+    row = other.execute(
+        "INSERT INTO pgtick.runs (job_type, status, attempts, finished_at)"
+        " VALUES ('mail', 'dead', 1, now() - interval '40 days') RETURNING id"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _retried(other: psycopg.Connection[Any], target: int) -> tuple[str, ...] | None:
+    """What `pgtick retry` does to a dead run: back to queued, into runs_live. Returns the
+    partition it is in now."""
+    return other.execute(
+        "UPDATE pgtick.runs SET status = 'queued', run_at = now(), finished_at = NULL"
+        " WHERE id = %s AND status = 'dead' RETURNING tableoid::regclass::text",
+        [target],
+    ).fetchone()
+
+
 def test_a_claim_that_finds_its_run_moved_meanwhile_claims_again(
     store: RunStore, conn: db.Connection, dsn: str
 ) -> None:
@@ -159,25 +188,38 @@ def test_a_prune_that_finds_a_run_retried_meanwhile_prunes_again(
         psycopg.connect(dsn, autocommit=True) as other,
     ):
         assert pruner.prune("dead", month) == 0  # warm caches (see above)
-        ahead.execute(
-            "INSERT INTO pgtick.runs (job_type, status, attempts, finished_at)"
-            " SELECT 'mail', 'dead', 1, now() - interval '50 days' FROM generate_series(1, %s)",
-            [INVISIBLE],
-        )  # older than the target and ahead of it in the heap: read first, invisible
-        [(target,)] = other.execute(
-            "INSERT INTO pgtick.runs (job_type, status, attempts, finished_at)"
-            " VALUES ('mail', 'dead', 1, now() - interval '40 days') RETURNING id"
-        ).fetchall()
+        target = _old_dead_run_behind_invisible_ones(ahead, other)
         pruning, results = _started(lambda: pruner.prune("dead", month))
         _wait_running(other, "FOR UPDATE SKIP LOCKED")
-        moved = other.execute(
-            "UPDATE pgtick.runs SET status = 'queued', run_at = now(), finished_at = NULL"
-            " WHERE id = %s AND status = 'dead' RETURNING tableoid::regclass::text",
-            [target],
-        ).fetchone()  # what `pgtick retry` does to it
+        moved = _retried(other, target)
         pruning.join(60)
         ahead.rollback()
     assert moved == ("pgtick.runs_live",), moved
     assert results == [0]  # pruned again, and found nothing left to prune
+    status = conn.execute("SELECT status FROM runs WHERE id = %s", [target]).fetchone()
+    assert status == ("queued",)
+
+
+def test_retention_that_finds_a_default_partition_run_retried_meanwhile_runs_again(
+    store: RunStore, conn: db.Connection, dsn: str
+) -> None:
+    """Retention deletes the DEFAULT partitions' rows past it with a plain DELETE: a run there
+    that an operator's `retry` moved to runs_live after the step's snapshot failed the step
+    (and with it the reaper's pass) the same way."""
+    month = 30 * 86400.0
+    retention = {"dead": month}
+    with (
+        psycopg.connect(dsn) as ahead,
+        psycopg.connect(dsn, autocommit=True) as other,
+    ):
+        store.maintain_partitions(retention)  # the partitions ahead: the next pass only deletes
+        target = _old_dead_run_behind_invisible_ones(ahead, other)
+        maintaining, results = _started(lambda: store.maintain_partitions(retention))
+        _wait_running(other, "maintain_partitions")
+        moved = _retried(other, target)
+        maintaining.join(60)
+        ahead.rollback()
+    assert moved == ("pgtick.runs_live",), moved
+    assert results == [[]], results  # again, and nothing left past retention
     status = conn.execute("SELECT status FROM runs WHERE id = %s", [target]).fetchone()
     assert status == ("queued",)

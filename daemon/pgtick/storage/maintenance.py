@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from psycopg.types.json import Jsonb
 
@@ -196,8 +197,16 @@ class MaintenanceQueries(StoreBase):
             "skip": busy,
             "delete_default": delete_default,
         }
+
+        def step(conn: db.Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(
+                sqlfile.query("maintain_partitions", conn.schema), params
+            ).fetchall()
+
         for _ in range(MAX_PARTITION_STEPS):
-            rows = self._all("retention", "maintain_partitions", params)
+            # Again when a DEFAULT partition's row that the step deletes was moved out of it
+            # (an operator's `retry`) after the step's snapshot (base.SKIPPING_TRIES).
+            rows = self._moving("retention", step, SKIPPING_TRIES)
             if not rows:
                 break
             action, parent, table, count = rows[0]
