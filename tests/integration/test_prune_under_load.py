@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pgtick.errors import DatabaseError
@@ -24,6 +23,7 @@ from pgtick.storage.store import ClaimType, RunStore
 from tests import dbhelp
 from tests.acceptance import conftest as acceptance
 from tests.acceptance.conftest import Cluster, status_counts, wait_for
+from tests.integration import partitions
 
 # Timing bars: run alone, after the parallel part of `make test` (docs/development.md).
 pytestmark = pytest.mark.serial
@@ -45,25 +45,12 @@ def cluster(dsn: str, tmp_path: Path) -> Iterator[Cluster]:
 
 def _seed(conn: db.Connection) -> None:
     # The old runs sit where an upgrade puts a history (migration 0010's `_before_0010`): in
-    # a partition of their time. Not in the DEFAULT partitions, which hold only the few rows
-    # no partition covered yet: PostgreSQL reads a DEFAULT partition whole, under its
-    # parent's lock, to create each partition next to it (~45 ms for 200 000 rows here, at
-    # every partition the daemon and the prune create ahead).
-    row = conn.execute(
-        "SELECT now() - interval '1 day', array_agg(parent) FROM partitioned_tables"
-    ).fetchone()
-    assert row is not None
-    cutover, parents = row
-    for parent in parents:
-        conn.execute(
-            sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM (MINVALUE) TO ({})").format(
-                sql.Identifier(f"{parent}_history"), sql.Identifier(parent), sql.Literal(cutover)
-            )
-        )
-        conn.execute(
-            "INSERT INTO partitions (name, parent, from_at, to_at) VALUES (%s, %s, NULL, %s)",
-            (f"{parent}_history", parent, cutover),
-        )
+    # a partition of their time, here the month up to yesterday. Not in the DEFAULT
+    # partitions, which hold only the few rows no partition covered yet: PostgreSQL reads a
+    # DEFAULT partition whole, under its parent's lock, to create each partition next to it
+    # (~45 ms for 200 000 rows here, at every partition the daemon and the prune create ahead).
+    for (parent,) in conn.execute("SELECT parent FROM partitioned_tables").fetchall():
+        partitions.past(conn, parent, (31 * 24, 24))
     conn.execute(
         "INSERT INTO runs (job_type, status, attempts, max_attempts, run_at, started_at,"
         " finished_at) SELECT 'old', CASE WHEN g % 10 = 0 THEN 'dead' ELSE 'succeeded' END,"
