@@ -59,6 +59,33 @@ def test_enqueues_and_a_release_announce_their_due_second(store: RunStore, dsn: 
     assert first.run_at == past
 
 
+def test_a_run_of_another_priority_claimed_first_moves_no_bound(store: RunStore) -> None:
+    """The bound is the priority-0 lane's: a run of a higher priority is claimed first, however
+    late its run_at, and says nothing about where that lane's runs left unclaimed are. It moved
+    the bound past a backlog's rest, which then waited for a look back (up to LOOK_SECONDS)."""
+    bounds = ClaimBounds()
+    bounds.notifying = lambda: True
+    bounds.look_seconds = math.inf  # no look back: the bound alone decides
+
+    def claim(limit: int) -> list[int]:
+        lows, looks = bounds.for_claim()
+        runs, behind = store.claim_looking("w", NOOP, limit, lows, looks)
+        bounds.claimed(runs)
+        bounds.found(behind)
+        return [r.id for r in runs]
+
+    now = store.now()
+    backlog = [
+        store.enqueue(NewRun("noop", run_at=now - timedelta(seconds=60 - i))) for i in range(4)
+    ]
+    urgent = store.enqueue(NewRun("noop", priority=5))
+    low = store.enqueue(NewRun("noop", priority=-5))
+    assert claim(2) == [urgent, backlog[0]]
+    assert claim(2) == backlog[1:3]
+    assert claim(2) == [backlog[3], low]  # the lower lane last, once the backlog is taken
+    assert bounds.lows() == {"noop": now - timedelta(seconds=58)}  # the lane's latest, -1 s
+
+
 def _claimed(job_type: str, run_at: datetime) -> ClaimedRun:
     return ClaimedRun(0, job_type, "{}", 1, 1, None, None, run_at, None, run_at, run_at)
 

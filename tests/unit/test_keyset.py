@@ -13,9 +13,10 @@ T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
 
 class Run:
-    def __init__(self, job_type: str, seconds: float) -> None:
+    def __init__(self, job_type: str, seconds: float, priority: int = 0) -> None:
         self.job_type = job_type
         self.run_at = T0 + timedelta(seconds=seconds)
+        self.priority = priority
 
 
 def claimed(bounds: ClaimBounds, *runs: tuple[str, float]) -> None:
@@ -34,6 +35,13 @@ def test_the_first_claim_scans_from_the_start_then_each_type_from_its_latest_cla
     claimed(bounds, ("a", 7))  # an earlier run_at never moves a bound down
     assert bounds.lows() == {"a": at(9), "b": at(3)} == bounds.for_claim()[0]
     assert bounds.rescans == 1
+
+
+def test_only_runs_of_priority_0_move_a_bound() -> None:
+    bounds = ClaimBounds()
+    assert bounds.lows() == {}  # the first claim, from the start
+    bounds.claimed([Run("a", 5), Run("a", 60, priority=5), Run("b", 90, priority=-1)])  # type: ignore[list-item]
+    assert bounds.lows() == {"a": at(5)}
 
 
 def test_a_rescan_asked_for_waits_for_the_gap_and_happens_once() -> None:

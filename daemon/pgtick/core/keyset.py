@@ -3,9 +3,10 @@
 While another session holds an old snapshot (``pg_dump``, an analytics query, a replica with
 ``hot_standby_feedback``), vacuum can remove no index entry of a run claimed since, and a claim
 that scans ``runs_claim_idx`` from the start visits every one of them: its cost grows with the
-time the snapshot is held. The claim therefore starts each type's range scan just below the
-``run_at`` this daemon last claimed of it (``MARGIN_SECONDS`` lower, for enqueues that commit a
-little late), so it only visits what was consumed since.
+time the snapshot is held. The claim therefore starts each type's range scan of priority 0
+(the default, nearly every run) just below the ``run_at`` this daemon last claimed of it at
+that priority (``MARGIN_SECONDS`` lower, for enqueues that commit a little late), so it only
+visits what was consumed since. The lanes of other priorities scan from their start.
 
 Runs can land behind a bound: enqueued due in the past or committed long after their
 ``run_at`` was taken (a long application transaction), recovered by the reaper with their
@@ -157,11 +158,16 @@ class ClaimBounds:
             return dict(self._lows), looks
 
     def claimed(self, runs: Iterable[ClaimedRun]) -> None:
-        """Move each type's bound up to just below the latest ``run_at`` claimed of it: the
-        claim takes each type's runs in ``run_at`` order, so the ones it left are not earlier
-        (those another claimer held locked are that claimer's, or a look back finds them)."""
+        """Move each type's bound up to just below the latest ``run_at`` claimed of it at
+        priority 0: the claim takes that lane's runs in ``run_at`` order, so the ones it left
+        are not earlier (those another claimer held locked are that claimer's, or a look back
+        finds them). A run of another priority says nothing about where that lane is: a
+        higher one is claimed first however late it is due, and moved the bound past the
+        rest of a backlog, which then waited for a look back while lower ones went first."""
         latest: dict[str, datetime] = {}
         for run in runs:
+            if run.priority != 0:
+                continue
             seen = latest.get(run.job_type)
             if seen is None or run.run_at > seen:
                 latest[run.job_type] = run.run_at

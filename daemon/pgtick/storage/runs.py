@@ -85,6 +85,8 @@ class ClaimedRun(NamedTuple):
     schedule_id: int | None
     started_at: datetime
     locked_until: datetime
+    # The claim's lane: only runs of priority 0 move the claimer's bound (keyset.py).
+    priority: int = 0
 
     @property
     def payload(self) -> Any:

@@ -247,7 +247,8 @@ WITH types AS (
 -- include: claim_result
 
 -- claim_result --
--- The end of claim and claim_limited: the runs claimed, in the order they were picked, then
+-- The end of claim and claim_limited: the runs claimed, in the order they were picked, each
+-- with its priority (only the priority-0 lane's runs move the claimer's bound), then
 -- one row per job type with a due run of priority 0 behind its bound: only its job type and
 -- the earliest such run_at (the claimer lowers the bound to it and claims again). The payload
 -- as JSON text: the handler's thread parses it, not the dispatcher. Looked for
@@ -273,7 +274,7 @@ WITH types AS (
     ) b
 )
 SELECT id, job_type, payload::text, attempts, max_attempts, scheduled_for, idempotency_key,
-       run_at, schedule_id, started_at, locked_until
+       run_at, schedule_id, started_at, locked_until, priority
 FROM (
     SELECT c.*, p.priority, 0 AS part FROM claimed c JOIN picked p ON p.id = c.id
     UNION ALL
