@@ -86,37 +86,6 @@ def test_a_run_of_another_priority_claimed_first_moves_no_bound(store: RunStore)
     assert bounds.lows() == {"noop": now - timedelta(seconds=58)}  # the lane's latest, -1 s
 
 
-def test_a_key_at_its_limit_is_not_left_behind_the_bound(store: RunStore) -> None:
-    """A claim of a type with a per-key limit skips the runs of keys at their limit and takes
-    later ones: a bound moved to those would leave the skipped runs behind it, and each next
-    run of a busy key waited for a look back (up to LOOK_SECONDS) after its slot came free.
-    Such types are claimed from the start of their range."""
-    keyed = ClaimType("sync", 60.0, 3, key_path=("customer",), max_running_per_key=1)
-    bounds = ClaimBounds(unbounded={"sync"})
-    bounds.notifying = lambda: True
-    bounds.look_seconds = math.inf
-
-    def claim() -> list[ClaimedRun]:
-        lows, looks = bounds.for_claim()
-        runs, behind = store.claim_looking("w", [keyed], 10, lows, looks)
-        bounds.claimed(runs)
-        bounds.found(behind)
-        return runs
-
-    now = store.now()
-    a = [
-        store.enqueue(NewRun("sync", {"customer": "a"}, run_at=now - timedelta(seconds=60 - i)))
-        for i in range(3)
-    ]
-    b = store.enqueue(NewRun("sync", {"customer": "b"}))
-    first = claim()
-    assert [r.id for r in first] == [a[0], b]
-    assert claim() == []  # both keys at their limit
-    store.succeed("w", [(first[0].id, first[0].attempt)])
-    assert [r.id for r in claim()] == [a[1]]  # at once, not after a look back
-    assert bounds.lows() == {}
-
-
 def _claimed(job_type: str, run_at: datetime) -> ClaimedRun:
     return ClaimedRun(0, job_type, "{}", 1, 1, None, None, run_at, None, run_at, run_at)
 

@@ -6,10 +6,7 @@ that scans ``runs_claim_idx`` from the start visits every one of them: its cost 
 time the snapshot is held. The claim therefore starts each type's range scan of priority 0
 (the default, nearly every run) just below the ``run_at`` this daemon last claimed of it at
 that priority (``MARGIN_SECONDS`` lower, for enqueues that commit a little late), so it only
-visits what was consumed since. The lanes of other priorities scan from their start, and so
-do the claims of a type with a per-key limit (``max_running_per_key``, ``rate_per_key``):
-they skip the runs of keys at their limit and take later ones, which a bound would leave
-behind.
+visits what was consumed since. The lanes of other priorities scan from their start.
 
 Runs can land behind a bound: enqueued due in the past or committed long after their
 ``run_at`` was taken (a long application transaction), recovered by the reaper with their
@@ -67,11 +64,7 @@ class ClaimBounds:
     """The lower bound of each job type's claim. ``lows``, ``for_claim`` and ``claimed`` are
     the dispatcher's; ``rescan``, ``missed`` and ``lower`` may be called from any thread."""
 
-    def __init__(self, unbounded: Iterable[str] = ()) -> None:
-        # Types claimed from the start every time: those with a per-key limit, whose claims
-        # skip the runs of keys at their limit and take later ones, so that a bound moved to
-        # those would leave the skipped runs behind it until a look back.
-        self._unbounded = frozenset(unbounded)
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lows: dict[str, datetime] = {}
         self._tops: dict[str, datetime] = {}  # the bounds claims set (not lowered since)
@@ -173,7 +166,7 @@ class ClaimBounds:
         rest of a backlog, which then waited for a look back while lower ones went first."""
         latest: dict[str, datetime] = {}
         for run in runs:
-            if run.priority != 0 or run.job_type in self._unbounded:
+            if run.priority != 0:
                 continue
             seen = latest.get(run.job_type)
             if seen is None or run.run_at > seen:

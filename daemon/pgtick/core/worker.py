@@ -108,13 +108,7 @@ class Worker:
             metrics, log_each_run=log_each_run, min_lease_seconds=min(leases, default=math.inf)
         )
         self._local: collections.deque[Held] = collections.deque()  # claimed, to start
-        # Where each type's claim scan starts (keyset.py); a type with a per-key limit always
-        # from the start.
-        self.bounds = ClaimBounds(
-            t.job_type
-            for t in self._claim_types
-            if t.max_running_per_key is not None or t.rate_per_key is not None
-        )
+        self.bounds = ClaimBounds()  # where each type's claim scan starts (keyset.py)
         self._cond = threading.Condition()
         self._wake = threading.Event()
         self._notified = threading.Event()  # woken by a NOTIFY since the last claim
