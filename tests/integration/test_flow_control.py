@@ -115,6 +115,19 @@ def test_per_key_limit_skips_a_busy_key_without_holding_back_the_others(
     assert next_a.payload == {"customer": "a"}
 
 
+def test_runs_without_a_key_and_of_other_keys_pass_a_key_at_its_limit(store: RunStore) -> None:
+    """The keys at their limit are compared with each run's key: a run without one (no key
+    given, none in its payload) is limited per type only, whatever keys are blocked."""
+    keyed = ClaimType("sync", 60.0, 3, key_path=("customer",), max_running_per_key=1)
+    busy = store.enqueue(NewRun("sync", {"customer": "a"}))
+    assert [r.id for r in store.claim("w", [keyed], 10)] == [busy]
+    store.enqueue(NewRun("sync", {"customer": "a"}))  # a is at its limit
+    unkeyed = store.enqueue(NewRun("sync", {}))
+    other = store.enqueue(NewRun("sync", {"customer": "b"}))
+    given = store.enqueue(NewRun("sync", {"customer": "a"}, concurrency_key="c"))
+    assert {r.id for r in store.claim("w", [keyed], 10)} == {unkeyed, other, given}
+
+
 def test_rate_limit_holds_starts_to_the_window_and_counts_no_attempt(
     store: RunStore, conn: db.Connection
 ) -> None:

@@ -347,8 +347,18 @@ WITH types AS (
 ),
 -- include: limit_counts
 , rooms AS (
+    -- Per type, what its lanes check each run against, computed once: its key's path as an
+    -- array, and the keys at their limit (held or started; never NULL, so a run without a
+    -- key passes: `<> ALL` is NULL for it, which IS NOT FALSE). A scan that passes over many
+    -- runs of busy keys (docs/flow-control.md, "Limits") evaluated the key's path three
+    -- times a run and two correlated subqueries on the counts before.
     SELECT t.*, greatest(0, least(%(limit)s, t.max_running - coalesce(h.n, 0),
-                                  t.rate - coalesce(s.n, 0))) AS room
+                                  t.rate - coalesce(s.n, 0))) AS room,
+           t.key_path::text[] AS path,
+           ARRAY(SELECT k.ckey FROM held_key k WHERE k.job_type = t.job_type AND k.n >= t.per_key
+                 UNION
+                 SELECT k.ckey FROM started_key k
+                 WHERE k.job_type = t.job_type AND k.n >= t.key_rate) AS blocked
     FROM types t
     LEFT JOIN held_type h ON h.job_type = t.job_type
     LEFT JOIN started_type s ON s.job_type = t.job_type
@@ -358,53 +368,35 @@ WITH types AS (
     CROSS JOIN LATERAL (
         SELECT * FROM (
             (SELECT * FROM (SELECT r.id, r.priority, r.run_at,
-                    coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]) AS ckey
+                    coalesce(r.concurrency_key, r.payload #>> t.path) AS ckey
              FROM {schema}.runs r
              WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
                AND r.priority > 0 AND r.run_at <= now()
-               AND NOT EXISTS (
-                   SELECT 1 FROM held_key k
-                   WHERE k.job_type = t.job_type AND k.n >= t.per_key
-                     AND k.ckey = coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]))
-               AND NOT EXISTS (
-                   SELECT 1 FROM started_key k
-                   WHERE k.job_type = t.job_type AND k.n >= t.key_rate
-                     AND k.ckey = coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]))
+               AND (coalesce(r.concurrency_key, r.payload #>> t.path) <> ALL (t.blocked))
+                   IS NOT FALSE
              ORDER BY r.priority DESC, r.run_at, r.id
              LIMIT t.room
              FOR UPDATE SKIP LOCKED) lane)
             UNION ALL
             (SELECT * FROM (SELECT r.id, r.priority, r.run_at,
-                    coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]) AS ckey
+                    coalesce(r.concurrency_key, r.payload #>> t.path) AS ckey
              FROM {schema}.runs r
              WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
                AND r.priority = 0
                AND r.run_at >= coalesce(t.low, '-infinity') AND r.run_at <= now()
-               AND NOT EXISTS (
-                   SELECT 1 FROM held_key k
-                   WHERE k.job_type = t.job_type AND k.n >= t.per_key
-                     AND k.ckey = coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]))
-               AND NOT EXISTS (
-                   SELECT 1 FROM started_key k
-                   WHERE k.job_type = t.job_type AND k.n >= t.key_rate
-                     AND k.ckey = coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]))
+               AND (coalesce(r.concurrency_key, r.payload #>> t.path) <> ALL (t.blocked))
+                   IS NOT FALSE
              ORDER BY r.run_at, r.id
              LIMIT t.room
              FOR UPDATE SKIP LOCKED) lane)
             UNION ALL
             (SELECT * FROM (SELECT r.id, r.priority, r.run_at,
-                    coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]) AS ckey
+                    coalesce(r.concurrency_key, r.payload #>> t.path) AS ckey
              FROM {schema}.runs r
              WHERE r.job_type = t.job_type AND r.status IN ('queued', 'failed')
                AND r.priority < 0 AND r.run_at <= now()
-               AND NOT EXISTS (
-                   SELECT 1 FROM held_key k
-                   WHERE k.job_type = t.job_type AND k.n >= t.per_key
-                     AND k.ckey = coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]))
-               AND NOT EXISTS (
-                   SELECT 1 FROM started_key k
-                   WHERE k.job_type = t.job_type AND k.n >= t.key_rate
-                     AND k.ckey = coalesce(r.concurrency_key, r.payload #>> t.key_path::text[]))
+               AND (coalesce(r.concurrency_key, r.payload #>> t.path) <> ALL (t.blocked))
+                   IS NOT FALSE
              ORDER BY r.priority DESC, r.run_at, r.id
              LIMIT t.room
              FOR UPDATE SKIP LOCKED) lane)
