@@ -147,6 +147,31 @@ def test_one_run_per_key_at_a_time_and_every_key_progresses(
     assert max(first.values()) - began < 4.0, sorted(first.items(), key=lambda kv: kv[1])[-3:]
 
 
+def test_a_busy_keys_older_runs_follow_one_another_while_other_keys_keep_claims_busy(
+    cluster: Cluster, conn: Connection
+) -> None:
+    """A claim skips the runs of a key at its limit and takes other keys' later runs, and the
+    claim's keyset bound moves past the busy key's older runs. While other keys kept every
+    claim finding runs, each next run of the busy key waited for the claim's look back (up to
+    5 s) once its slot came free; the freed slot now announces the finished run's due second,
+    and they follow one another."""
+    config = _config(cluster, 'concurrency_key = "payload.customer"\nmax_running_per_key = 1')
+    cluster.start(config)
+    _enqueue(conn, 10, '{"customer": "big", "sleep": 0.3}')
+    time.sleep(1.5)  # big's fourth or fifth run is under way; the rest due 1.5 s earlier
+    for k in range(40):
+        _enqueue(conn, 10, f'{{"customer": "c{k}", "sleep": 0.2}}')
+    wait_for(lambda: _succeeded(conn) == 410, 120, 0.1, "every run done")
+    records = cluster.records()
+    big = sorted(r["t"] for r in records if r.get("key") == "big")
+    others = sorted(r["t"] for r in records if r.get("key") not in (None, "big"))
+    assert len(big) == 20  # a start and an end line each
+    # 10 runs of 0.3 s back to back: about 3 s. Before: after the other keys came, one run of
+    # big per look back (5 s) while their 400 runs kept 7 threads busy: 14.0 s.
+    span = big[-1] - big[0]
+    assert span < 6.0, f"big: {span:.1f} s; the other keys: {others[-1] - others[0]:.1f} s"
+
+
 def test_a_rate_holds_in_every_one_second_window(
     cluster: Cluster, conn: Connection, dsn: str
 ) -> None:

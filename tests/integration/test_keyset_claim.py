@@ -86,6 +86,22 @@ def test_a_run_of_another_priority_claimed_first_moves_no_bound(store: RunStore)
     assert bounds.lows() == {"noop": now - timedelta(seconds=58)}  # the lane's latest, -1 s
 
 
+def test_a_freed_key_slot_announces_the_earliest_finished_runs_due_second(
+    store: RunStore, dsn: str
+) -> None:
+    """The result writer's NOTIFY for freed slots: for a type limited per key, the earliest
+    due second of the runs that finished first (claimers whose bound passed that key's next
+    runs lower it there), then one wake-up per type."""
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN pgtick")
+        past = store.now() - timedelta(minutes=5)
+        store.notify(
+            {"sync", "export"}, due=[("sync", past + timedelta(seconds=30)), ("sync", past)]
+        )
+        payloads = [n.payload for n in listener.notifies(timeout=1.0)]
+    assert payloads == [f"!due {int(past.timestamp())} sync", "export", "sync"]
+
+
 def _claimed(job_type: str, run_at: datetime) -> ClaimedRun:
     return ClaimedRun(0, job_type, "{}", 1, 1, None, None, run_at, None, run_at, run_at)
 

@@ -42,8 +42,13 @@ class Completer:
         life: Lifecycle,
         metrics: Metrics,
         limited: frozenset[str] = frozenset(),
+        keyed: frozenset[str] = frozenset(),
     ) -> None:
         self._limited = limited  # job types whose freed slots other daemons must hear of
+        # Of those, the types limited per key: their claims skip the runs of keys at their
+        # limit and move the keyset bound past them, so a freed slot also says where that
+        # key's next runs are (the finished run's run_at, keyset.py).
+        self._keyed = keyed
         self._store = store
         self._worker_id = worker_id
         self._life = life
@@ -152,9 +157,14 @@ class Completer:
             succeeded, failed = store.finish(self._worker_id, succeed, failures)
             failed_by_id = {r.id: r for r in failed}
             done = succeeded | failed_by_id.keys()
-            freed = {h.run.job_type for h, _, _ in batch if h.id in done} & self._limited
+            freed = [h.run for h, _, _ in batch if h.id in done and h.run.job_type in self._limited]
             if freed:
-                store.notify(freed)
+                store.notify(
+                    {run.job_type for run in freed},
+                    due=[
+                        (run.job_type, run.run_at) for run in freed if run.job_type in self._keyed
+                    ],
+                )
             if done:
                 self._life.written(
                     [item for item in batch if item[0].id in done], succeeded, failed_by_id

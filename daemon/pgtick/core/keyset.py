@@ -14,8 +14,10 @@ Runs can land behind a bound: enqueued due in the past or committed long after t
 because another claimer's transaction held them, which then rolled back. Each is found
 without a scan from the start where it can be:
 
-- a ``!due SECONDS JOB_TYPE`` NOTIFY (enqueue, the reaper, a release) and this daemon's own
-  release lower the type's bound to that second (``lower``);
+- a ``!due SECONDS JOB_TYPE`` NOTIFY (enqueue, the reaper, a release, a freed slot of a type
+  limited per key: its claims skip the runs of keys at their limit, so the bound passes a
+  busy key's next runs) and this daemon's own release lower the type's bound to that second
+  (``lower``);
 - a ``!rescan`` NOTIFY (materialization, backfill) and a NOTIFY about a type that led to a
   claim finding nothing (``missed``) make the next claim scan from the start (a *rescan*);
 - every ``LOOK_SECONDS`` a claim also looks back, with a non-locking read, for due runs

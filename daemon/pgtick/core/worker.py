@@ -116,7 +116,12 @@ class Worker:
         self._hit_at = -math.inf  # monotonic: when the last claim that found runs started
         self._stop_claiming = threading.Event()
         self._closing = False
-        self.completer = Completer(store, worker_id, self.life, metrics, self.limited)
+        keyed = frozenset(
+            t.job_type
+            for t in self._claim_types
+            if t.max_running_per_key is not None or t.rate_per_key is not None
+        )
+        self.completer = Completer(store, worker_id, self.life, metrics, self.limited, keyed)
         self._threads: list[threading.Thread] = []
         self._dispatcher: threading.Thread | None = None
         self._completer: threading.Thread | None = None

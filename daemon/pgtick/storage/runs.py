@@ -370,9 +370,17 @@ class RunQueries(StoreBase):
             with self._conn("sync_job_types") as conn:
                 conn.execute(sqlfile.query("sync_job_type_settings", conn.schema), params)
 
-    def notify(self, job_types: Iterable[str]) -> None:
-        """Wake the daemons that handle these types (a limited type's slot came free)."""
+    def notify(self, job_types: Iterable[str], due: Sequence[tuple[str, datetime]] = ()) -> None:
+        """Wake the daemons that handle these types (a limited type's slot came free); first,
+        for each type in ``due`` ((job type, run_at) of runs that freed a key's slot), its
+        earliest due second (``!due``): claimers whose bound passed that key's next runs
+        start below them (keyset.py)."""
         with self._conn("notify") as conn:
+            if due:
+                conn.execute(
+                    sqlfile.query("notify_due", conn.schema),
+                    {"job_types": [jt for jt, _ in due], "run_ats": [at for _, at in due]},
+                )
             wake(conn, job_types)
 
     def next_due_in(
