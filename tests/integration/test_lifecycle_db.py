@@ -14,7 +14,7 @@ from pgtick.core import handlers
 from pgtick.core.completer import Completer
 from pgtick.core.handlers import JobContext, Outcome
 from pgtick.core.lifecycle import Held, Lifecycle
-from pgtick.errors import ConfigError
+from pgtick.errors import ConfigError, DatabaseError
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db
 from pgtick.storage.store import ClaimType, Lease, NewRun, RunStore
@@ -136,4 +136,55 @@ def test_a_batch_of_results_is_written_all_or_nothing(store: RunStore, conn: db.
     assert (count("succeeded"), count("failed"), count("lost")) == (1, 1, 0)
     errors = metrics.registry.get_sample_value("pgtick_db_errors_total", {"operation": "complete"})
     assert errors == 1  # the injected fault happened, and was retried
+    assert life.held_count() == 0
+
+
+class _NotifyFailsOnce(RunStore):
+    """A store whose first wake-up for a freed slot fails, as a dropped connection would (the
+    completer pins a copy of it: what failed is counted on the class)."""
+
+    failures = 0
+
+    def notify(self, job_types: Any, due: Any = ()) -> None:
+        if not _NotifyFailsOnce.failures:
+            _NotifyFailsOnce.failures += 1
+            raise DatabaseError("connection lost")
+        super().notify(job_types, due)
+
+
+def test_a_failed_wake_up_after_a_written_batch_reports_no_run_as_lost(
+    store: RunStore, conn: db.Connection
+) -> None:
+    """The wake-up for the slots a limited type's batch freed came after the batch's
+    transaction but before the batch was recorded as written: when it failed, the whole batch
+    was retried, the guard refused the runs already finished, and they were reported lost."""
+    limited = handlers.JobTypeConfig("noop", max_running=5)
+    jt = handlers.JobType(limited, 60.0, fn=_noop)
+    metrics = Metrics({"noop": jt}, "test", 2)
+    life = Lifecycle(metrics)
+    _NotifyFailsOnce.failures = 0
+    failing = _NotifyFailsOnce(store.pool)
+    store.enqueue(NewRun("noop"))
+    [run] = store.claim("w", [ClaimType("noop", 60.0, 5, max_running=5)], 1)
+    held = Held(run, handlers.claimed_context(run, store, "w", life), jt)
+    outcome = Outcome(run.id, "succeeded")
+    assert life.accept([held]) == [] and life.start(held)
+    assert life.finish(held, outcome, 0.01) == outcome
+    completer = Completer(failing, "w", life, metrics, frozenset({"noop"}))
+    completer.submit(held, outcome, 0.01)
+    thread = threading.Thread(target=completer.run)
+    thread.start()
+    try:
+        assert completer.wait_empty(15)
+    finally:
+        completer.close()
+        thread.join(10)
+    assert _NotifyFailsOnce.failures == 1
+    assert conn.execute("SELECT status FROM runs").fetchall() == [("succeeded",)]
+
+    def count(outcome: str) -> float:
+        labels = {"job_type": "noop", "outcome": outcome}
+        return metrics.registry.get_sample_value("pgtick_run_attempts_total", labels) or 0.0
+
+    assert (count("succeeded"), count("lost")) == (1, 0)
     assert life.held_count() == 0

@@ -158,6 +158,13 @@ class Completer:
             failed_by_id = {r.id: r for r in failed}
             done = succeeded | failed_by_id.keys()
             freed = [h.run for h, _, _ in batch if h.id in done and h.run.job_type in self._limited]
+            if done:
+                self._life.written(
+                    [item for item in batch if item[0].id in done], succeeded, failed_by_id
+                )
+            batch[:] = [item for item in batch if item[0].id not in done]
+            # After the batch is recorded as written: a failure here retries only what is
+            # left, where it retried the whole batch and reported its written runs as lost.
             if freed:
                 store.notify(
                     {run.job_type for run in freed},
@@ -165,11 +172,6 @@ class Completer:
                         (run.job_type, run.run_at) for run in freed if run.job_type in self._keyed
                     ],
                 )
-            if done:
-                self._life.written(
-                    [item for item in batch if item[0].id in done], succeeded, failed_by_id
-                )
-            batch[:] = [item for item in batch if item[0].id not in done]
         if batch:
             claims = [(h.id, h.run.attempt) for h, _, _ in batch]
             let_go = store.acknowledge_cancel(self._worker_id, claims)
