@@ -207,6 +207,30 @@ def test_a_rate_holds_in_every_one_second_window(
     assert row is not None and row[0] > 0
 
 
+def test_a_keys_rate_is_used_while_other_keys_keep_claims_busy(
+    cluster: Cluster, conn: Connection
+) -> None:
+    """A claim skips the runs of a key over its rate and takes other keys' later runs, so the
+    keyset bound moves past the key's older runs, and nothing announces when its window lets
+    it start again. They waited for the claim's look back (every 5 s), a key limited to 2 a
+    second starting 2 every 5 s; the bound a claim started from is now put back a window
+    later."""
+    config = _config(cluster, 'concurrency_key = "payload.customer"\nrate_per_key = "2/second"')
+    cluster.start(config)
+    _enqueue(conn, 10, '{"customer": "big"}')
+    time.sleep(1.5)  # big's first runs have started; the rest are due 1.5 s before the others
+    for k in range(40):
+        _enqueue(conn, 10, f'{{"customer": "c{k}", "sleep": 0.2}}')
+    wait_for(lambda: _succeeded(conn) == 410, 120, 0.1, "every run done")
+    starts = sorted(
+        r["t"] for r in cluster.records() if r.get("key") == "big" and r["event"] == "start"
+    )
+    assert len(starts) == 10
+    # 2 a second: the 10 runs over about 4.5 s. Before: 2 per look back once the others came.
+    span = starts[-1] - starts[0]
+    assert span < 7.0, f"big started over {span:.1f} s: {[round(t - starts[0], 1) for t in starts]}"
+
+
 def test_slots_of_a_killed_daemon_return_after_lease_and_reaper_and_of_a_stopped_one_at_once(
     cluster: Cluster, conn: Connection
 ) -> None:

@@ -4,6 +4,7 @@ under a held snapshot that is what keeps the claim from visiting every run claim
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -100,6 +101,36 @@ def test_a_freed_key_slot_announces_the_earliest_finished_runs_due_second(
         )
         payloads = [n.payload for n in listener.notifies(timeout=1.0)]
     assert payloads == [f"!due {int(past.timestamp())} sync", "export", "sync"]
+
+
+def test_a_key_held_back_by_its_rate_is_claimed_once_its_window_passes(store: RunStore) -> None:
+    """A claim of a type with a per-key rate skips the runs of keys at their rate and takes
+    later ones, so the bound moves past the skipped runs, and no NOTIFY says when the window
+    lets the key start again: the bound the claim started from is put back a window later.
+    Before, the key's next run waited for a look back (every 5 s) while a rate of N a second
+    allowed it after one."""
+    rated = ClaimType("api", 60.0, 3, key_path=("tenant",), rate_per_key=(1, 0.5))
+    bounds = ClaimBounds({"api": 0.5})
+    bounds.notifying = lambda: True
+    bounds.look_seconds = math.inf
+
+    def claim() -> list[int]:
+        lows, looks = bounds.for_claim()
+        runs, behind = store.claim_looking("w", [rated], 10, lows, looks)
+        bounds.claimed(runs)
+        bounds.found(behind)
+        return [r.id for r in runs]
+
+    now = store.now()
+    x1 = store.enqueue(NewRun("api", {"tenant": "x"}, run_at=now - timedelta(seconds=60)))
+    x2 = store.enqueue(NewRun("api", {"tenant": "x"}, run_at=now - timedelta(seconds=59)))
+    y = store.enqueue(NewRun("api", {"tenant": "y"}))
+    assert claim() == [x1, y]  # from the start: x's second run is over its rate
+    z = store.enqueue(NewRun("api", {"tenant": "z"}))
+    assert claim() == [z]  # from the bound past x2
+    assert 0 < (bounds.pending() or 0) <= 0.5  # an idle dispatcher wakes for the put-back
+    time.sleep(0.55)
+    assert claim() == [x2]
 
 
 def _claimed(job_type: str, run_at: datetime) -> ClaimedRun:

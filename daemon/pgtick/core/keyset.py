@@ -18,6 +18,10 @@ without a scan from the start where it can be:
   limited per key: its claims skip the runs of keys at their limit, so the bound passes a
   busy key's next runs) and this daemon's own release lower the type's bound to that second
   (``lower``);
+- a claim of a type with a per-key rate skips the runs of keys at their rate the same way,
+  and nothing announces when a window lets a key start again: the bound the claim started
+  from is put back one window later (``claimed``), so a key limited to N a second is not
+  held to one start per look back;
 - a ``!rescan`` NOTIFY (materialization, backfill) and a NOTIFY about a type that led to a
   claim finding nothing (``missed``) make the next claim scan from the start (a *rescan*);
 - every ``LOOK_SECONDS`` a claim also looks back, with a non-locking read, for due runs
@@ -39,10 +43,11 @@ each probe read, every poll.
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 
 import structlog
@@ -58,6 +63,9 @@ FULL_LOOK_SECONDS = 600.0
 # Rescans asked for come at most this often: under a held snapshot a scan from the start is
 # the expensive kind, and a burst of NOTIFYs should not make every claim one.
 MIN_RESCAN_GAP_SECONDS = 0.25
+# Bounds to put back for a per-key rate that fall due within this fraction of its window are
+# put back together (at the first one's time, the lower of the two bounds).
+KEY_WINDOW_MERGE = 0.05
 
 log = structlog.get_logger("pgtick.keyset")
 
@@ -66,8 +74,13 @@ class ClaimBounds:
     """The lower bound of each job type's claim. ``lows``, ``for_claim`` and ``claimed`` are
     the dispatcher's; ``rescan``, ``missed`` and ``lower`` may be called from any thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, key_windows: Mapping[str, float] | None = None) -> None:
         self._lock = threading.Lock()
+        # Per type with a per-key rate, its window in seconds; and, in the order they fall
+        # due, (monotonic time, bound) of the claims' starting bounds to put back then (None:
+        # from the start), merged when they fall due within KEY_WINDOW_MERGE of a window.
+        self._key_windows = dict(key_windows or {})
+        self._put_back: dict[str, collections.deque[tuple[float, datetime | None]]] = {}
         self._lows: dict[str, datetime] = {}
         self._tops: dict[str, datetime] = {}  # the bounds claims set (not lowered since)
         self._last_rescan = -math.inf  # monotonic
@@ -115,6 +128,9 @@ class ClaimBounds:
         if self._asked.is_set():
             waits.append(self._last_rescan + MIN_RESCAN_GAP_SECONDS - now)
         with self._lock:
+            for queue in self._put_back.values():
+                if queue:
+                    waits.append(queue[0][0] - now)
             if self._lows:  # when _look_due turns true
                 look_at = self._looked_at + self.look_seconds
                 if not self._passed and self.notifying():
@@ -167,6 +183,9 @@ class ClaimBounds:
         higher one is claimed first however late it is due, and moved the bound past the
         rest of a backlog, which then waited for a look back while lower ones went first."""
         latest: dict[str, datetime] = {}
+        rated = {run.job_type for run in runs} & self._key_windows.keys()
+        if rated:
+            self._put_back_later(rated)
         for run in runs:
             if run.priority != 0:
                 continue
@@ -190,6 +209,22 @@ class ClaimBounds:
                 self._lows[job_type] = low
                 self._tops[job_type] = low
 
+    def _put_back_later(self, job_types: Iterable[str]) -> None:
+        """Keep the bound these types' claim started from (runs of keys at their rate that it
+        skipped lie past it) until one rate window from now."""
+        now = time.monotonic()
+        with self._lock:
+            for job_type in job_types:
+                window = self._key_windows[job_type]
+                when, low = now + window, self._lows.get(job_type)
+                queue = self._put_back.setdefault(job_type, collections.deque())
+                if queue and when - queue[-1][0] < window * KEY_WINDOW_MERGE:
+                    last = queue[-1][1]
+                    low = None if last is None or low is None else min(last, low)
+                    queue[-1] = (queue[-1][0], low)
+                else:
+                    queue.append((when, low))
+
     def found(self, behind: dict[str, datetime]) -> None:
         """A look back found due runs behind these bounds: the next claim starts at them."""
         if behind:
@@ -210,6 +245,18 @@ class ClaimBounds:
                 self._lows[job_type] = low
                 self.lowerings += 1
         self._lowered.clear()
+        for job_type, queue in self._put_back.items():
+            while queue and queue[0][0] <= now:
+                _, back = queue.popleft()
+                current = self._lows.get(job_type)
+                if current is None:
+                    continue
+                if back is None:
+                    del self._lows[job_type]
+                    self.lowerings += 1
+                elif back < current:
+                    self._lows[job_type] = back
+                    self.lowerings += 1
 
     def _full_due(self, now: float) -> bool:
         return not self.notifying() or now >= self._full_at + FULL_LOOK_SECONDS

@@ -108,7 +108,11 @@ class Worker:
             metrics, log_each_run=log_each_run, min_lease_seconds=min(leases, default=math.inf)
         )
         self._local: collections.deque[Held] = collections.deque()  # claimed, to start
-        self.bounds = ClaimBounds()  # where each type's claim scan starts (keyset.py)
+        # Where each type's claim scan starts (keyset.py); a per-key rate's window says when a
+        # bound its claims passed is put back.
+        self.bounds = ClaimBounds(
+            {t.job_type: t.rate_per_key[1] for t in self._claim_types if t.rate_per_key}
+        )
         self._cond = threading.Condition()
         self._wake = threading.Event()
         self._notified = threading.Event()  # woken by a NOTIFY since the last claim
