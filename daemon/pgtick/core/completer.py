@@ -45,9 +45,9 @@ class Completer:
         keyed: frozenset[str] = frozenset(),
     ) -> None:
         self._limited = limited  # job types whose freed slots other daemons must hear of
-        # Of those, the types limited per key: their claims skip the runs of keys at their
-        # limit and move the keyset bound past them, so a freed slot also says where that
-        # key's next runs are (the finished run's run_at, keyset.py).
+        # Of those, the types with max_running_per_key: their claims skip the runs of keys at
+        # their limit and move the keyset bound past them, so a freed slot also says where
+        # that key's next runs are (the finished run's run_at, keyset.py).
         self._keyed = keyed
         self._store = store
         self._worker_id = worker_id

@@ -15,9 +15,9 @@ because another claimer's transaction held them, which then rolled back. Each is
 without a scan from the start where it can be:
 
 - a ``!due SECONDS JOB_TYPE`` NOTIFY (enqueue, the reaper, a release, a freed slot of a type
-  limited per key: its claims skip the runs of keys at their limit, so the bound passes a
-  busy key's next runs) and this daemon's own release lower the type's bound to that second
-  (``lower``);
+  with ``max_running_per_key``: its claims skip the runs of keys at their limit, so the bound
+  passes a busy key's next runs) and this daemon's own release lower the type's bound to
+  that second (``lower``);
 - a claim of a type with a per-key rate skips the runs of keys at their rate the same way,
   and nothing announces when a window lets a key start again: the bound the claim started
   from is put back one window later (``claimed``), so a key limited to N a second is not

@@ -120,11 +120,9 @@ class Worker:
         self._hit_at = -math.inf  # monotonic: when the last claim that found runs started
         self._stop_claiming = threading.Event()
         self._closing = False
-        keyed = frozenset(
-            t.job_type
-            for t in self._claim_types
-            if t.max_running_per_key is not None or t.rate_per_key is not None
-        )
+        # Types whose finished runs free a key's slot (a per-key rate frees with time:
+        # ClaimBounds puts its bounds back instead).
+        keyed = frozenset(t.job_type for t in self._claim_types if t.max_running_per_key)
         self.completer = Completer(store, worker_id, self.life, metrics, self.limited, keyed)
         self._threads: list[threading.Thread] = []
         self._dispatcher: threading.Thread | None = None
