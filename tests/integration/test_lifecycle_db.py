@@ -97,6 +97,22 @@ CREATE TRIGGER fail_once BEFORE INSERT ON attempts_history
 """
 
 
+def _write_all(completer: Completer) -> None:
+    """Run the completer's writer until what was submitted is written, then stop it."""
+    thread = threading.Thread(target=completer.run)
+    thread.start()
+    try:
+        assert completer.wait_empty(15)
+    finally:
+        completer.close()
+        thread.join(10)
+
+
+def _attempts(metrics: Metrics, outcome: str) -> float:
+    labels = {"job_type": "noop", "outcome": outcome}
+    return metrics.registry.get_sample_value("pgtick_run_attempts_total", labels) or 0.0
+
+
 def test_a_batch_of_results_is_written_all_or_nothing(store: RunStore, conn: db.Connection) -> None:
     """Bug 4: the completer wrote successes and failures in separate statements; when the
     second failed, the first had committed, and on the retry the runs that had succeeded were
@@ -119,21 +135,11 @@ def test_a_batch_of_results_is_written_all_or_nothing(store: RunStore, conn: db.
     completer = Completer(store, "w", life, metrics)
     for held, outcome in batch:
         completer.submit(held, outcome, 0.01)
-    thread = threading.Thread(target=completer.run)
-    thread.start()
-    try:
-        assert completer.wait_empty(15)
-    finally:
-        completer.close()
-        thread.join(10)
+    _write_all(completer)
     statuses = dict(conn.execute("SELECT id, status FROM runs").fetchall())
     assert statuses == {good.id: "succeeded", bad.id: "failed"}
 
-    def count(outcome: str) -> float:
-        labels = {"job_type": "noop", "outcome": outcome}
-        return metrics.registry.get_sample_value("pgtick_run_attempts_total", labels) or 0.0
-
-    assert (count("succeeded"), count("failed"), count("lost")) == (1, 1, 0)
+    assert [_attempts(metrics, o) for o in ("succeeded", "failed", "lost")] == [1, 1, 0]
     errors = metrics.registry.get_sample_value("pgtick_db_errors_total", {"operation": "complete"})
     assert errors == 1  # the injected fault happened, and was retried
     assert life.held_count() == 0
@@ -172,19 +178,9 @@ def test_a_failed_wake_up_after_a_written_batch_reports_no_run_as_lost(
     assert life.finish(held, outcome, 0.01) == outcome
     completer = Completer(failing, "w", life, metrics, frozenset({"noop"}))
     completer.submit(held, outcome, 0.01)
-    thread = threading.Thread(target=completer.run)
-    thread.start()
-    try:
-        assert completer.wait_empty(15)
-    finally:
-        completer.close()
-        thread.join(10)
+    _write_all(completer)
     assert _NotifyFailsOnce.failures == 1
     assert conn.execute("SELECT status FROM runs").fetchall() == [("succeeded",)]
 
-    def count(outcome: str) -> float:
-        labels = {"job_type": "noop", "outcome": outcome}
-        return metrics.registry.get_sample_value("pgtick_run_attempts_total", labels) or 0.0
-
-    assert (count("succeeded"), count("lost")) == (1, 0)
+    assert [_attempts(metrics, o) for o in ("succeeded", "lost")] == [1, 0]
     assert life.held_count() == 0
