@@ -44,22 +44,23 @@ def test_only_runs_of_priority_0_move_a_bound() -> None:
     assert bounds.lows() == {"a": at(5)}
 
 
-def test_a_per_key_rate_puts_back_the_bound_each_claim_started_from_a_window_later() -> None:
-    window = 0.5
+def test_a_per_key_rate_puts_the_bound_back_to_each_claimed_run_a_window_later() -> None:
+    window = 0.3
     bounds = ClaimBounds({"a": window})
     assert bounds.lows() == {}
-    claimed(bounds, ("a", 5))  # from the start
-    time.sleep(window / 2)
-    claimed(bounds, ("a", 9))  # from at(5)
-    assert bounds.lows() == {"a": at(9)}
-    time.sleep(window / 2 + 0.05)
-    assert bounds.lows() == {}  # the first claim's start: the beginning
-    claimed(bounds, ("a", 12), ("b", 20))
-    assert bounds.lows() == {"a": at(12), "b": at(20)}
+    claimed(bounds, ("a", 5), ("a", 7), ("b", 20))
+    claimed(bounds, ("a", 9))  # within a twentieth of the window: one put-back, to the earliest
+    bounds.claimed([Run("a", 1, priority=3)])  # type: ignore[list-item]  # not in the lane
+    assert bounds.lows() == {"a": at(9), "b": at(20)}
     pending = bounds.pending()
-    assert pending is not None and pending <= window / 2
-    time.sleep(window / 2)
-    assert bounds.lows() == {"a": at(5), "b": at(20)}  # the second's; no rate for b
+    assert pending is not None and 0 < pending <= window
+    time.sleep(window + 0.05)
+    assert bounds.lows() == {"a": T0 + timedelta(seconds=5), "b": at(20)}  # b has no rate
+    claimed(bounds, ("a", 12))
+    claimed(bounds, ("a", 30))
+    assert bounds.lows() == {"a": at(30), "b": at(20)}
+    time.sleep(window + 0.05)
+    assert bounds.lows() == {"a": T0 + timedelta(seconds=12), "b": at(20)}  # not back to 5
 
 
 def test_a_rescan_asked_for_waits_for_the_gap_and_happens_once() -> None:

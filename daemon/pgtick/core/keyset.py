@@ -19,9 +19,10 @@ without a scan from the start where it can be:
   passes a busy key's next runs) and this daemon's own release lower the type's bound to
   that second (``lower``);
 - a claim of a type with a per-key rate skips the runs of keys at their rate the same way,
-  and nothing announces when a window lets a key start again: the bound the claim started
-  from is put back one window later (``claimed``), so a key limited to N a second is not
-  held to one start per look back;
+  and nothing announces when a window lets a key start again: one window after a run of such
+  a type is claimed, the bound is put back to its ``run_at`` (``claimed``), which its key's
+  next runs are not before, so a key limited to N a second is not held to one start per look
+  back;
 - a ``!rescan`` NOTIFY (materialization, backfill) and a NOTIFY about a type that led to a
   claim finding nothing (``missed``) make the next claim scan from the start (a *rescan*);
 - every ``LOOK_SECONDS`` a claim also looks back, with a non-locking read, for due runs
@@ -63,8 +64,8 @@ FULL_LOOK_SECONDS = 600.0
 # Rescans asked for come at most this often: under a held snapshot a scan from the start is
 # the expensive kind, and a burst of NOTIFYs should not make every claim one.
 MIN_RESCAN_GAP_SECONDS = 0.25
-# Bounds to put back for a per-key rate that fall due within this fraction of its window are
-# put back together (at the first one's time, the lower of the two bounds).
+# Put-backs for a per-key rate that fall due within this fraction of its window are made
+# together (at the first one's time, to the earlier run_at).
 KEY_WINDOW_MERGE = 0.05
 
 log = structlog.get_logger("pgtick.keyset")
@@ -77,10 +78,10 @@ class ClaimBounds:
     def __init__(self, key_windows: Mapping[str, float] | None = None) -> None:
         self._lock = threading.Lock()
         # Per type with a per-key rate, its window in seconds; and, in the order they fall
-        # due, (monotonic time, bound) of the claims' starting bounds to put back then (None:
-        # from the start), merged when they fall due within KEY_WINDOW_MERGE of a window.
+        # due, (monotonic time, run_at) of the runs claimed a window before, to put the bound
+        # back to then, merged when they fall due within KEY_WINDOW_MERGE of a window.
         self._key_windows = dict(key_windows or {})
-        self._put_back: dict[str, collections.deque[tuple[float, datetime | None]]] = {}
+        self._put_back: dict[str, collections.deque[tuple[float, datetime]]] = {}
         self._lows: dict[str, datetime] = {}
         self._tops: dict[str, datetime] = {}  # the bounds claims set (not lowered since)
         self._last_rescan = -math.inf  # monotonic
@@ -183,15 +184,18 @@ class ClaimBounds:
         higher one is claimed first however late it is due, and moved the bound past the
         rest of a backlog, which then waited for a look back while lower ones went first."""
         latest: dict[str, datetime] = {}
-        rated = {run.job_type for run in runs} & self._key_windows.keys()
-        if rated:
-            self._put_back_later(rated)
+        earliest: dict[str, datetime] = {}
         for run in runs:
             if run.priority != 0:
                 continue
             seen = latest.get(run.job_type)
             if seen is None or run.run_at > seen:
                 latest[run.job_type] = run.run_at
+            first = earliest.get(run.job_type)
+            if run.job_type in self._key_windows and (first is None or run.run_at < first):
+                earliest[run.job_type] = run.run_at
+        if earliest:
+            self._put_back_later(earliest)
         margin = timedelta(seconds=MARGIN_SECONDS)
         with self._lock:
             for job_type, run_at in latest.items():
@@ -209,21 +213,18 @@ class ClaimBounds:
                 self._lows[job_type] = low
                 self._tops[job_type] = low
 
-    def _put_back_later(self, job_types: Iterable[str]) -> None:
-        """Keep the bound these types' claim started from (runs of keys at their rate that it
-        skipped lie past it) until one rate window from now."""
+    def _put_back_later(self, earliest: Mapping[str, datetime]) -> None:
+        """One rate window from now, put each type's bound back to the earliest ``run_at`` it
+        claimed now: its key may start again then, and that key's next runs are not before."""
         now = time.monotonic()
         with self._lock:
-            for job_type in job_types:
+            for job_type, run_at in earliest.items():
                 window = self._key_windows[job_type]
-                when, low = now + window, self._lows.get(job_type)
                 queue = self._put_back.setdefault(job_type, collections.deque())
-                if queue and when - queue[-1][0] < window * KEY_WINDOW_MERGE:
-                    last = queue[-1][1]
-                    low = None if last is None or low is None else min(last, low)
-                    queue[-1] = (queue[-1][0], low)
+                if queue and now + window - queue[-1][0] < window * KEY_WINDOW_MERGE:
+                    queue[-1] = (queue[-1][0], min(queue[-1][1], run_at))
                 else:
-                    queue.append((when, low))
+                    queue.append((now + window, run_at))
 
     def found(self, behind: dict[str, datetime]) -> None:
         """A look back found due runs behind these bounds: the next claim starts at them."""
@@ -249,12 +250,7 @@ class ClaimBounds:
             while queue and queue[0][0] <= now:
                 _, back = queue.popleft()
                 current = self._lows.get(job_type)
-                if current is None:
-                    continue
-                if back is None:
-                    del self._lows[job_type]
-                    self.lowerings += 1
-                elif back < current:
+                if current is not None and back < current:
                     self._lows[job_type] = back
                     self.lowerings += 1
 
