@@ -147,6 +147,21 @@ def test_one_run_per_key_at_a_time_and_every_key_progresses(
     assert max(first.values()) - began < 4.0, sorted(first.items(), key=lambda kv: kv[1])[-3:]
 
 
+def _big_key_then_forty_others(
+    cluster: Cluster, conn: Connection, limit: str, big: str
+) -> list[dict[str, Any]]:
+    """One daemon with a per-key ``limit``; ten runs of ``big`` (payload), then, 1.5 s later
+    (more than the claim bound's margin), ten runs of 0.2 s for each of 40 other keys, which
+    keep the daemon's claims finding runs. The jobs' log once every run is done."""
+    cluster.start(_config(cluster, f'concurrency_key = "payload.customer"\n{limit}'))
+    _enqueue(conn, 10, big)
+    time.sleep(1.5)
+    for k in range(40):
+        _enqueue(conn, 10, f'{{"customer": "c{k}", "sleep": 0.2}}')
+    wait_for(lambda: _succeeded(conn) == 410, 120, 0.1, "every run done")
+    return cluster.records()
+
+
 def test_a_busy_keys_older_runs_follow_one_another_while_other_keys_keep_claims_busy(
     cluster: Cluster, conn: Connection
 ) -> None:
@@ -155,14 +170,9 @@ def test_a_busy_keys_older_runs_follow_one_another_while_other_keys_keep_claims_
     claim finding runs, each next run of the busy key waited for the claim's look back (up to
     5 s) once its slot came free; the freed slot now announces the finished run's due second,
     and they follow one another."""
-    config = _config(cluster, 'concurrency_key = "payload.customer"\nmax_running_per_key = 1')
-    cluster.start(config)
-    _enqueue(conn, 10, '{"customer": "big", "sleep": 0.3}')
-    time.sleep(1.5)  # big's fourth or fifth run is under way; the rest due 1.5 s earlier
-    for k in range(40):
-        _enqueue(conn, 10, f'{{"customer": "c{k}", "sleep": 0.2}}')
-    wait_for(lambda: _succeeded(conn) == 410, 120, 0.1, "every run done")
-    records = cluster.records()
+    records = _big_key_then_forty_others(
+        cluster, conn, "max_running_per_key = 1", '{"customer": "big", "sleep": 0.3}'
+    )  # big's fourth or fifth run is under way when the others come
     big = sorted(r["t"] for r in records if r.get("key") == "big")
     others = sorted(r["t"] for r in records if r.get("key") not in (None, "big"))
     assert len(big) == 20  # a start and an end line each
@@ -213,18 +223,12 @@ def test_a_keys_rate_is_used_while_other_keys_keep_claims_busy(
     """A claim skips the runs of a key over its rate and takes other keys' later runs, so the
     keyset bound moves past the key's older runs, and nothing announces when its window lets
     it start again. They waited for the claim's look back (every 5 s), a key limited to 2 a
-    second starting 2 every 5 s; the bound a claim started from is now put back a window
-    later."""
-    config = _config(cluster, 'concurrency_key = "payload.customer"\nrate_per_key = "2/second"')
-    cluster.start(config)
-    _enqueue(conn, 10, '{"customer": "big"}')
-    time.sleep(1.5)  # big's first runs have started; the rest are due 1.5 s before the others
-    for k in range(40):
-        _enqueue(conn, 10, f'{{"customer": "c{k}", "sleep": 0.2}}')
-    wait_for(lambda: _succeeded(conn) == 410, 120, 0.1, "every run done")
-    starts = sorted(
-        r["t"] for r in cluster.records() if r.get("key") == "big" and r["event"] == "start"
-    )
+    second starting 2 every 5 s; a window after a claim, the bound is now put back to the
+    earliest run_at it took."""
+    records = _big_key_then_forty_others(
+        cluster, conn, 'rate_per_key = "2/second"', '{"customer": "big"}'
+    )  # big's first runs have started when the others come
+    starts = sorted(r["t"] for r in records if r.get("key") == "big" and r["event"] == "start")
     assert len(starts) == 10
     # 2 a second: the 10 runs over about 4.5 s. Before: 2 per look back once the others came.
     span = starts[-1] - starts[0]

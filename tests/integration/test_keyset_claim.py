@@ -64,16 +64,10 @@ def test_a_run_of_another_priority_claimed_first_moves_no_bound(store: RunStore)
     """The bound is the priority-0 lane's: a run of a higher priority is claimed first, however
     late its run_at, and says nothing about where that lane's runs left unclaimed are. It moved
     the bound past a backlog's rest, which then waited for a look back (up to LOOK_SECONDS)."""
-    bounds = ClaimBounds()
-    bounds.notifying = lambda: True
-    bounds.look_seconds = math.inf  # no look back: the bound alone decides
+    bounds = _bounds_without_look_back()
 
     def claim(limit: int) -> list[int]:
-        lows, looks = bounds.for_claim()
-        runs, behind = store.claim_looking("w", NOOP, limit, lows, looks)
-        bounds.claimed(runs)
-        bounds.found(behind)
-        return [r.id for r in runs]
+        return _claim_ids(store, bounds, NOOP, limit)
 
     now = store.now()
     backlog = [
@@ -106,20 +100,14 @@ def test_a_freed_key_slot_announces_the_earliest_finished_runs_due_second(
 def test_a_key_held_back_by_its_rate_is_claimed_once_its_window_passes(store: RunStore) -> None:
     """A claim of a type with a per-key rate skips the runs of keys at their rate and takes
     later ones, so the bound moves past the skipped runs, and no NOTIFY says when the window
-    lets the key start again: the bound the claim started from is put back a window later.
-    Before, the key's next run waited for a look back (every 5 s) while a rate of N a second
-    allowed it after one."""
+    lets the key start again: a window after the claim, the bound is put back to the earliest
+    run_at it took. Before, the key's next run waited for a look back (every 5 s) while a rate
+    of N a second allowed it after one."""
     rated = ClaimType("api", 60.0, 3, key_path=("tenant",), rate_per_key=(1, 0.5))
-    bounds = ClaimBounds({"api": 0.5})
-    bounds.notifying = lambda: True
-    bounds.look_seconds = math.inf
+    bounds = _bounds_without_look_back({"api": 0.5})
 
     def claim() -> list[int]:
-        lows, looks = bounds.for_claim()
-        runs, behind = store.claim_looking("w", [rated], 10, lows, looks)
-        bounds.claimed(runs)
-        bounds.found(behind)
-        return [r.id for r in runs]
+        return _claim_ids(store, bounds, [rated], 10)
 
     now = store.now()
     x1 = store.enqueue(NewRun("api", {"tenant": "x"}, run_at=now - timedelta(seconds=60)))
@@ -131,6 +119,25 @@ def test_a_key_held_back_by_its_rate_is_claimed_once_its_window_passes(store: Ru
     assert 0 < (bounds.pending() or 0) <= 0.5  # an idle dispatcher wakes for the put-back
     time.sleep(0.55)
     assert claim() == [x2]
+
+
+def _bounds_without_look_back(key_windows: dict[str, float] | None = None) -> ClaimBounds:
+    """Bounds as a notified dispatcher keeps them, with no look back: the bound alone decides."""
+    bounds = ClaimBounds(key_windows)
+    bounds.notifying = lambda: True
+    bounds.look_seconds = math.inf
+    return bounds
+
+
+def _claim_ids(
+    store: RunStore, bounds: ClaimBounds, types: list[ClaimType], limit: int
+) -> list[int]:
+    """One claim as the dispatcher makes it (from the bounds, which it then moves)."""
+    lows, looks = bounds.for_claim()
+    runs, behind = store.claim_looking("w", types, limit, lows, looks)
+    bounds.claimed(runs)
+    bounds.found(behind)
+    return [r.id for r in runs]
 
 
 def _claimed(job_type: str, run_at: datetime) -> ClaimedRun:

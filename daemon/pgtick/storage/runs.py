@@ -212,16 +212,21 @@ def wake(conn: db.Connection, job_types: Iterable[str]) -> None:
         conn.execute(sqlfile.query("notify", conn.schema), {"job_type": job_type})
 
 
-def announce(conn: db.Connection, runs: Sequence[tuple[str, datetime | None]]) -> None:
+def announce(
+    conn: db.Connection,
+    runs: Sequence[tuple[str, datetime | None]],
+    also: Iterable[str] = (),
+) -> None:
     """Runs were made claimable ((job type, run_at); None: now): each type's earliest due
     second first (``!due``, for claimers whose lower bound is past it, keyset.py), then the
-    wake-ups; delivered in this order, the claim a wake-up starts begins low enough."""
+    wake-ups, of their types and of those ``also`` names; delivered in this order, the claim
+    a wake-up starts begins low enough."""
     if runs:
         conn.execute(
             sqlfile.query("notify_due", conn.schema),
             {"job_types": [jt for jt, _ in runs], "run_ats": [at for _, at in runs]},
         )
-    wake(conn, (jt for jt, _ in runs))
+    wake(conn, [*(jt for jt, _ in runs), *also])
 
 
 class RunQueries(StoreBase):
@@ -376,12 +381,7 @@ class RunQueries(StoreBase):
         earliest due second (``!due``): claimers whose bound passed that key's next runs
         start below them (keyset.py)."""
         with self._conn("notify") as conn:
-            if due:
-                conn.execute(
-                    sqlfile.query("notify_due", conn.schema),
-                    {"job_types": [jt for jt, _ in due], "run_ats": [at for _, at in due]},
-                )
-            wake(conn, job_types)
+            announce(conn, due, also=job_types)
 
     def next_due_in(
         self, job_types: Sequence[str], lows: Mapping[str, datetime] | None = None
