@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from pgtick.config import config_from_mapping
@@ -108,8 +109,8 @@ def _write_all(completer: Completer) -> None:
         thread.join(10)
 
 
-def _attempts(metrics: Metrics, outcome: str) -> float:
-    labels = {"job_type": "noop", "outcome": outcome}
+def _attempts(metrics: Metrics, outcome: str, job_type: str = "noop") -> float:
+    labels = {"job_type": job_type, "outcome": outcome}
     return metrics.registry.get_sample_value("pgtick_run_attempts_total", labels) or 0.0
 
 
@@ -150,12 +151,14 @@ class _NotifyFailsOnce(RunStore):
     completer pins a copy of it: what failed is counted on the class)."""
 
     failures = 0
+    sent = 0
 
     def notify(self, job_types: Any, due: Any = ()) -> None:
         if not _NotifyFailsOnce.failures:
             _NotifyFailsOnce.failures += 1
             raise DatabaseError("connection lost")
         super().notify(job_types, due)
+        _NotifyFailsOnce.sent += 1
 
 
 def test_a_failed_wake_up_after_a_written_batch_reports_no_run_as_lost(
@@ -163,12 +166,13 @@ def test_a_failed_wake_up_after_a_written_batch_reports_no_run_as_lost(
 ) -> None:
     """The wake-up for the slots a limited type's batch freed came after the batch's
     transaction but before the batch was recorded as written: when it failed, the whole batch
-    was retried, the guard refused the runs already finished, and they were reported lost."""
+    was retried, the guard refused the runs already finished, and they were reported lost. Now
+    only the wake-up is sent again."""
     limited = handlers.JobTypeConfig("noop", max_running=5)
     jt = handlers.JobType(limited, 60.0, fn=_noop)
     metrics = Metrics({"noop": jt}, "test", 2)
     life = Lifecycle(metrics)
-    _NotifyFailsOnce.failures = 0
+    _NotifyFailsOnce.failures = _NotifyFailsOnce.sent = 0
     failing = _NotifyFailsOnce(store.pool)
     store.enqueue(NewRun("noop"))
     [run] = store.claim("w", [ClaimType("noop", 60.0, 5, max_running=5)], 1)
@@ -179,8 +183,39 @@ def test_a_failed_wake_up_after_a_written_batch_reports_no_run_as_lost(
     completer = Completer(failing, "w", life, metrics, frozenset({"noop"}))
     completer.submit(held, outcome, 0.01)
     _write_all(completer)
-    assert _NotifyFailsOnce.failures == 1
+    assert (_NotifyFailsOnce.failures, _NotifyFailsOnce.sent) == (1, 1)  # sent on the retry
     assert conn.execute("SELECT status FROM runs").fetchall() == [("succeeded",)]
 
     assert [_attempts(metrics, o) for o in ("succeeded", "lost")] == [1, 0]
+    assert life.held_count() == 0
+
+
+def test_a_run_cancelled_while_running_announces_its_freed_key_slot_when_let_go(
+    store: RunStore, dsn: str
+) -> None:
+    """A run of a type limited per key holds its key's slot until its daemon lets go of it,
+    and an operator's cancel frees the slot at that moment, as a finished run's result does:
+    the writer announces it the same way (the run's due second, then the type), so every
+    daemon's claim comes back below the key's next runs. Only finished runs were announced,
+    and a cancelled one's key waited for a claim's look back (every 5 s)."""
+    keyed = handlers.JobTypeConfig("sync", concurrency_key=("tenant",), max_running_per_key=1)
+    jt = handlers.JobType(keyed, 60.0, fn=_noop)
+    metrics = Metrics({"sync": jt}, "test", 2)
+    life = Lifecycle(metrics)
+    store.enqueue(NewRun("sync", {"tenant": "a"}))
+    limit = ClaimType("sync", 60.0, 5, key_path=("tenant",), max_running_per_key=1)
+    [run] = store.claim("w", [limit], 1)
+    held = Held(run, handlers.claimed_context(run, store, "w", life), jt)
+    outcome = Outcome(run.id, "succeeded")  # the handler did not stop for the cancel
+    assert life.accept([held]) == [] and life.start(held)
+    assert life.finish(held, outcome, 0.01) == outcome
+    assert store.cancel([run.id]) == [run.id]
+    completer = Completer(store, "w", life, metrics, frozenset({"sync"}), frozenset({"sync"}))
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN pgtick")
+        completer.submit(held, outcome, 0.01)
+        _write_all(completer)
+        payloads = [n.payload for n in listener.notifies(timeout=1.0)]
+    assert payloads == [f"!due {int(run.run_at.timestamp())} sync", "sync"]
+    assert [_attempts(metrics, o, "sync") for o in ("succeeded", "cancelled")] == [0, 1]
     assert life.held_count() == 0

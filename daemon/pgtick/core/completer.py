@@ -20,7 +20,7 @@ from pgtick.core.lifecycle import Held, Lifecycle
 from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
 from pgtick.storage.db import retry_delay
-from pgtick.storage.store import Failure, RunStore
+from pgtick.storage.store import ClaimedRun, Failure, RunStore
 
 COMPLETE_BATCH_MAX = 500
 COMPLETE_BATCH_WINDOW_SECONDS = 0.002
@@ -59,6 +59,9 @@ class Completer:
         self._writing: list[Result] = []  # the batch being written
         self._closing = False
         self._idle = False  # the writer waits for results (a submit must wake it)
+        # Runs of limited types let go of and not announced yet (kept when the NOTIFY fails,
+        # for the retry).
+        self._unannounced: list[ClaimedRun] = []
 
     def submit(self, held: Held, outcome: Outcome, duration: float | None) -> None:
         self.submit_many([(held, outcome, duration)])
@@ -115,10 +118,10 @@ class Completer:
         while True:
             with self._cond:
                 self._idle = True
-                while not self._items and not self._closing:
+                while not self._items and not self._unannounced and not self._closing:
                     self._cond.wait()
                 self._idle = False
-                if not self._items and self._closing:
+                if not self._items and not self._unannounced and self._closing:
                     return True
             # Let a batch gather for a moment when it is small.
             if len(self._items) < COMPLETE_BATCH_MAX:
@@ -145,8 +148,9 @@ class Completer:
     def _write(self, store: RunStore, batch: list[Result]) -> None:
         """Write the results (one statement, or one transaction), then let go of the runs an
         operator cancelled: those whose handlers stopped without a result, and those whose
-        result the claim guard refused (the others were lost). ``batch`` is left holding what
-        was not written yet, for a retry after a database error."""
+        result the claim guard refused (the others were lost); then announce the slots of
+        limited types this freed. ``batch`` is left holding what was not written yet, for a
+        retry after a database error."""
         succeed = [(h.id, h.run.attempt) for h, o, _ in batch if o.kind == "succeeded"]
         failures = [
             Failure(h.id, h.run.attempt, o.error, o.error_type, o.detail, o.retry_in_seconds)
@@ -157,23 +161,31 @@ class Completer:
             succeeded, failed = store.finish(self._worker_id, succeed, failures)
             failed_by_id = {r.id: r for r in failed}
             done = succeeded | failed_by_id.keys()
-            freed = [h.run for h, _, _ in batch if h.id in done and h.run.job_type in self._limited]
+            self._freed(batch, done)
             if done:
                 self._life.written(
                     [item for item in batch if item[0].id in done], succeeded, failed_by_id
                 )
             batch[:] = [item for item in batch if item[0].id not in done]
-            # After the batch is recorded as written: a failure here retries only what is
-            # left, where it retried the whole batch and reported its written runs as lost.
-            if freed:
-                store.notify(
-                    {run.job_type for run in freed},
-                    due=[
-                        (run.job_type, run.run_at) for run in freed if run.job_type in self._keyed
-                    ],
-                )
         if batch:
             claims = [(h.id, h.run.attempt) for h, _, _ in batch]
             let_go = store.acknowledge_cancel(self._worker_id, claims)
+            self._freed(batch, let_go)  # a cancelled run's slot frees when it is let go of
             self._life.written(batch, set(), {}, let_go)
             batch.clear()
+        # After the batch is recorded as written: a failure here retries only the wake-up
+        # (the writer comes back for it), where it retried the whole batch and reported its
+        # written runs as lost.
+        if self._unannounced:
+            freed = self._unannounced
+            store.notify(
+                {run.job_type for run in freed},
+                due=[(run.job_type, run.run_at) for run in freed if run.job_type in self._keyed],
+            )
+            self._unannounced = []
+
+    def _freed(self, batch: list[Result], ids: set[int]) -> None:
+        """Keep the runs of limited types among ``ids`` (no longer held) for the wake-up."""
+        self._unannounced += [
+            h.run for h, _, _ in batch if h.id in ids and h.run.job_type in self._limited
+        ]
