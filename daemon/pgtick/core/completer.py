@@ -186,6 +186,7 @@ class Completer:
 
     def _freed(self, batch: list[Result], ids: set[int]) -> None:
         """Keep the runs of limited types among ``ids`` (no longer held) for the wake-up."""
-        self._unannounced += [
-            h.run for h, _, _ in batch if h.id in ids and h.run.job_type in self._limited
-        ]
+        if self._limited:
+            self._unannounced += [
+                h.run for h, _, _ in batch if h.id in ids and h.run.job_type in self._limited
+            ]
