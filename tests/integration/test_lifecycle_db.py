@@ -1,5 +1,6 @@
 """Lifecycle bugs 3 and 4 against a real PostgreSQL, in-process: decorator options go
-through the config file's validator; a batch of results is written all or nothing."""
+through the config file's validator; a batch of results is written all or nothing. And what
+the result writer and a give-up announce when runs of limited types stop holding slots."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgtick.config import config_from_mapping
+from pgtick.config import WorkerConfig, config_from_mapping
 from pgtick.core import handlers
 from pgtick.core.completer import Completer
 from pgtick.core.handlers import JobContext, Outcome
 from pgtick.core.lifecycle import Held, Lifecycle
+from pgtick.core.worker import Worker, claim_type
 from pgtick.errors import ConfigError, DatabaseError
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db
@@ -219,3 +221,26 @@ def test_a_run_cancelled_while_running_announces_its_freed_key_slot_when_let_go(
     assert payloads == [f"!due {int(run.run_at.timestamp())} sync", "sync"]
     assert [_attempts(metrics, o, "sync") for o in ("succeeded", "cancelled")] == [0, 1]
     assert life.held_count() == 0
+
+
+def test_a_claimed_run_cancelled_before_it_started_announces_its_slot_when_given_up(
+    store: RunStore, dsn: str
+) -> None:
+    """The same for a run no thread had started when the daemon gave its claims up (a
+    shutdown, or runs that waited too long for a thread): an operator had cancelled it, so it
+    is let go of, not given back, and its slot is announced like a finished run's."""
+    keyed = handlers.JobTypeConfig("sync", concurrency_key=("tenant",), max_running_per_key=1)
+    jt = handlers.JobType(keyed, 60.0, fn=_noop)
+    metrics = Metrics({"sync": jt}, "test", 1)
+    worker = Worker(store, "w", WorkerConfig(threads=1), {"sync": jt}, metrics)
+    store.enqueue(NewRun("sync", {"tenant": "a"}))
+    [run] = store.claim("w", [claim_type(keyed, 60.0)], 1)
+    held = Held(run, handlers.claimed_context(run, store, "w", worker.life), jt)
+    assert worker.life.accept([held]) == []
+    assert store.cancel([run.id]) == [run.id]
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN pgtick")
+        assert worker.release_unstarted() == 0  # let go of, not given back
+        payloads = [n.payload for n in listener.notifies(timeout=1.0)]
+    assert payloads == [f"!due {int(run.run_at.timestamp())} sync", "sync"]
+    assert worker.life.held_count() == 0

@@ -32,6 +32,16 @@ log = structlog.get_logger("pgtick.worker")
 Result = tuple[Held, Outcome, float | None]
 
 
+def announce_freed(store: RunStore, freed: list[ClaimedRun], keyed: frozenset[str]) -> None:
+    """Tell every daemon that these runs of limited types no longer hold their slots: a
+    wake-up per job type, after the due second of each type limited per key (its claims
+    skip a busy key's runs and move their bound past them; keyset.py)."""
+    store.notify(
+        {run.job_type for run in freed},
+        due=[(run.job_type, run.run_at) for run in freed if run.job_type in keyed],
+    )
+
+
 class Completer:
     """Writes outcomes in batches: one transaction per batch, each guarded by its claim."""
 
@@ -177,11 +187,7 @@ class Completer:
         # (the writer comes back for it), where it retried the whole batch and reported its
         # written runs as lost.
         if self._unannounced:
-            freed = self._unannounced
-            store.notify(
-                {run.job_type for run in freed},
-                due=[(run.job_type, run.run_at) for run in freed if run.job_type in self._keyed],
-            )
+            announce_freed(store, self._unannounced, self._keyed)
             self._unannounced = []
 
     def _freed(self, batch: list[Result], ids: set[int]) -> None:

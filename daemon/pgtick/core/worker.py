@@ -29,7 +29,7 @@ import structlog
 
 from pgtick.config import JobTypeConfig, WorkerConfig
 from pgtick.core import handlers
-from pgtick.core.completer import Completer, Result
+from pgtick.core.completer import Completer, Result, announce_freed
 from pgtick.core.handlers import JobType
 from pgtick.core.keyset import ClaimBounds
 from pgtick.core.lifecycle import UNSTARTED_MAX_WAIT_SECONDS, Held, Lifecycle, State
@@ -122,8 +122,8 @@ class Worker:
         self._closing = False
         # Types whose finished runs free a key's slot (a per-key rate frees with time:
         # ClaimBounds puts its bounds back instead).
-        keyed = frozenset(t.job_type for t in self._claim_types if t.max_running_per_key)
-        self.completer = Completer(store, worker_id, self.life, metrics, self.limited, keyed)
+        self._keyed = frozenset(t.job_type for t in self._claim_types if t.max_running_per_key)
+        self.completer = Completer(store, worker_id, self.life, metrics, self.limited, self._keyed)
         self._threads: list[threading.Thread] = []
         self._dispatcher: threading.Thread | None = None
         self._completer: threading.Thread | None = None
@@ -414,6 +414,11 @@ class Worker:
             released = store.release(self.worker_id, claims)
             rest = [c for c in claims if c[0] not in released]
             let_go = store.acknowledge_cancel(self.worker_id, rest) if rest else set()
+            # A run given back announces itself (release); one let go of after a cancel
+            # frees its slot as a finished run does, and is announced the same way.
+            freed = [h.run for h in runs if h.id in let_go and h.run.job_type in self.limited]
+            if freed:
+                announce_freed(store, freed, self._keyed)
         except DatabaseError as exc:
             self._metrics.db_error("release")
             log.error("release_failed", error=str(exc), runs=len(runs))
