@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Iterable
 
 import structlog
 
@@ -30,6 +31,14 @@ log = structlog.get_logger("pgtick.worker")
 # What the completer writes: a run, what to record of it, and its handler's wall time (None:
 # no handler ran).
 Result = tuple[Held, Outcome, float | None]
+
+
+def limited_among(
+    helds: Iterable[Held], ids: set[int], limited: frozenset[str]
+) -> list[ClaimedRun]:
+    """The runs among ``helds`` whose id is in ``ids`` (no longer held) and whose job type
+    has a limit: the ones whose freed slots are announced."""
+    return [h.run for h in helds if h.id in ids and h.run.job_type in limited]
 
 
 def announce_freed(store: RunStore, freed: list[ClaimedRun], keyed: frozenset[str]) -> None:
@@ -193,6 +202,4 @@ class Completer:
     def _freed(self, batch: list[Result], ids: set[int]) -> None:
         """Keep the runs of limited types among ``ids`` (no longer held) for the wake-up."""
         if self._limited:
-            self._unannounced += [
-                h.run for h, _, _ in batch if h.id in ids and h.run.job_type in self._limited
-            ]
+            self._unannounced += limited_among((h for h, _, _ in batch), ids, self._limited)

@@ -29,7 +29,7 @@ import structlog
 
 from pgtick.config import JobTypeConfig, WorkerConfig
 from pgtick.core import handlers
-from pgtick.core.completer import Completer, Result, announce_freed
+from pgtick.core.completer import Completer, Result, announce_freed, limited_among
 from pgtick.core.handlers import JobType
 from pgtick.core.keyset import ClaimBounds
 from pgtick.core.lifecycle import UNSTARTED_MAX_WAIT_SECONDS, Held, Lifecycle, State
@@ -416,7 +416,7 @@ class Worker:
             let_go = store.acknowledge_cancel(self.worker_id, rest) if rest else set()
             # A run given back announces itself (release); one let go of after a cancel
             # frees its slot as a finished run does, and is announced the same way.
-            freed = [h.run for h in runs if h.id in let_go and h.run.job_type in self.limited]
+            freed = limited_among(runs, let_go, self.limited)
             if freed:
                 announce_freed(store, freed, self._keyed)
         except DatabaseError as exc:
