@@ -46,6 +46,14 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace").replace("\x00", "\ufffd")
 
 
+def _cut(line: Line, size: int) -> tuple[Line, int]:
+    """``line`` with its text cut to fit ``size`` bytes stored (the text's UTF-8 and a line
+    end), never inside a character; and the size it now takes."""
+    at, stream, text = line
+    kept = text.encode("utf-8")[: max(0, size - 1)].decode("utf-8", "ignore")
+    return (at, stream, kept), len(kept.encode("utf-8")) + 1
+
+
 @dataclass
 class _Pending:
     """One stream's bytes not yet split into lines, and when each read arrived."""
@@ -203,6 +211,12 @@ class Capture:
         return n
 
     def _to_tail(self, line: Line, size: int) -> None:
+        if size > self.slot_budget:
+            # A line longer than a slot's share keeps its start, cut to that share: a slot
+            # holding one long line whole would take the tail past the bound.
+            line, kept = _cut(line, self.slot_budget)
+            self.omitted_bytes += size - kept
+            size = kept
         if not self._slots_used or (
             self._slot_lines and self._slot_bytes + size > self.slot_budget
         ):
