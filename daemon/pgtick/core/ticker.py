@@ -169,6 +169,12 @@ def plan(
     cut = now - timedelta(seconds=MISSED_AFTER_TICKS * tick_seconds)
     times: list[datetime] = []
     missed = 0
+    if cursor < cut and skip and row.jitter_seconds > 0:
+        # The cursor waits before a jittered occurrence not due yet (below): it is missed only
+        # once its run_at is older than the cut, not because the cursor is.
+        first = with_jitter(cron, row.name, row.jitter_seconds, cron.next_after(cursor))
+        if first.run_at > cut:
+            cut = cursor
     if cursor < cut:
         times, missed = _missed(cron, cursor, cut, row.catchup, row.catchup_limit)
         if row.catchup == "latest" and any(t <= now for t in cron.occurrences(cut, now)):
