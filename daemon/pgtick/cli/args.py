@@ -14,15 +14,33 @@ from pgtick.errors import ConfigError, UsageError
 from pgtick.surfaces import operations
 
 
-def parse_time(text: str, option: str) -> datetime:
-    """An ISO 8601 instant; without an offset it is taken as UTC."""
+def _instant(text: str) -> datetime | None:
+    """An ISO 8601 instant, without an offset taken as UTC; None if the text is not one."""
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _readable(value: datetime, text: str, option: str) -> datetime:
+    """``value`` if it lies within years 1 to 9999 in UTC: stored outside them, it could not
+    be read back, and every read of its run would fail."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise UsageError(f"{option}: out of range: {text!r} (years 1 to 9999 in UTC)") from None
+    return value
+
+
+def parse_time(text: str, option: str) -> datetime:
+    """An ISO 8601 instant; without an offset it is taken as UTC."""
+    value = _instant(text)
+    if value is None:
         raise UsageError(
             f"{option}: not an ISO 8601 time: {text!r} (e.g. 2026-11-22T09:00:00+01:00)"
-        ) from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+        )
+    return _readable(value, text, option)
 
 
 def parse_when(text: str, option: str) -> datetime | timedelta:
@@ -33,13 +51,13 @@ def parse_when(text: str, option: str) -> datetime | timedelta:
         return timedelta(seconds=config_mod.parse_duration(text, option))
     except ConfigError:
         pass
-    try:
-        return parse_time(text, option)
-    except UsageError:
+    value = _instant(text)
+    if value is None:
         raise UsageError(
             f"{option}: not an ISO 8601 time or a duration: {text!r} (e.g. "
             "2026-11-22T09:00:00+01:00, no offset = UTC; or 90m, 2h, 7d)"
-        ) from None
+        )
+    return _readable(value, text, option)
 
 
 def parse_since(text: str | None, option: str) -> datetime | timedelta | None:

@@ -274,7 +274,10 @@ WITH types AS (
     ) b
 )
 SELECT id, job_type, payload::text, attempts, max_attempts, scheduled_for, idempotency_key,
-       run_at, schedule_id, started_at, locked_until, priority
+       -- Within what the daemon can read: a run_at written by hand outside years 1-9999 (or
+       -- -infinity) would otherwise fail the claim's result after it committed.
+       least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at,
+       schedule_id, started_at, locked_until, priority
 FROM (
     SELECT c.*, p.priority, 0 AS part FROM claimed c JOIN picked p ON p.id = c.id
     UNION ALL
@@ -653,7 +656,10 @@ WITH done AS (
            ((SELECT %(error_types)s::text[]))[width_bucket(id, (SELECT %(ids)s::bigint[]))]
     FROM done
 )
-SELECT id, status, run_at FROM done;
+SELECT id, status, 
+       -- Readable whatever was written by hand (claim_result says why).
+       least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at
+FROM done;
 
 -- release --
 -- Give runs back unfinished (shutdown, or claimed ahead and not started): queued again, the
@@ -677,7 +683,10 @@ WITH done AS (
     SELECT id, attempt, %(worker_id)s, started_at, now(), 'released', 'released on shutdown'
     FROM done
 )
-SELECT id, job_type, run_at FROM done;
+SELECT id, job_type, 
+       -- Readable whatever was written by hand (claim_result says why).
+       least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at
+FROM done;
 
 -- acknowledge_cancel --
 -- The holder of runs an operator cancelled lets go once their handlers have stopped (or
@@ -785,7 +794,10 @@ WITH input AS (
     SELECT id, attempts, worker_id, started_at, now(), 'lost', 'lease expired', 'lease_expired'
     FROM done
 )
-SELECT id, status, job_type, run_at FROM done;
+SELECT id, status, job_type, 
+       -- Readable whatever was written by hand (claim_result says why).
+       least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at
+FROM done;
 
 -- retry --
 -- Operator retry: failed/dead/cancelled back to queued, due now, lease cleared. A run that
