@@ -41,9 +41,9 @@ from pgtick.config.values import (
     is_loopback,
     job_type_name,
     parse_duration,
-    redact_dsn,
     schema_name,
 )
+from pgtick.observability.redact import redact_dsn
 
 __all__ = [
     "CONFIG_PATH_ENV",

@@ -49,7 +49,8 @@ from pgtick.config.schema import (
     DEFAULT_WEB_SESSION_TTL_SECONDS,
     DEFAULT_WEB_TOKEN_FILE,
 )
-from pgtick.config.values import Rate, redact_dsn, split_listen
+from pgtick.config.values import Rate, split_listen
+from pgtick.observability.redact import redact_dsn
 
 # The package re-exports these (``from pgtick.config import Config``).
 __all__ = [

@@ -427,23 +427,3 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-_URL_SCHEME = re.compile(r"^(postgres(?:ql)?://)", re.IGNORECASE)
-_URL_QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
-_KV_PASSWORD = re.compile(r"(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)", re.IGNORECASE)
-
-
-def redact_dsn(dsn: str) -> str:
-    """The DSN with its password replaced by ``***``, in URL and key=value form, for logs."""
-    scheme = _URL_SCHEME.match(dsn)
-    if scheme is None:
-        return _KV_PASSWORD.sub(r"\1***", dsn)
-    rest = dsn[scheme.end() :]
-    slash = rest.find("/")
-    authority_end = len(rest) if slash < 0 else slash
-    at = rest.rfind("@", 0, authority_end)  # the last "@": an unescaped one in a password
-    if at >= 0 and ":" in rest[:at]:
-        user = rest[: rest.index(":")]
-        rest = f"{user}:***{rest[at:]}"
-    return scheme.group(1) + _URL_QUERY_PASSWORD.sub(r"\1***", rest)

@@ -23,6 +23,7 @@ import psycopg.adapt
 import psycopg_pool
 
 from pgtick.errors import DatabaseError
+from pgtick.observability.redact import redact_text
 from pgtick.storage import sqlfile
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -93,7 +94,7 @@ def describe(exc: BaseException) -> str:
     """A one-line description of a database error, without the DSN's password."""
     text = str(exc).strip().splitlines()
     first = text[0] if text else type(exc).__name__
-    return f"{type(exc).__name__}: {first}"
+    return f"{type(exc).__name__}: {redact_text(first)}"
 
 
 @contextlib.contextmanager
