@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import json
 import os
+import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -328,6 +329,17 @@ class Outcome:
     retry_in_seconds: float | None = None
 
 
+# A retry asked for further ahead than this is made this far ahead: the database's timestamps
+# end in the year 294276, and a result it cannot store held up every result after it.
+MAX_RETRY_DELAY_SECONDS = 10 * 365 * 86400.0
+
+
+def _storable(text: str) -> str:
+    """Text a database text column takes: NUL becomes U+FFFD, and what is not valid Unicode
+    (a lone surrogate, from a file name decoded with os.fsdecode) a backslash escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\ufffd")
+
+
 def _short(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= LAST_ERROR_MAX_CHARS else text[: LAST_ERROR_MAX_CHARS - 1] + "…"
@@ -353,11 +365,14 @@ def failed(
 ) -> Outcome:
     """A failed attempt: retried after ``delay`` (default: the job type's backoff), or dead
     when the run's attempts are used up."""
+    message, detail = _storable(message), _storable(detail)
     if ctx.attempt >= ctx.max_attempts:
         return Outcome(ctx.run_id, "dead", message, error_type, detail, None)
     if delay is None:
         delay = jt.backoff.delay(ctx.attempt)
-    return Outcome(ctx.run_id, "failed", message, error_type, detail, delay)
+    return Outcome(
+        ctx.run_id, "failed", message, error_type, detail, min(delay, MAX_RETRY_DELAY_SECONDS)
+    )
 
 
 def _failure(ctx: JobContext, jt: JobType, exc: BaseException) -> Outcome:
@@ -366,7 +381,7 @@ def _failure(ctx: JobContext, jt: JobType, exc: BaseException) -> Outcome:
     error_type = type(exc).__name__
     message = _short(f"{error_type}: {exc}" if str(exc) else error_type)
     if isinstance(exc, Fail):
-        return Outcome(ctx.run_id, "dead", message, "Fail", detail, None)
+        return Outcome(ctx.run_id, "dead", _storable(message), "Fail", _storable(detail), None)
     after = exc.after if isinstance(exc, Retry) else None
     return failed(ctx, jt, message, error_type, detail, None if after is None else max(0.0, after))
 
@@ -437,12 +452,20 @@ def _run_python(ctx: JobContext, jt: JobType, payload: Any) -> None:
         return
     capture = joblog.log_capture()
     capture.enter(ctx.run_id, ctx.attempt, joblog.slot(lambda: new_capture(ctx, jt), flusher))
+    pid = os.getpid()
     try:
         jt.fn(ctx, payload)
     finally:
         kept = capture.leave(ctx.run_id, ctx.attempt)
-        if kept is not None:
+        if kept is not None and os.getpid() == pid:  # not from a process the handler forked
             flusher.finish(kept)
+
+
+def unreadable_payload(ctx: JobContext, exc: Exception) -> Outcome:
+    """A payload the database holds but Python cannot read (nested deeper than the
+    interpreter's recursion limit): the run is dead, as every attempt would fail the same."""
+    message = _short(f"payload: cannot be read: {type(exc).__name__}: {exc}")
+    return Outcome(ctx.run_id, "dead", _storable(message), "payload", _storable(message), None)
 
 
 def execute(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
@@ -454,17 +477,39 @@ def execute(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
         logs.RUN.reset(token)
 
 
+def _leave_if_forked(pid: int, code: int) -> None:
+    """In a process the handler forked, which came back here (it returned, raised, or called
+    sys.exit()): exit it. Carrying on, it was a second copy of the daemon, starting the runs
+    claimed ahead that the daemon starts too."""
+    if os.getpid() == pid:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def _exit_code(exc: BaseException) -> int:
+    if isinstance(exc, SystemExit):
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return 1
+
+
 def _attempt(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
+    pid = os.getpid()
     try:
         if jt.command is not None:
             return _run_command(ctx, jt, payload)
         assert jt.fn is not None
         _run_python(ctx, jt, payload)
     except LeaseLostError:
+        _leave_if_forked(pid, 1)
         return Outcome(ctx.run_id, "lost", "lease lost", "lease_lost")
     except Exception as exc:
+        _leave_if_forked(pid, 1)
         return _failure(ctx, jt, exc)
     except BaseException as exc:
+        _leave_if_forked(pid, _exit_code(exc))
         # sys.exit() or a library's KeyboardInterrupt/GeneratorExit: a failure of the
         # run like any other, but worth a line of its own (it meant to stop something).
         log.warning(
@@ -474,6 +519,7 @@ def _attempt(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
             error=_short(str(exc)),
         )
         return _failure(ctx, jt, exc)
+    _leave_if_forked(pid, 0)
     return Outcome(ctx.run_id, "succeeded")
 
 

@@ -313,15 +313,21 @@ class Worker:
     def _work_loop(self) -> None:
         """Run claimed runs one at a time: the next waits in the shared queue, where any idle
         thread can take it, and each result goes to the writer as soon as it is known.
-        Nothing here catches: ``handlers.execute`` never raises, so an exception is a bug,
-        and the thread dies for the supervisor to see."""
+        Nothing else here catches: ``handlers.execute`` never raises, so an exception is a
+        bug, and the thread dies for the supervisor to see; a payload Python cannot read
+        (the database took it) fails its run instead."""
         while True:
             held = self._next()
             if held is None:
                 return
             if not self.life.start(held):
                 continue  # released, lost or cancelled before a thread got to it
-            outcome = handlers.execute(held.ctx, held.job_type, held.run.payload)
+            try:
+                payload = held.run.payload  # parsed here, in the thread that runs it
+            except (ValueError, RecursionError) as exc:
+                outcome = handlers.unreadable_payload(held.ctx, exc)
+            else:
+                outcome = handlers.execute(held.ctx, held.job_type, payload)
             duration = time.monotonic() - (held.started_at or time.monotonic())
             avg = self._avg_duration  # threads race here; any recent value will do
             self._avg_duration = (
