@@ -64,7 +64,8 @@ class Heartbeat:
             log.info("worker_registered_again", worker_id=self._info.id)
         gone = set(leases) - beat.held - beat.busy
         if gone:
-            self._worker.let_go(life.lost(gone, beat.cancelled & gone))
+            attempts = {rid: leases[rid].attempt for rid in gone}
+            self._worker.let_go(life.lost(gone, beat.cancelled & gone, attempts))
         blocking = life.confirm(sent_at, beat.held, beat.busy)
         if blocking:
             # Row-locked by another transaction that is not our own result being written (an

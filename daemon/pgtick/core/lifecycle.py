@@ -420,17 +420,27 @@ class Lifecycle:
 
     # -- the heartbeat ----------------------------------------------------------------------------
 
-    def lost(self, gone: Iterable[int], cancelled: Iterable[int] = ()) -> list[Held]:
+    def lost(
+        self,
+        gone: Iterable[int],
+        cancelled: Iterable[int] = (),
+        attempts: Mapping[int, int] | None = None,
+    ) -> list[Held]:
         """The heartbeat found these leases gone (``cancelled``: by an operator). Handlers are
         told to stop and their results dropped; a run already finishing or committed is left to
         the write that is deciding it. Returns the runs given up; those now FINISHING (never
-        started, or stopped by the drain, and cancelled) are to be let go of by the writer."""
+        started, or stopped by the drain, and cancelled) are to be let go of by the writer.
+        ``attempts``: the attempt each lease the beat asked about was for; a run held now
+        under another attempt (its result written and the run claimed again while the beat
+        was out) is a claim the beat did not ask about, and is kept."""
         cancelled = set(cancelled)
         given_up: list[Held] = []
         with self._changed:
             for rid in gone:
                 held = self._held.get(rid)
                 if held is None:
+                    continue
+                if attempts is not None and attempts.get(rid, held.run.attempt) != held.run.attempt:
                     continue
                 reason = "cancelled" if rid in cancelled else "lost"
                 if held.state is State.COMMITTING:
