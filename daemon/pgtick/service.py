@@ -300,7 +300,7 @@ class Service:
         self._log_summary(worker)
         for side in (listener, reaper, ticker):
             side.stop_event.set()
-        heartbeat.stop_event.set()
+        heartbeat.stop()
         flusher.stop()
         for loop in loops:
             loop.thread.join(timeout=2.0)

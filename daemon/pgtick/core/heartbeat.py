@@ -47,8 +47,16 @@ class Heartbeat:
         self._interval = interval_seconds
         self._metrics = metrics
         self.stop_event = threading.Event()
+        # Set when a run with a timeout starts (or to stop): its deadline may come before the
+        # wake-up this loop went to sleep for.
+        self._nudged = threading.Event()
+        worker.life.on_deadline = self._nudged.set
         self.alive_at = time.monotonic()
         self.last_success_at: float | None = None
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self._nudged.set()
 
     def beat(self) -> None:
         """One heartbeat: extend every held lease and report the ones found gone; then give
@@ -96,6 +104,7 @@ class Heartbeat:
                     delay = min(self._interval, retry_delay(failures))
                     log.warning("heartbeat_failed", error=str(exc), retry_in=delay)
                     next_beat = now + delay
+            self._nudged.clear()  # before looking: a run started after this wakes us
             deadline = self._worker.expire_timeouts()
             wake_at = next_beat if deadline is None else min(next_beat, deadline)
-            self.stop_event.wait(max(MIN_WAIT_SECONDS, wake_at - time.monotonic()))
+            self._nudged.wait(max(MIN_WAIT_SECONDS, wake_at - time.monotonic()))

@@ -157,6 +157,11 @@ class Lifecycle:
         # Copies replaced by a new claim of the same run whose handler has not returned yet
         # (the lease expired during an outage and the run was reaped): the new copy waits.
         self._replaced: dict[int, Held] = {}
+        # Copies past their timeout, failure written, whose handler has not returned yet: a
+        # new claim of the run (its retry) waits for it too.
+        self._timed_out: dict[int, Held] = {}
+        # Called when a run with a timeout starts (the heartbeat sets it: it enforces them).
+        self.on_deadline: Callable[[], None] = lambda: None
         self._active = 0  # threads inside a handler
         metrics.count_busy(lambda: self._active)
         self._waiting = 0  # runs held in CLAIMED: waiting for a thread
@@ -279,7 +284,9 @@ class Lifecycle:
         """CLAIMED -> RUNNING: a thread may run the handler now (once an older copy of the
         same run, replaced after an outage, has returned: never two copies at once here)."""
         with self._changed:
-            while held.id in self._replaced and self._held.get(held.id) is held:
+            while (held.id in self._replaced or held.id in self._timed_out) and self._held.get(
+                held.id
+            ) is held:
                 self._changed.wait()
             while (
                 not self._closed
@@ -302,6 +309,7 @@ class Lifecycle:
             timeout = held.job_type.config.timeout_seconds
             if timeout is not None and held.job_type.fn is not None:
                 held.deadline = held.started_at + timeout
+                self.on_deadline()  # the heartbeat, which enforces it, may sleep past it
             self._active += 1
             self._active_commands += held.is_command
         # The start delay (the claim's start minus run_at), queued by the thread that starts
@@ -343,11 +351,7 @@ class Lifecycle:
         """The handler returned: the outcome to write (RUNNING -> FINISHING), or None when
         there is nothing to write (committed by the handler, lost, timed out, interrupted)."""
         with self._lock:
-            if held.handler_active:
-                held.handler_active = False
-                self._active -= 1
-                self._active_commands -= held.is_command
-                self._changed.notify_all()
+            self._returned(held)
             state = held.state
             if self._replaced.get(held.id) is held:
                 del self._replaced[held.id]  # a newer copy holds the run now
@@ -391,6 +395,17 @@ class Lifecycle:
         else:
             self._record(held, gone, duration)
         return None
+
+    def _returned(self, held: Held) -> None:
+        """Under the lock: ``held``'s handler has returned (if it was running one)."""
+        if not held.handler_active:
+            return
+        held.handler_active = False
+        self._active -= 1
+        self._active_commands -= held.is_command
+        if self._timed_out.get(held.id) is held:
+            del self._timed_out[held.id]  # its retry may start now
+        self._changed.notify_all()
 
     # -- timeouts ---------------------------------------------------------------------------------
 
@@ -484,18 +499,8 @@ class Lifecycle:
         did not let the write change was no longer ours: cancelled by an operator (``let_go``:
         we let go of it since) or lost (its lease expired and another daemon has it)."""
         let_go = set(let_go)
-        mine = []
         with self._lock:
-            for item in batch:
-                held = item[0]
-                if held.state is not State.FINISHING:
-                    continue
-                if self._held.get(held.id) is held:
-                    del self._held[held.id]
-                    mine.append(item)
-                elif held.gone == "lost":  # a newer claim of the run replaced it
-                    held.state = State.LOST
-                    mine.append(item)
+            mine = [item for item in batch if self._take_written(item[0])]
         log_each = self._log_each_run or logging.getLogger(RUNS_LOGGER).isEnabledFor(logging.DEBUG)
         ok: list[tuple[Held, float | None]] = []
         for held, outcome, duration in mine:
@@ -519,6 +524,21 @@ class Lifecycle:
                 runs_log.warning("lease_lost", **_fields(held), at="finish")
         if ok:
             self._record_many("succeeded", ok)
+
+    def _take_written(self, held: Held) -> bool:
+        """Under the lock: whether a result written for ``held`` is ours to record (it was
+        FINISHING), and no longer held."""
+        if held.state is not State.FINISHING:
+            return False
+        if self._held.get(held.id) is held:
+            del self._held[held.id]
+            if held.handler_active:  # timed out, and its handler still runs
+                self._timed_out[held.id] = held
+            return True
+        if held.gone == "lost":  # a newer claim of the run replaced it
+            held.state = State.LOST
+            return True
+        return False
 
     def _failed(
         self, held: Held, outcome: Outcome, duration: float | None, result: FailResult
