@@ -5,6 +5,7 @@ the ``--payload`` JSON, each refused in one line that names the option.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
@@ -79,14 +80,33 @@ def _no_constant(name: str) -> NoReturn:
     raise UsageError(f"--payload: JSON has no {name} (PostgreSQL's jsonb refuses it)")
 
 
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise UsageError(f"--payload: the number {text} is beyond what a float holds")
+    return value
+
+
+def _unstorable(value: Any) -> str | None:
+    """Why jsonb would refuse a string in ``value`` (None: it takes them all). A walk, not a
+    recursion: a document nested deeper than Python's recursion limit is refused at parsing
+    already, but a walk makes no difference to what it takes."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            if "\x00" in item:
+                return "a NUL character (\\u0000), which jsonb refuses"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "text that is not valid Unicode (a lone surrogate, or bytes not UTF-8)"
+    return None
 
 
 def parse_payload(text: str | None) -> dict[str, Any]:
@@ -102,11 +122,16 @@ def parse_payload(text: str | None) -> dict[str, Any]:
             " (1 MiB) pgtick enqueue accepts: keep big data elsewhere and pass a reference"
         )
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except json.JSONDecodeError as exc:
         raise UsageError(f"--payload: invalid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError("--payload: nested too deep to be read") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise UsageError(f"--payload: cannot be read: {exc}") from None
     if not isinstance(value, dict):
         raise UsageError(f"--payload: must be a JSON object, got {type(value).__name__}")
-    if _has_nul(value):
-        raise UsageError("--payload: a NUL character (\\u0000), which jsonb refuses")
+    why = _unstorable(value)
+    if why is not None:
+        raise UsageError(f"--payload: {why}")
     return value

@@ -19,7 +19,7 @@ from pgtick.surfaces import operations
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
     cfg = context.begin(args)
-    operations.check_new_run(args.job_type, args.key)
+    operations.check_new_run(args.job_type, args.key, args.concurrency_key)
     payload = parse_payload(args.payload)
     when: datetime | timedelta | None = None
     if args.run_at is not None:

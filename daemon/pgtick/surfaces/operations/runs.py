@@ -368,12 +368,23 @@ def prune(
 # -- enqueue ---------------------------------------------------------------------------------------
 
 
-def check_new_run(job_type: str, idempotency_key: str | None) -> None:
+def check_new_run(
+    job_type: str, idempotency_key: str | None, concurrency_key: str | None = None
+) -> None:
     """Refuse, before anything is written, what no daemon could run or the table would refuse."""
     try:
         config_mod.job_type_name("TYPE: job type", job_type)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+    for option, key in (("--key", idempotency_key), ("--concurrency-key", concurrency_key)):
+        if key is None:
+            continue
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"{option}: not valid UTF-8") from None
+        if "\x00" in key:
+            raise UsageError(f"{option}: a NUL character, which PostgreSQL's text refuses")
     if idempotency_key is not None:
         size = len(idempotency_key.encode("utf-8"))
         if not 0 < size <= MAX_KEY_BYTES:
