@@ -91,6 +91,10 @@ def output_tail(store: RunStore, run_id: int, count: int = SHOW_TAIL_LINES) -> l
     return lines_of(latest)[-count:]
 
 
+# A run in these states starts no further attempt.
+NEVER_STARTS = frozenset({"succeeded", "dead", "cancelled", "skipped"})
+
+
 def follow_output(
     store: RunStore,
     run_id: int,
@@ -115,6 +119,9 @@ def follow_output(
             state.outcome is not None
             or state.attempts > number
             or (state.attempts == number and state.status not in ("running", "cancelled"))
+            # Ended before this attempt started (cancelled or skipped while queued): it never
+            # will.
+            or (state.attempts < number and state.status in NEVER_STARTS)
         )
         for c in store.read_output(run_id, number):
             key = (c.attempt_started_at, c.seq)
