@@ -366,7 +366,7 @@ def load_config(
         raise ConfigError(f"{name}: cannot read config file: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{name}: not valid UTF-8 (byte {exc.start})") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, ValueError) as exc:  # ValueError: an integer too long
         raise ConfigError(f"{name}: not valid TOML: {exc}") from None
     errors: _Errors = [] if every_error else None
     try:

@@ -368,6 +368,9 @@ def command(key: str, value: Any) -> tuple[str, ...]:
 def _json_value(key: str, value: Any) -> Any:
     """A payload value as it will look in jsonb; TOML-only types are refused, not mangled."""
     if isinstance(value, Mapping):
+        for name in value:
+            if "\x00" in name:
+                raise ConfigError(f"{key}: a key with a NUL character, which jsonb refuses")
         return {name: _json_value(f"{key}.{name}", item) for name, item in value.items()}
     if isinstance(value, list | tuple):
         return [_json_value(f"{key}[{index}]", item) for index, item in enumerate(value)]
@@ -377,6 +380,8 @@ def _json_value(key: str, value: Any) -> Any:
         raise ConfigError(f"{key}: JSON has no dates or times, quote it: got {show(value)}")
     if value is None or not isinstance(value, str | int | float):
         raise ConfigError(f"{key}: expected a JSON-compatible value, got {show(value)}")
+    if isinstance(value, str) and "\x00" in value:
+        raise ConfigError(f"{key}: a NUL character (\\u0000), which jsonb refuses")
     return value
 
 
