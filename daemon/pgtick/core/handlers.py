@@ -242,6 +242,7 @@ class JobContext:
     # Where what the attempt prints is written (None: not kept, outside a daemon).
     _flusher: Flusher | None = field(default=None, repr=False)
     _started_at: datetime | None = field(default=None, repr=False)
+    _committed: bool = field(default=False, repr=False)  # transaction() committed the success
     # Made on first use: most runs end without anyone asking, and an Event (a lock and a
     # condition) per run was a tenth of the dispatcher's time in a backlog of short runs.
     _cancelled: threading.Event | None = field(default=None, repr=False)
@@ -303,6 +304,7 @@ class JobContext:
             if committing:
                 self._guard.end_commit(self.run_id, committed=False)
             raise
+        self._committed = True
         self._guard.end_commit(self.run_id, committed=True)
 
 
@@ -401,9 +403,11 @@ def command_env(ctx: JobContext, payload_json: str) -> dict[str, str]:
 
 def new_capture(ctx: JobContext, jt: JobType) -> Capture:
     """The capture of what this attempt prints, bounded by the job type's output_max_bytes."""
-    return Capture(
+    capture = Capture(
         ctx.run_id, ctx.attempt, ctx.job_type, ctx._started_at, jt.config.output_max_bytes
     )
+    capture.committed = lambda: ctx._committed
+    return capture
 
 
 def _run_command(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:

@@ -89,6 +89,9 @@ class Capture:
         self.attempt = attempt
         self.job_type = job_type
         self.started_at = started_at
+        # Whether the handler has committed the attempt's success itself (ctx.transaction()):
+        # from then on its lines are written under the ended attempt, not the held run.
+        self.committed: Callable[[], bool] = lambda: False
         self.head_budget = max_bytes // 2
         self.slot_budget = max(1, (max_bytes - self.head_budget) // TAIL_SLOTS)
         self.total_bytes = 0
@@ -290,9 +293,12 @@ class Flusher:
             if not chunks:
                 return
             try:
-                self._store.write_output(
-                    self._worker_id, capture.run_id, capture.attempt, capture.started_at, chunks
-                )
+                committed = capture.committed()
+                args = (self._worker_id, capture.run_id, capture.attempt, capture.started_at)
+                written = self._store.write_output(*args, chunks, committed=committed)
+                if not written and not committed and capture.committed():
+                    # The handler's success committed while this write was on its way.
+                    self._store.write_output(*args, chunks, committed=True)
             except DatabaseError as exc:  # output is best effort; the run's outcome is not
                 log.warning("output_write_failed", run_id=capture.run_id, error=str(exc))
 

@@ -54,9 +54,13 @@ class OutputQueries(StoreBase):
         attempt: int,
         started_at: datetime | None,
         chunks: Sequence[Chunk],
+        *,
+        committed: bool = False,
     ) -> int:
         """Write chunks of one attempt in one statement, guarded by the claim; returns how
-        many were written (0: the run is no longer this worker's attempt)."""
+        many were written (0: the run is no longer this worker's attempt). ``committed``: the
+        handler committed the attempt's success itself (ctx.transaction()), so the run is no
+        longer held, and the guard is that this worker ended the attempt."""
         if not chunks:
             return 0
         params: dict[str, Any] = {
@@ -68,7 +72,8 @@ class OutputQueries(StoreBase):
             "lines": [Jsonb([list(line) for line in chunk.lines]) for chunk in chunks],
             "omitted": [chunk.omitted_bytes for chunk in chunks],
         }
-        return len(self._all("output", "output_write", params))
+        query = "output_write_committed" if committed else "output_write"
+        return len(self._all("output", query, params))
 
     def read_output(self, run_id: int, attempt: int | None = None) -> list[StoredChunk]:
         """A run's chunks (of one attempt, or all) in the order they are shown."""

@@ -1489,6 +1489,27 @@ GRANT pg_monitor TO {role};
 -- turn). Guarded by the claim, as results are: only the holder of this attempt writes, so a
 -- stale holder cannot write into a later attempt. `at` orders the tail slots: a microsecond
 -- apart within the statement, in the order given. Returns the seqs written.
+-- include: output_insert
+WHERE r.id = %(run_id)s AND r.attempts = %(attempt)s
+  AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
+  AND r.status IN ('running', 'cancelled')
+-- include: output_upsert
+
+-- output_write_committed --
+-- output_write for an attempt whose handler committed its success itself (ctx.transaction()):
+-- the run is succeeded and no longer held, and what the handler logged until it returned is
+-- written under the attempt that worker ended, found in attempts_history.
+-- include: output_insert
+WHERE r.id = %(run_id)s AND r.attempts = %(attempt)s AND r.status = 'succeeded'
+  AND EXISTS (
+    SELECT 1 FROM {schema}.attempts_history a
+    WHERE a.run_id = r.id AND a.attempt = r.attempts AND a.outcome = 'succeeded'
+      AND a.worker_id = %(worker_id)s AND a.started_at = %(started_at)s)
+-- include: output_upsert
+
+-- output_insert --
+-- The start of output_write and output_write_committed: the chunks, for a run found by its
+-- guard (which follows).
 INSERT INTO {schema}.output_chunks
     (run_id, attempt, attempt_started_at, seq, at, lines, omitted_bytes)
 SELECT r.id, r.attempts, %(started_at)s, c.seq,
@@ -1496,9 +1517,9 @@ SELECT r.id, r.attempts, %(started_at)s, c.seq,
 FROM {schema}.runs r,
      unnest(%(seqs)s::int[], %(lines)s::jsonb[], %(omitted)s::bigint[])
          WITH ORDINALITY AS c(seq, lines, omitted, ord)
-WHERE r.id = %(run_id)s AND r.attempts = %(attempt)s
-  AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
-  AND r.status IN ('running', 'cancelled')
+
+-- output_upsert --
+-- The end of output_write and output_write_committed.
 ON CONFLICT (run_id, attempt, seq, attempt_started_at) DO UPDATE
 SET lines = excluded.lines, omitted_bytes = excluded.omitted_bytes, at = excluded.at
 RETURNING seq;
