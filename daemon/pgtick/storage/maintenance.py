@@ -4,7 +4,7 @@ behind the database-derived metrics, ``pgtick status`` queues and the console's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -182,15 +182,17 @@ class MaintenanceQueries(StoreBase):
         ahead_seconds: float = PARTITIONS_AHEAD_SECONDS,
         *,
         delete_default: bool = True,
+        skip: Sequence[str] = (),
     ) -> list[PartitionChange]:
         """Create the partitions ahead and drop those past ``retention`` (seconds per terminal
         status; the attempts and output ones only when all four are given), one step per
         transaction, so that no step holds its locks longer than itself. A parent whose lock
         could not be had at once ("busy") is left for the next pass. ``delete_default``:
         also delete the DEFAULT partitions' rows past retention (``prune`` deletes those
-        itself). Returns what changed; nothing when another caller is at it."""
+        itself). ``skip``: partitioned tables (parents) left alone. Returns what changed;
+        nothing when another caller is at it."""
         changes: list[PartitionChange] = []
-        busy: list[str] = []  # the parents to skip, sent with every step
+        busy: list[str] = list(skip)  # the parents to skip, sent with every step
         params = {
             "retention": Jsonb(dict(retention)),
             "ahead": ahead_seconds,
@@ -215,6 +217,13 @@ class MaintenanceQueries(StoreBase):
             if change.action == "busy":
                 busy.append(change.parent)
         return changes
+
+    def kept_history_age(self, older_than_seconds: float) -> float | None:
+        """Seconds since the oldest run a prune of terminal runs finished longer ago than
+        given keeps was enqueued (None: it keeps none): ended attempts and output as old as
+        that may be its history."""
+        row = self._all("kept_history_age", "kept_history_age", {"seconds": older_than_seconds})
+        return None if not row or row[0][0] is None else float(row[0][0])
 
     def prune(
         self,

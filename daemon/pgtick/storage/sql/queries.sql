@@ -854,6 +854,17 @@ RETURNING id;
 SELECT action, parent, table_name, row_count
 FROM {schema}.maintain_partitions(%(retention)s, %(ahead)s, %(skip)s, %(delete_default)s);
 
+-- kept_history_age --
+-- `pgtick prune --older-than`: the age of the oldest run it keeps (not terminal, or finished
+-- less than %(seconds)s ago), by when it was enqueued: its ended attempts and output may be as
+-- old, and the partitions holding them stay. The terminal part reads only the partitions of
+-- finish times after the cutoff (partition pruning by finished_at).
+SELECT extract(epoch FROM now() - least(
+    (SELECT min(created_at) FROM {schema}.runs WHERE status IN ('queued', 'running', 'failed')),
+    (SELECT min(created_at) FROM {schema}.runs
+     WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped')
+       AND finished_at >= now() - make_interval(secs => %(seconds)s))))::float8;
+
 -- prune --
 -- `pgtick prune` after maintain_partitions dropped the partitions wholly past the cutoff: the
 -- rest of the cutoff, exact, as rows. Deletes up to %(batch)s terminal runs of one status
