@@ -143,8 +143,15 @@ def test_metrics_of_a_running_daemon_match_the_database(
         " VALUES ('nobody', 'running', 1, 'gone', now() + interval '1 second', now())"
     )
     # Both schedules exist since last year. yearly_report succeeded for its latest occurrence a
-    # day ago; orphan's latest occurrence never started: it is overdue.
+    # day ago; orphan's latest occurrence has a run that never started (not due until later):
+    # it is overdue. (An occurrence the ticker passed without a run, on purpose, is not.)
     conn.execute("UPDATE schedules SET created_at = now() - interval '400 days'")
+    conn.execute(
+        "INSERT INTO runs (schedule_id, scheduled_for, job_type, run_at)"
+        " SELECT id, make_timestamptz(extract(year FROM now())::int, 1, 1, 0, 0, 0, 'UTC'),"
+        "        'record', now() + interval '1 hour'"
+        " FROM schedules WHERE name = 'orphan'"
+    )
     [(last_success, latest)] = conn.execute(
         "INSERT INTO runs (schedule_id, scheduled_for, job_type, status, started_at, finished_at)"
         " SELECT id, make_timestamptz(extract(year FROM now())::int, 1, 1, 3, 0, 0, 'UTC'),"

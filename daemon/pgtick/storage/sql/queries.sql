@@ -1233,6 +1233,11 @@ SELECT /* pgtick_metrics_snapshot */
                     SELECT FROM {schema}.runs r
                     WHERE r.schedule_id = s.id AND r.scheduled_for = want.due_at
                       AND (r.started_at IS NOT NULL OR r.status IN ('skipped', 'cancelled')))
+                -- Passed by the ticker with no run, deliberately (paused then, resumed from
+                -- now, catchup = "none"), or its run pruned since: handled.
+                OR (coalesce(s.materialized_until >= want.due_at, false) AND NOT EXISTS (
+                    SELECT FROM {schema}.runs r
+                    WHERE r.schedule_id = s.id AND r.scheduled_for = want.due_at))
                 END)), '[]')
      FROM unnest(%(names)s::text[], %(due_at)s::timestamptz[]) AS want(name, due_at)
      JOIN {schema}.schedules s ON s.name = want.name),
