@@ -294,6 +294,11 @@ def test_list_pause_resume_trigger_and_backfill(
         0,
         ["created 7 runs for nightly (0 occurrences already had one)"],
     )
+    # overlap = "skip" (the default) holds back the ticker's runs, not backfilled ones: said.
+    assert result.err == [
+        'pgtick: warning: overlap = "skip" does not hold back backfilled runs: the 7 are due'
+        " at once (max_running = 1 on job type 'noop' runs them one at a time)"
+    ]
     assert backfilled(conn, "nightly") == BACKFILL_WEEK
     result = pgtick(dsn, "schedules", "backfill", "nightly", *window, *cfg)
     assert result.out == ["created 0 runs for nightly (7 occurrences already had one)"]

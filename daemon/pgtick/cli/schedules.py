@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -91,4 +92,12 @@ def cmd_schedules_backfill(args: argparse.Namespace) -> int:
     print(
         f"created {done.created} runs for {args.name} ({done.existing} occurrences already had one)"
     )
+    if done.overlap == "skip" and done.created > 1:
+        # The ticker's rule, not the claim's: backfilled runs are all due now.
+        print(
+            f'pgtick: warning: overlap = "skip" does not hold back backfilled runs: the'
+            f" {done.created} are due at once (max_running = 1 on job type {done.job_type!r}"
+            " runs them one at a time)",
+            file=sys.stderr,
+        )
     return EXIT_OK

@@ -224,9 +224,17 @@ class ScheduleQueries(StoreBase):
     def resume_schedule(self, name: str) -> bool:
         return bool(self._all("resume_schedule", "resume_schedule", {"name": name}))
 
-    def trigger_schedule(self, name: str) -> int | None:
-        """Enqueue a run of the schedule now; its id, or None if there is no such schedule."""
+    def trigger_schedule(self, name: str) -> int | tuple[int, str] | None:
+        """Enqueue a run of the schedule now; its id, or None if there is no such schedule,
+        or (run id, status) of the run that is active when its overlap is "skip" (nothing
+        enqueued: a skip schedule never has two runs active at once)."""
         with self._conn("trigger") as conn, conn.transaction():
+            conn.execute(sqlfile.query("lock_schedule", conn.schema), {"name": name})
+            active = conn.execute(
+                sqlfile.query("schedule_active_run", conn.schema), {"name": name}
+            ).fetchone()
+            if active is not None:
+                return int(active[0]), str(active[1])
             row = conn.execute(
                 sqlfile.query("trigger_schedule", conn.schema), {"name": name}
             ).fetchone()

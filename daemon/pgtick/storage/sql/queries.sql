@@ -1097,6 +1097,15 @@ INSERT INTO {schema}.runs (schedule_id, job_type, payload, max_attempts, priorit
 SELECT id, job_type, payload, max_attempts, priority FROM {schema}.schedules WHERE name = %(name)s
 RETURNING id, job_type;
 
+-- schedule_active_run --
+-- Of a schedule with overlap = "skip", after lock_schedule: a run of it queued, running or
+-- awaiting a retry (the ticker's own test before it creates an occurrence's run), if any.
+SELECT r.id, r.status
+FROM {schema}.runs r JOIN {schema}.schedules s ON s.id = r.schedule_id
+WHERE s.name = %(name)s AND s.overlap = 'skip' AND r.status IN ('queued', 'running', 'failed')
+ORDER BY r.id
+LIMIT 1;
+
 -- lock_schedule --
 -- A schedule's row lock, which every writer of its occurrences holds (see materialize).
 SELECT id FROM {schema}.schedules WHERE name = %(name)s FOR UPDATE;

@@ -11,7 +11,7 @@ from itertools import islice
 from pgtick import config as config_mod
 from pgtick.config import Config
 from pgtick.core import ticker
-from pgtick.errors import ConfigError, NotFoundError, ScheduleError, UsageError
+from pgtick.errors import ConfigError, NotFoundError, PgtickError, ScheduleError, UsageError
 from pgtick.scheduling.cron import Cron
 from pgtick.storage.store import RunStore, ScheduleListing
 from pgtick.surfaces.operations.setup import open_store
@@ -64,10 +64,17 @@ def resume_schedule(store: RunStore, name: str) -> None:
 
 
 def trigger_schedule(store: RunStore, name: str) -> int:
-    """Enqueue a run of the schedule now; its id. NotFoundError when there is none."""
+    """Enqueue a run of the schedule now; its id. NotFoundError when there is none; PgtickError
+    when its overlap is "skip" and a run of it is active."""
     run_id = store.trigger_schedule(name)
     if run_id is None:
         raise _not_found(name)
+    if isinstance(run_id, tuple):
+        active, status = run_id
+        raise PgtickError(
+            f'schedule {name!r} has run {active} {status} and its overlap is "skip": not '
+            "triggered (`pgtick enqueue` adds a run whatever the overlap)"
+        )
     return run_id
 
 
@@ -192,6 +199,8 @@ def backfill_window(start: datetime, end: datetime, start_text: str) -> tuple[da
 class Backfilled:
     created: int
     existing: int  # occurrences that already had a run
+    overlap: str = "skip"
+    job_type: str = ""
 
 
 def backfill(store: RunStore, name: str, after: datetime, end: datetime) -> Backfilled:
@@ -213,4 +222,6 @@ def backfill(store: RunStore, name: str, after: datetime, end: datetime) -> Back
             "range; backfill it in parts"
         )
     created = store.backfill_schedule(name, occurrences) if occurrences else []
-    return Backfilled(len(created), len(occurrences) - len(created))
+    return Backfilled(
+        len(created), len(occurrences) - len(created), str(row["overlap"]), str(row["job_type"])
+    )
