@@ -199,7 +199,10 @@ class ClaimBounds:
         margin = timedelta(seconds=MARGIN_SECONDS)
         with self._lock:
             for job_type, run_at in latest.items():
-                low = run_at - margin
+                try:
+                    low = run_at - margin
+                except OverflowError:  # due in the first second of year 1: no bound below it
+                    continue
                 current = self._lows.get(job_type)
                 if current is not None and low <= current:
                     continue

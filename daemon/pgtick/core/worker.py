@@ -101,7 +101,10 @@ class Worker:
         # Types with a limit: a slot they free is announced to the fleet (NOTIFY), and a
         # claim that finds their due runs held back waits instead of asking again at once.
         self.limited = frozenset(t.job_type for t in self._claim_types if t.limited)
-        self._held_back = False  # the last claim found nothing, and limits may be why
+        # The last claim found nothing though runs were due: held back by a limit, or
+        # row-locked by another session (a claim skips those). The next waits a moment.
+        self._held_back = False
+        self._empty_claims = 0  # claims in a row that found nothing
         self.handled = sorted(self._job_types)
         leases = [jt.lease_seconds for jt in self._job_types.values()]
         self.life = Lifecycle(
@@ -262,7 +265,8 @@ class Worker:
                 self.worker_id, self._claim_types, capacity, lows, looks
             )
             self._metrics.claimed(time.monotonic() - sent_at)
-            self._held_back = not runs and bool(self.limited)
+            self._held_back = not runs
+            self._empty_claims = 0 if runs else self._empty_claims + 1
             self.bounds.claimed(runs)
             self.bounds.found(behind)  # runs behind a bound: the next claim starts at them
             if runs:
@@ -277,10 +281,16 @@ class Worker:
             idle = not runs and not behind
 
     def _held_back_wait(self, store: RunStore) -> float:
-        """Due runs the last claim did not take: held back by a limit (or taken by another
-        daemon meanwhile). Claim again when a slot frees (a NOTIFY, or a run of ours
-        finishing), when a saturated rate window next allows a start, or after a short wait."""
+        """Due runs the last claim did not take: held back by a limit, row-locked by another
+        session, or taken by another daemon meanwhile. Claim again when a slot frees (a
+        NOTIFY, or a run of ours finishing), when a saturated rate window next allows a
+        start, or after a short wait (an idle daemon probed and claimed at once again, some
+        2 000 times a second, while another session held a due run's row lock)."""
         wait = FLOW_WAIT_SECONDS
+        if not self.limited:
+            # Nothing of ours frees such a run: doubling waits, up to the poll interval.
+            doubled = FLOW_WAIT_SECONDS * 2.0 ** min(self._empty_claims - 1, 16)
+            return min(self._cfg.poll_interval_seconds, max(FLOW_WAIT_SECONDS, doubled))
         free_in = store.rate_free_in(self._claim_types)
         if free_in is not None:
             wait = min(wait, max(MIN_RATE_WAIT_SECONDS, free_in))
