@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -96,10 +97,16 @@ class Console:
         return {"Cookie": cookie}, found.group(1)
 
     def login(self, token: str | None = None) -> str:
-        """A session cookie's value from the login form (the header a browser would keep)."""
-        cookie, csrf = self.login_form()
-        form = {"token": token or self.token or "", "csrf": csrf}
-        status, _, _, headers = self.post_full("/login", form, cookie)
+        """A session cookie's value from the login form (the header a browser would keep);
+        again after a second when a wrong token given just before (another test's) shuts
+        tokens out for that long."""
+        for _ in range(3):
+            cookie, csrf = self.login_form()
+            form = {"token": token or self.token or "", "csrf": csrf}
+            status, _, body, headers = self.post_full("/login", form, cookie)
+            if status != 403 or "try again in" not in body:
+                break
+            time.sleep(1.1)
         assert status == 303, status
         cookie = headers["set-cookie"].split(";")[0]
         assert cookie.startswith("pgtick_session=")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import secrets
 import threading
 import time
@@ -101,7 +102,10 @@ class Console:
         self.reads_need_login = (
             self.sessions is not None and not public_reads and not guard.is_loopback(listen_host)
         )
-        self._failed_login = threading.Lock()
+        # After a wrong token, every token (login form or bearer header) is refused unchecked
+        # until then (monotonic): one guess a second, and no request thread waits for it.
+        self._guess_lock = threading.Lock()
+        self._no_guess_until = -math.inf
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         table: dict[tuple[str, str], Handler] = {
@@ -268,8 +272,24 @@ class Console:
         response = html_response(HTTPStatus.OK, page)
         return dataclasses.replace(response, headers={"Set-Cookie": guard.login_form_cookie(nonce)})
 
+    def _token_refusal(self, given: str) -> str | None:
+        """Why ``given`` is not accepted as the token, or None. A wrong token shuts every
+        token out for FAILED_LOGIN_DELAY_SECONDS, the right one too, without checking it:
+        guessing, through the form or a bearer header, gets one try a second."""
+        assert self.sessions is not None
+        with self._guess_lock:
+            now = time.monotonic()
+            if now < self._no_guess_until:
+                wait = self._no_guess_until - now
+                return f"a wrong token was given just now: try again in {wait:.1f} s"
+            if self.sessions.token_matches(given):
+                return None
+            self._no_guess_until = now + FAILED_LOGIN_DELAY_SECONDS
+            return "wrong token"
+
     def _login(self, request: Request) -> Response:
-        """The token, once, for a session cookie; a wrong one costs FAILED_LOGIN_DELAY_SECONDS."""
+        """The token, once, for a session cookie; a wrong one shuts every token out for
+        FAILED_LOGIN_DELAY_SECONDS (``_token_refusal``)."""
         if self.sessions is None:
             return error_page(
                 HTTPStatus.NOT_FOUND, "no login: web.token_file is not set", self._context(request)
@@ -288,12 +308,11 @@ class Console:
                 self._context(request),
             )
         given = request.first("token", form=True) or ""
-        if not self.sessions.token_matches(given.strip()):
-            with self._failed_login:  # one failure at a time: guesses queue up
-                time.sleep(FAILED_LOGIN_DELAY_SECONDS)
-            log.warning("console_login", result="wrong token")
+        wrong = self._token_refusal(given.strip())
+        if wrong is not None:
+            log.warning("console_login", result=wrong)
             nonce = guard.session_cookie(request.headers, guard.LOGIN_COOKIE) or ""
-            context = dataclasses.replace(self._context(request), flash="wrong token", csrf=nonce)
+            context = dataclasses.replace(self._context(request), flash=wrong, csrf=nonce)
             page = login_page(context, age(self.sessions.ttl_seconds) or "")
             return html_response(HTTPStatus.FORBIDDEN, page)
         log.info("console_login", result="logged in")
@@ -321,7 +340,7 @@ class Console:
             return refusal
         auth = request.headers.get("authorization", "")
         if auth[:7].lower() == "bearer ":
-            return None if self.sessions.token_matches(auth[7:].strip()) else "wrong token"
+            return self._token_refusal(auth[7:].strip())
         cookie = guard.session_cookie(request.headers)
         if not self.sessions.valid(cookie):
             return "not logged in (or the session expired): log in at /login"
