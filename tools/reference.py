@@ -148,6 +148,7 @@ def metric_families() -> list[Metric]:
     snapshot = dbseries.DatabaseSnapshot(
         terminal_counted_at=0.0,
         limits={("a_job_type", "max_running"): 1.0},  # a limit in force: its series show
+        dead_tuples={"runs_live": 0},  # a table, so that the series shows its label
     )
     database = dbseries.DatabaseCollector(lambda: snapshot, ["a_job_type"], ["a_schedule"])
     registry.register(database)

@@ -280,7 +280,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return
         url = urllib.parse.urlsplit(self.path)
         length_text = self.headers.get("Content-Length") or "0"
-        if not length_text.isdigit():
+        if not (length_text.isascii() and length_text.isdigit()):  # "²".isdigit() too
             self.close_connection = True
             self._send(method, text(HTTPStatus.BAD_REQUEST, "bad Content-Length"))
             return

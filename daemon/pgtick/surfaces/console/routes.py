@@ -208,11 +208,14 @@ class Console:
                 before = operations.parse_run_id(before_text)
             except UsageError as exc:
                 raise UsageError(f"before: {exc}") from None
+        named = {}
+        for field in ("type", "schedule"):
+            value = (request.first(field) or "").strip() or None
+            if value is not None and "\x00" in value:  # no name holds one; the database refuses it
+                raise UsageError(f"{field}: contains a NUL character")
+            named[field] = value
         return RunFilters(
-            operations.check_statuses(statuses),
-            (request.first("type") or "").strip() or None,
-            (request.first("schedule") or "").strip() or None,
-            before,
+            operations.check_statuses(statuses), named["type"], named["schedule"], before
         )
 
     def _runs(self, request: Request, store: RunStore) -> str:

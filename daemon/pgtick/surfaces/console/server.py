@@ -62,7 +62,7 @@ def wsgi_app(routes: Routes, headers: Mapping[str, str]) -> WsgiApp:
             if environ.get(key):
                 request_headers[key.replace("_", "-").lower()] = str(environ[key])
         length_text = request_headers.get("content-length", "0")
-        length = int(length_text) if length_text.isdigit() else 0
+        length = int(length_text) if length_text.isascii() and length_text.isdigit() else 0
         body = environ["wsgi.input"].read(length) if 0 < length <= MAX_BODY_BYTES else b""
         request = Request(
             method=method,
