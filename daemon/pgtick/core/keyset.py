@@ -230,9 +230,14 @@ class ClaimBounds:
                     queue.append((now + window, run_at))
 
     def found(self, behind: dict[str, datetime]) -> None:
-        """A look back found due runs behind these bounds: the next claim starts at them."""
+        """A look back found due runs behind these bounds, or in the margin above them (the
+        idle probe starts at the top of the margin, so it would not see those): the next
+        claim starts at them, and the next probe at the claim's bound."""
         if behind:
             log.debug("runs_behind_claim_bounds", job_types=sorted(behind))
+        with self._lock:
+            for job_type in behind:
+                self._tops.pop(job_type, None)
         for job_type, run_at in behind.items():
             self.lower(job_type, run_at)
 

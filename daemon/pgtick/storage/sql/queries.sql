@@ -267,7 +267,13 @@ WITH types AS (
         FROM {schema}.runs r
         WHERE t.look AND r.job_type = t.job_type AND r.status IN ('queued', 'failed')
           AND r.priority = 0
-          AND r.run_at >= coalesce(t.from_at, '-infinity') AND r.run_at < t.low
+          -- Up to the bound plus keyset.MARGIN_SECONDS: an idle daemon's probe starts at
+          -- the run_at last claimed, the bound's margin above it, so a run skipped there while
+          -- another transaction held it, let go of since, is found by a look and by nothing
+          -- else (a run this very claim took is seen queued here and looked for again: the
+          -- next claim starts from it, harmless).
+          AND r.run_at >= coalesce(t.from_at, '-infinity')
+          AND r.run_at < t.low + interval '1 second'
           AND r.run_at <= now()
         ORDER BY r.run_at
         LIMIT 1
