@@ -39,22 +39,18 @@ def _claimed(conn: db.Connection, run_id: int) -> None:
     )
 
 
-def test_trigger_of_a_skip_schedule_with_a_run_running_enqueues_nothing(
-    store: RunStore, conn: db.Connection
+@pytest.mark.parametrize(
+    ("overlap", "after"), [("skip", ["running"]), ("allow", ["running", "queued"])]
+)
+def test_trigger_with_a_run_running_adds_one_only_when_overlap_allows(
+    store: RunStore, conn: db.Connection, overlap: str, after: list[str]
 ) -> None:
-    _schedule(store, "skip")
+    _schedule(store, overlap)
     first = operations.trigger_schedule(store, "nightly")
     _claimed(conn, first)
-    with pytest.raises(PgtickError, match=rf"has run {first} running .* not triggered"):
+    if overlap == "skip":
+        with pytest.raises(PgtickError, match=rf"has run {first} running .* not triggered"):
+            operations.trigger_schedule(store, "nightly")
+    else:
         operations.trigger_schedule(store, "nightly")
-    assert _active(conn) == ["running"]
-
-
-def test_trigger_of_an_allow_schedule_adds_a_run_beside_the_running_one(
-    store: RunStore, conn: db.Connection
-) -> None:
-    _schedule(store, "allow")
-    first = operations.trigger_schedule(store, "nightly")
-    _claimed(conn, first)
-    operations.trigger_schedule(store, "nightly")
-    assert _active(conn) == ["running", "queued"]
+    assert _active(conn) == after
