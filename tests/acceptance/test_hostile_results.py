@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from tests import dbhelp
-from tests.acceptance.conftest import Cluster, wait_for
+from tests.acceptance.conftest import Cluster, Daemon, wait_for
 from tests.acceptance.correctness import count, enqueue
 
 NUL_TYPES = """
@@ -34,6 +34,22 @@ max_attempts = 1
 [job_types.plain]
 handler = "hostile_jobs:plain"
 """
+
+
+def _stopped_once_written(daemon: Daemon, conn: dbhelp.Connection) -> int:
+    """Wait for the results of the three plain runs and the bad one (dead) to be written, then
+    stop the daemon (if it still runs); its exit code."""
+    try:
+        wait_for(
+            lambda: count(conn, "status = 'succeeded'") == 3 and count(conn, "status = 'dead'"),
+            10,
+            what="results written",
+        )
+    finally:
+        if daemon.proc.poll() is None:
+            daemon.signal(signal.SIGTERM)
+        code = daemon.wait(40)
+    return code
 
 
 def _outcome(conn: dbhelp.Connection, run_ids: list[int]) -> list[tuple[int, str]]:
@@ -62,15 +78,7 @@ def test_a_failure_holding_a_nul_does_not_stop_results_being_written(
     )
     good = enqueue(conn, [("plain", {})] * 3)
     wait_for(lambda: len(cluster.executions()) >= 3 + records, 10, what="plain runs executed")
-    try:
-        wait_for(
-            lambda: count(conn, "status = 'succeeded'") == 3 and count(conn, "status = 'dead'"),
-            10,
-            what="results written",
-        )
-    finally:
-        daemon.signal(signal.SIGTERM)
-        code = daemon.wait(40)
+    code = _stopped_once_written(daemon, conn)
     assert _outcome(conn, [bad, *good]) == [(bad, "dead")] + [(g, "succeeded") for g in good]
     assert code == 0
 
@@ -139,16 +147,7 @@ def test_a_handler_error_naming_a_non_utf8_file_does_not_kill_the_result_writer(
     [bad] = enqueue(conn, [("bad_filename", {})])
     wait_for(lambda: len(cluster.executions()) >= 1, 10, what="run executed")
     good = enqueue(conn, [("plain", {})] * 3)
-    try:
-        wait_for(
-            lambda: count(conn, "status = 'succeeded'") == 3 and count(conn, "status = 'dead'"),
-            10,
-            what="results written",
-        )
-    finally:
-        if daemon.proc.poll() is None:
-            daemon.signal(signal.SIGTERM)
-        code = daemon.wait(40)
+    code = _stopped_once_written(daemon, conn)
     died = [e for e in daemon.events() if e["event"] == "loop_died"]
     assert died == [], f"a daemon thread died: {died}"
     assert _outcome(conn, [bad, *good]) == [(bad, "dead")] + [(g, "succeeded") for g in good]

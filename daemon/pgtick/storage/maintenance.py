@@ -24,6 +24,10 @@ PARTITIONS_AHEAD_SECONDS = 1800.0
 # needs (a day's retention: a few partitions per parent).
 MAX_PARTITION_STEPS = 10_000
 REAP_BATCH_ROWS = 500
+# The partitioned tables (maintain_partitions' parents) of runs' history that are partitioned
+# by the history's own times, not by their runs' finish (ended attempts, output), and the rest.
+RUN_HISTORY_TABLES = ("attempts_ended", "output_chunks")
+RUN_TABLES = ("runs_succeeded", "runs_dead", "runs_cancelled", "runs_skipped", "attempts_succeeded")
 
 
 @dataclass(frozen=True)
@@ -218,12 +222,17 @@ class MaintenanceQueries(StoreBase):
                 busy.append(change.parent)
         return changes
 
-    def kept_history_age(self, older_than_seconds: float) -> float | None:
-        """Seconds since the oldest run a prune of terminal runs finished longer ago than
-        given keeps was enqueued (None: it keeps none): ended attempts and output as old as
-        that may be its history."""
-        row = self._all("kept_history_age", "kept_history_age", {"seconds": older_than_seconds})
-        return None if not row or row[0][0] is None else float(row[0][0])
+    def prune_partitions(self, retention: Mapping[str, float]) -> list[PartitionChange]:
+        """``maintain_partitions`` for ``pgtick prune --older-than`` (``retention``: every
+        terminal status): ended attempts and output are partitioned by their own times, not
+        their runs', so their partitions go only as far back as the oldest run the prune keeps
+        (one awaiting a retry, one that succeeded after an old failure) was enqueued."""
+        changes = self.maintain_partitions(retention, delete_default=False, skip=RUN_HISTORY_TABLES)
+        seconds = min(retention.values())
+        row = self._all("kept_history_age", "kept_history_age", {"seconds": seconds})
+        kept = row[0][0] if row and row[0][0] is not None else 0.0
+        keep = dict.fromkeys(retention, max(seconds, float(kept)))
+        return changes + self.maintain_partitions(keep, delete_default=False, skip=RUN_TABLES)
 
     def prune(
         self,

@@ -662,7 +662,7 @@ WITH done AS (
            ((SELECT %(error_types)s::text[]))[width_bucket(id, (SELECT %(ids)s::bigint[]))]
     FROM done
 )
-SELECT id, status, 
+SELECT id, status,
        -- Readable whatever was written by hand (claim_result says why).
        least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at
 FROM done;
@@ -689,7 +689,7 @@ WITH done AS (
     SELECT id, attempt, %(worker_id)s, started_at, now(), 'released', 'released on shutdown'
     FROM done
 )
-SELECT id, job_type, 
+SELECT id, job_type,
        -- Readable whatever was written by hand (claim_result says why).
        least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at
 FROM done;
@@ -800,7 +800,7 @@ WITH input AS (
     SELECT id, attempts, worker_id, started_at, now(), 'lost', 'lease expired', 'lease_expired'
     FROM done
 )
-SELECT id, status, job_type, 
+SELECT id, status, job_type,
        -- Readable whatever was written by hand (claim_result says why).
        least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at
 FROM done;

@@ -76,6 +76,15 @@ OPEN_PATHS = ("/login", "/static/*")  # served without a session even when reads
 log = structlog.get_logger("pgtick.console")
 
 
+def _name_filter(request: Request, field: str) -> str | None:
+    """A job type or schedule filter (None: not given). No name holds a NUL character, and
+    the database refuses one: the client's mistake, not an outage."""
+    value = (request.first(field) or "").strip() or None
+    if value is not None and "\x00" in value:
+        raise UsageError(f"{field}: contains a NUL character")
+    return value
+
+
 class Console:
     """The console's route table over a store of its own (never the workers' pool)."""
 
@@ -208,14 +217,11 @@ class Console:
                 before = operations.parse_run_id(before_text)
             except UsageError as exc:
                 raise UsageError(f"before: {exc}") from None
-        named = {}
-        for field in ("type", "schedule"):
-            value = (request.first(field) or "").strip() or None
-            if value is not None and "\x00" in value:  # no name holds one; the database refuses it
-                raise UsageError(f"{field}: contains a NUL character")
-            named[field] = value
         return RunFilters(
-            operations.check_statuses(statuses), named["type"], named["schedule"], before
+            operations.check_statuses(statuses),
+            _name_filter(request, "type"),
+            _name_filter(request, "schedule"),
+            before,
         )
 
     def _runs(self, request: Request, store: RunStore) -> str:

@@ -306,18 +306,6 @@ def run_bulk(store: RunStore, bulk: Bulk, batch: int = BULK_BATCH_ROWS) -> int:
 # -- prune -----------------------------------------------------------------------------------------
 
 
-# The partitioned tables of runs' history whose rows are not partitioned by their run's finish
-# (ended attempts, output), and the others (maintain_partitions' parents).
-RUN_HISTORY_TABLES = ("attempts_ended", "output_chunks")
-RUN_TABLES = (
-    "runs_succeeded",
-    "runs_dead",
-    "runs_cancelled",
-    "runs_skipped",
-    "attempts_succeeded",
-)
-
-
 @dataclass(frozen=True)
 class Pruned:
     """Per status: the age cutoff used and how many runs were (or, dry run, would be) deleted."""
@@ -364,20 +352,14 @@ def prune(
         return Pruned(used, counts, dry_run)
     # Whole partitions first (no row is deleted), then the rows of those a cutoff splits.
     dropped = dict.fromkeys(used, 0)
-    history: Sequence[str] = ()
     if older_than is not None and set(used) == set(TERMINAL_STATUSES):
-        # Ended attempts and output are partitioned by their own times, not their runs': a
-        # cutoff shorter than the configured retention would drop the history of runs it
-        # keeps (one awaiting a retry, one that succeeded after an old failure). Those
-        # partitions go only as far back as the oldest run kept.
-        history = RUN_HISTORY_TABLES
-    for change in store.maintain_partitions(used, delete_default=False, skip=history):
+        # A cutoff shorter than the configured retention: keep the history of the runs kept.
+        changes = store.prune_partitions(used)
+    else:
+        changes = store.maintain_partitions(used, delete_default=False)
+    for change in changes:
         if change.action == "dropped" and change.status is not None:
             dropped[change.status] += change.rows
-    if history:
-        seconds = min(used.values())
-        keep = max(seconds, store.kept_history_age(seconds) or 0.0)
-        store.maintain_partitions(dict.fromkeys(used, keep), delete_default=False, skip=RUN_TABLES)
     counts = {}
     for status, age in used.items():
         progress = Progress(

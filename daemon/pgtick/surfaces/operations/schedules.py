@@ -199,8 +199,8 @@ def backfill_window(start: datetime, end: datetime, start_text: str) -> tuple[da
 class Backfilled:
     created: int
     existing: int  # occurrences that already had a run
-    overlap: str = "skip"
-    job_type: str = ""
+    overlap: str  # the schedule's: "skip" does not hold backfilled runs back
+    job_type: str
 
 
 def backfill(store: RunStore, name: str, after: datetime, end: datetime) -> Backfilled:
