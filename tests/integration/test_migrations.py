@@ -29,6 +29,7 @@ EXPECTED_TABLES = {
     "terminal_run_counts_refresh",
     "output_chunks",
     "partitions",
+    "run_keys",
     "partitioned_tables",
 }
 
@@ -86,6 +87,32 @@ def test_modified_applied_file_is_refused(empty_dsn: str, monkeypatch: pytest.Mo
         migrate.migrate(empty_dsn, "pgtick")
     with dbhelp.connect(empty_dsn, "pgtick") as conn, pytest.raises(MigrationError):
         migrate.check_current(conn, "pgtick")
+
+
+def test_a_database_that_applied_a_revised_file_s_earlier_text_is_current(
+    empty_dsn: str,
+) -> None:
+    """0010 gained a prelude after its release: an install that applied the earlier text (its
+    sha256 recorded) is where the revised text leaves it, neither pending nor changed; any
+    other text is still refused."""
+    migrate.migrate(empty_dsn, "pgtick")
+    (earlier,) = migrate.EARLIER_TEXTS["0010"]
+    with dbhelp.connect(empty_dsn, "pgtick") as conn:
+        conn.execute("UPDATE schema_migrations SET sha256 = %s WHERE version = '0010'", (earlier,))
+        migrate.check_current(conn, "pgtick")
+        assert migrate.pending(conn, "pgtick") == []
+        conn.execute("UPDATE schema_migrations SET sha256 = %s WHERE version = '0010'", ("1" * 64,))
+        with pytest.raises(MigrationError, match="changed after it was applied"):
+            migrate.check_current(conn, "pgtick")
+
+
+def test_a_prelude_commits_before_the_rest_of_its_file() -> None:
+    """The prelude is the part before its marker line; the rest runs in its own transaction."""
+    (m,) = [m for m in migrate.available() if m.version == "0010"]
+    prelude, rest = m.parts()
+    assert prelude is not None and "CREATE OR REPLACE FUNCTION enqueue" in prelude
+    assert "ALTER TABLE runs RENAME" not in prelude and "ALTER TABLE runs RENAME" in rest
+    assert all(other.parts()[0] is None for other in migrate.available() if other.version != "0010")
 
 
 def test_concurrent_migrators_apply_once(empty_dsn: str) -> None:

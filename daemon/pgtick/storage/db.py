@@ -9,7 +9,10 @@ unless ``database.prepared_statements`` says the connection is direct (psycopg p
 statement after 5 runs, and behind the pooler the next transaction may land where it does not
 exist; the worker pool's hot statements are faster prepared), no session advisory locks, and
 timeouts set with ``set_config(..., is_local => true)`` inside a transaction. Autocommit: one
-statement is one round trip, and the few multi-statement units use ``conn.transaction()``.
+statement is one round trip, and the few multi-statement units use ``conn.transaction()``,
+whose BEGIN names READ COMMITTED: they look a row up after waiting for its lock (a
+schedule's occurrences, an idempotency key), which is exact only with a fresh snapshot per
+statement, whatever ``default_transaction_isolation`` the database or role sets.
 """
 
 from __future__ import annotations
@@ -82,10 +85,18 @@ UTC_ALIASES = frozenset(
 )
 
 
+def _read_committed(conn: Connection) -> Connection:
+    """Transactions begun on ``conn`` say READ COMMITTED (the module docstring says why)."""
+    conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+    return conn
+
+
 def _configure(conn: Connection, schema: str) -> None:
     """Pool ``configure`` callback: the schema this connection's statements are rendered for,
-    and its time zone named "UTC" where the server's is UTC under another name."""
+    its transactions READ COMMITTED, and its time zone named "UTC" where the server's is UTC
+    under another name."""
     conn.schema = schema
+    _read_committed(conn)
     if conn.info.parameter_status("TimeZone") in UTC_ALIASES:
         conn.execute(sqlfile.query("utc_by_name", schema))
 
@@ -118,7 +129,7 @@ def moved_row(exc: BaseException) -> bool:
 def connect(dsn: str, schema: str, *, application_name: str = APPLICATION_NAME) -> Connection:
     """A single autocommit connection for pgtick's statements on ``schema``."""
     with wrap_errors("connect"):
-        conn = Connection.connect(dsn, **_connect_kwargs(application_name))
+        conn = _read_committed(Connection.connect(dsn, **_connect_kwargs(application_name)))
         conn.schema = schema
         return conn
 
@@ -127,7 +138,7 @@ def connect_raw(dsn: str, *, application_name: str = APPLICATION_NAME) -> Connec
     """An autocommit connection for statements that name their schema themselves
     (migrations, LISTEN)."""
     with wrap_errors("connect"):
-        return Connection.connect(dsn, **_connect_kwargs(application_name))
+        return _read_committed(Connection.connect(dsn, **_connect_kwargs(application_name)))
 
 
 def behind_pooler(conn: Connection, schema: str) -> bool:

@@ -20,6 +20,17 @@ can keep them right). ``migrate`` refuses to apply it while any daemon is alive 
 the last ``ALIVE_WITHIN_SECONDS``), naming them, unless forced: those daemons would go on
 claiming and finishing by the old rules against the new tables. Every other migration is
 applied under running daemons (rolling deploys).
+
+A transactional file may open with a prelude, the statements up to a line
+``-- pgtick: end of prelude``: it commits in a transaction of its own (under the same lock)
+before the rest, so that what the rest's locks hold up meets the prelude's effect once they are
+granted (0010 replaces ``enqueue()`` so that the application's enqueues waiting for its
+cut-over work against the new table). A prelude must leave the database right for the code
+before the file as well, and be safe to run again.
+
+A file revised after its release lists the sha256 of its earlier texts in ``EARLIER_TEXTS``:
+a database that applied one of them is where the revised text leaves it (a revision may change
+how a file is applied, never what it leaves).
 """
 
 from __future__ import annotations
@@ -44,6 +55,12 @@ from pgtick.storage import db, sqlfile
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION_MARKER = "-- pgtick: no-transaction"
 STOP_DAEMONS_MARKER = "-- pgtick: stop-daemons"
+PRELUDE_END_MARKER = "-- pgtick: end of prelude"
+# version -> the sha256 of the file's texts before its revision (module docstring).
+EARLIER_TEXTS: dict[str, frozenset[str]] = {
+    # 0010 gained its prelude (enqueues waiting for the cut-over, issue 42).
+    "0010": frozenset({"62b56bd1817438f7aae0e0e23e9ddde6150427b384b7550de5564bdfd9051286"}),
+}
 PROGRESS_PREFIX = "pgtick progress: "
 # The migration that added schema_migrations.stops_daemons and marked the stop-daemons files
 # before it; migrate marks each later one as it records it.
@@ -83,6 +100,14 @@ class Migration:
             if line.strip() == STOP_DAEMONS_MARKER:
                 return True
         return False
+
+    def parts(self) -> tuple[str | None, str]:
+        """(prelude or None, the rest): a transactional file's two transactions."""
+        lines = self.sql.splitlines(keepends=True)
+        for i, line in enumerate(lines):
+            if line.strip() == PRELUDE_END_MARKER:
+                return "".join(lines[:i]), "".join(lines[i + 1 :])
+        return None, self.sql
 
     def statements(self) -> list[str]:
         """The file's statements (no-transaction files): each ends at a ``;`` that ends a line
@@ -132,7 +157,8 @@ def _verify(done: dict[str, tuple[str, str]], files: list[Migration]) -> list[Mi
     by_version = {m.version: m for m in files}
     for version, (_name, sha) in done.items():
         migration = by_version.get(version)
-        if migration is not None and migration.sha256 != sha:
+        earlier = EARLIER_TEXTS.get(version, frozenset())
+        if migration is not None and migration.sha256 != sha and sha not in earlier:
             raise MigrationError(
                 f"migration {version}_{migration.name}.sql was changed after it was applied "
                 f"(database has sha256 {sha[:12]}, file has {migration.sha256[:12]}); "
@@ -217,10 +243,16 @@ def _locked_transaction(conn: db.Connection, schema: str) -> Iterator[None]:
 
 
 def _apply_transactional(conn: db.Connection, schema: str, migration: Migration) -> None:
-    """Inside the caller's locked transaction."""
+    """Inside the caller's locked transaction (the file less its prelude, if it has one)."""
     conn.execute(sqlfile.with_schema("set_local_search_path", schema))
-    conn.execute(migration.sql.encode("utf-8"))
+    conn.execute(migration.parts()[1].encode("utf-8"))
     _record(conn, schema, migration)
+
+
+def _apply_prelude(conn: db.Connection, schema: str, prelude: str) -> None:
+    """Inside the caller's locked transaction, which commits it before the rest of its file."""
+    conn.execute(sqlfile.with_schema("set_local_search_path", schema))
+    conn.execute(prelude.encode("utf-8"))
 
 
 def _apply_without_concurrently(conn: db.Connection, schema: str, migration: Migration) -> None:
@@ -341,6 +373,7 @@ def migrate(
             conn.execute(sqlfile.with_schema("create_schema", schema))
             conn.execute(sqlfile.with_schema("create_migrations_table", schema))
         done: list[str] = []
+        preluded: set[str] = set()  # files whose prelude committed in this call
         while True:
             with _locked_transaction(conn, schema):
                 todo = pending(conn, schema)
@@ -350,6 +383,12 @@ def migrate(
                 name = f"{migration.version}_{migration.name}"
                 if migration.stops_daemons:
                     _check_daemons_stopped(conn, schema, name, force=force)
+                prelude = migration.parts()[0] if migration.transactional else None
+                if prelude is not None and migration.version not in preluded:
+                    _apply_prelude(conn, schema, prelude)
+                    preluded.add(migration.version)
+                    log.info("migration_prelude_applied", version=migration.version)
+                    continue  # committed: the rest in a transaction of its own
                 if migration.transactional:
                     _apply_transactional(conn, schema, migration)
                 elif pooled:

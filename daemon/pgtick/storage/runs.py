@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, TypeVar
 import psycopg
 from psycopg.types.json import Jsonb
 
+from pgtick.errors import DatabaseError
 from pgtick.storage import db, sqlfile
 from pgtick.storage.base import SKIPPING_TRIES, StoreBase, by_index, set_statement_timeout
 
@@ -147,11 +148,20 @@ def enqueue_on(
     schema: str,
     run: NewRun,
 ) -> int:
-    """Enqueue through ``<schema>.enqueue()`` on the caller's connection and transaction."""
-    with db.wrap_errors("enqueue"):
-        row = conn.execute(
-            sqlfile.with_schema("enqueue_qualified", schema), _enqueue_params(run)
-        ).fetchone()
+    """Enqueue through ``<schema>.enqueue()`` on the caller's connection and transaction.
+    A serialization failure (a REPEATABLE READ or SERIALIZABLE transaction whose snapshot
+    cannot see the run another transaction committed with the same key) is raised as
+    psycopg's own ``SerializationFailure``: the caller's transaction is aborted, and retrying
+    the whole of it is the caller's part, as for any other statement of it."""
+    try:
+        with db.wrap_errors("enqueue"):
+            row = conn.execute(
+                sqlfile.with_schema("enqueue_qualified", schema), _enqueue_params(run)
+            ).fetchone()
+    except DatabaseError as exc:
+        if isinstance(exc.__cause__, psycopg.errors.SerializationFailure):
+            raise exc.__cause__ from None
+        raise
     assert row is not None
     return int(row[0])
 
@@ -233,47 +243,66 @@ class RunQueries(StoreBase):
     """The runs aggregate (``runs``, ``attempts``, ``effects``)."""
 
     def enqueue(self, run: NewRun) -> int:
-        """Add one run (or return the existing one for its idempotency key)."""
-        with self._conn("enqueue") as conn:
+        """Add one run (or return the existing one for its idempotency key). In a transaction
+        of its own, READ COMMITTED (db.py): enqueue() looks a key up after waiting for it,
+        which a REPEATABLE READ default would turn into a serialization failure."""
+        with self._conn("enqueue") as conn, conn.transaction():
             rows = conn.execute(
                 sqlfile.query("enqueue", conn.schema), _enqueue_params(run)
             ).fetchall()
         return int(rows[0][0])
 
     def enqueue_many(self, runs: Sequence[NewRun]) -> list[int]:
-        """Add many runs in one statement; ids in input order, existing ids for taken keys."""
+        """Add many runs in one statement; ids in input order, existing ids for taken keys.
+        The keys are taken first (take_idempotency_keys, migration 0015), in the same
+        transaction: a key another transaction took waits for it, and the run it committed
+        is returned, not a second one."""
         if not runs:
             return []
-        # The same key twice in one batch is one run: send it once.
-        first_by_key: dict[str, int] = {}
-        unique: list[NewRun] = []
-        slot: list[int] = []
+        keys = sorted({r.idempotency_key for r in runs if r.idempotency_key is not None})
+        # The same key twice in one batch is one run: inserted once, at its first place.
+        new: list[NewRun] = []
+        given: list[int | None] = []
+        placed: set[str] = set()
+        with self._conn("enqueue") as conn, conn.transaction():
+            taken: dict[str, tuple[int, bool]] = {}
+            if keys:
+                rows = conn.execute(
+                    sqlfile.query("take_idempotency_keys", conn.schema), {"keys": keys}
+                ).fetchall()
+                taken = {str(k): (int(run_id), bool(fresh)) for k, run_id, fresh in rows}
+            for run in runs:
+                key = run.idempotency_key
+                if key is None:
+                    new.append(run)
+                    given.append(None)
+                elif taken[key][1] and key not in placed:
+                    placed.add(key)
+                    new.append(run)
+                    given.append(taken[key][0])
+            drawn: list[int] = []
+            if new:
+                params = {
+                    "ids": given,
+                    "job_types": [r.job_type for r in new],
+                    "payloads": [
+                        Jsonb(dict(r.payload) if r.payload is not None else {}) for r in new
+                    ],
+                    "run_ats": [r.run_at for r in new],
+                    "keys": [r.idempotency_key for r in new],
+                    "max_attempts": [r.max_attempts for r in new],
+                    "priorities": [r.priority for r in new],
+                    "concurrency_keys": [r.concurrency_key for r in new],
+                }
+                rows = conn.execute(sqlfile.query("enqueue_many", conn.schema), params).fetchall()
+                drawn = [int(row[0]) for row in rows]
+                announce(conn, [(r.job_type, r.run_at) for r in new])
+        ids: list[int] = []
+        unkeyed = iter(drawn[i] for i, g in enumerate(given) if g is None)
         for run in runs:
             key = run.idempotency_key
-            if key is not None and key in first_by_key:
-                slot.append(first_by_key[key])
-                continue
-            if key is not None:
-                first_by_key[key] = len(unique)
-            slot.append(len(unique))
-            unique.append(run)
-        keys = [r.idempotency_key for r in unique]
-        params = {
-            "job_types": [r.job_type for r in unique],
-            "payloads": [Jsonb(dict(r.payload) if r.payload is not None else {}) for r in unique],
-            "run_ats": [r.run_at for r in unique],
-            "keys": keys,
-            "max_attempts": [r.max_attempts for r in unique],
-            "priorities": [r.priority for r in unique],
-            "concurrency_keys": [r.concurrency_key for r in unique],
-        }
-        with self._conn("enqueue") as conn, conn.transaction():
-            if first_by_key:  # some run has a key
-                conn.execute(sqlfile.query("lock_idempotency_keys", conn.schema), {"keys": keys})
-            rows = conn.execute(sqlfile.query("enqueue_many", conn.schema), params).fetchall()
-            ids = [int(inserted or existing) for _, inserted, existing in rows]
-            announce(conn, [(r.job_type, r.run_at) for r in unique])
-        return [ids[i] for i in slot]
+            ids.append(next(unkeyed) if key is None else taken[key][0])
+        return ids
 
     def claim(
         self,

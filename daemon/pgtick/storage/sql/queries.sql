@@ -88,25 +88,22 @@ SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key
 SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s,
                         %(priority)s, %(concurrency_key)s);
 
--- lock_idempotency_keys --
--- The transaction-level advisory locks of the batch's idempotency keys, in key order (as
--- enqueue() takes them, one at a time): what keeps a key unique across runs' partitions.
--- Taken in a statement of their own, so the insert after them sees every run committed
--- with one of these keys meanwhile.
-SELECT count(pg_advisory_xact_lock({schema}.key_lock(k)))
-FROM (SELECT DISTINCT k FROM unnest(%(keys)s::text[]) AS k WHERE k IS NOT NULL ORDER BY k) AS s;
+-- take_idempotency_keys --
+-- The batch's idempotency keys taken (migration 0015): per distinct key, the run that has it
+-- (fresh false) or the id to insert its run with (fresh true). Before enqueue_many, in its
+-- transaction, which then inserts only the fresh ones.
+SELECT idempotency_key, run_id, fresh FROM {schema}.take_idempotency_keys(%(keys)s::text[]);
 
 -- enqueue_many --
--- Many runs in one statement, after lock_idempotency_keys. Ids are drawn first so that each
--- input row maps back to its run; rows whose idempotency key already exists insert nothing
--- and come back with the existing run's id.
+-- Many runs in one statement, after take_idempotency_keys: a keyed run with the id its key
+-- was taken with, the others with ids drawn here, in input order.
 WITH input AS (
-    SELECT i.*, nextval(pg_get_serial_sequence({runs_table}, 'id')) AS new_id
-    FROM unnest(%(job_types)s::text[], %(payloads)s::jsonb[], %(run_ats)s::timestamptz[],
-                %(keys)s::text[], %(max_attempts)s::int[], %(priorities)s::int[],
-                %(concurrency_keys)s::text[])
-         WITH ORDINALITY AS i(job_type, payload, run_at, idempotency_key, max_attempts, priority,
-                              concurrency_key, ord)
+    SELECT i.*, coalesce(i.given_id, nextval(pg_get_serial_sequence({runs_table}, 'id'))) AS new_id
+    FROM unnest(%(ids)s::bigint[], %(job_types)s::text[], %(payloads)s::jsonb[],
+                %(run_ats)s::timestamptz[], %(keys)s::text[], %(max_attempts)s::int[],
+                %(priorities)s::int[], %(concurrency_keys)s::text[])
+         WITH ORDINALITY AS i(given_id, job_type, payload, run_at, idempotency_key, max_attempts,
+                              priority, concurrency_key, ord)
 ), inserted AS (
     INSERT INTO {schema}.runs (id, job_type, payload, run_at, idempotency_key, max_attempts,
                                priority, concurrency_key)
@@ -116,16 +113,9 @@ WITH input AS (
            concurrency_key
     FROM input
     LEFT JOIN {schema}.job_type_settings s ON s.job_type = input.job_type
-    WHERE input.idempotency_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM {schema}.runs r WHERE r.idempotency_key = input.idempotency_key)
     ORDER BY ord
-    RETURNING id
 )
-SELECT input.ord, inserted.id, existing.id
-FROM input
-LEFT JOIN inserted ON inserted.id = input.new_id
-LEFT JOIN {schema}.runs existing ON existing.idempotency_key = input.idempotency_key
-ORDER BY input.ord;
+SELECT new_id FROM input ORDER BY ord;
 
 -- sync_job_type_settings --
 -- Record the default priority of this daemon's job types (enqueue() reads it); rows change
@@ -880,10 +870,15 @@ WITH victims AS (
     SELECT id FROM {schema}.runs
     WHERE status = %(status)s
       AND finished_at < now() - make_interval(secs => %(older_than)s)
+      AND locked_by IS NULL
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 ), gone AS (
-    DELETE FROM {schema}.runs r USING victims v WHERE r.id = v.id RETURNING r.id
+    DELETE FROM {schema}.runs r USING victims v WHERE r.id = v.id
+    RETURNING r.id, r.idempotency_key
+), keys AS (
+    DELETE FROM {schema}.run_keys k USING gone g
+    WHERE k.idempotency_key = g.idempotency_key AND k.run_id = g.id
 ), attempts AS (
     DELETE FROM {schema}.attempts_history a USING gone g WHERE a.run_id = g.id
 ), output AS (
@@ -1418,11 +1413,12 @@ LIMIT %(batch)s;
 
 -- count_prunable --
 -- What prune would delete for one status and age (`pgtick prune --dry-run`); the same
--- condition, read through runs_finished_idx.
+-- condition (a cancelled run still held is kept), read through runs_finished_idx.
 SELECT count(*)
 FROM {schema}.runs
 WHERE status = %(status)s
-  AND finished_at < now() - make_interval(secs => %(older_than)s);
+  AND finished_at < now() - make_interval(secs => %(older_than)s)
+  AND locked_by IS NULL;
 
 -- console_read_only --
 -- The console reads in a read-only transaction: a GET can never change anything.
@@ -1482,8 +1478,12 @@ LEFT JOIN pg_namespace n ON n.nspname = %(schema)s;
 -- (`pgtick grants ROLE` prints it; migrations run as the schema owner). `pgtick prune`
 -- deletes the runs, attempts and output a cutoff splits from their partition. runs_id_seq:
 -- enqueue_many draws ids with nextval before inserting; whatever ends an attempt draws its id
--- from attempts_id_seq. EXECUTE on enqueue is PostgreSQL's default for
--- PUBLIC; granted here so a locked-down database works. maintain_partitions creates and drops
+-- from attempts_id_seq. EXECUTE on functions is PostgreSQL's default for PUBLIC; granted
+-- here on every function of the schema so a locked-down database works (enqueue and what it
+-- calls as its caller: take_idempotency_keys, key_lock), maintain_partitions included, whose
+-- EXECUTE is revoked from PUBLIC. A migration that adds a function grants it to whoever
+-- could execute enqueue (0015 does). run_keys: `pgtick prune` deletes the keys of the runs it
+-- deletes (take_idempotency_keys writes it as its owner). maintain_partitions creates and drops
 -- partitions as the tables' owner (SECURITY DEFINER): retention without DDL rights.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.runs TO {role};
@@ -1501,10 +1501,8 @@ GRANT SELECT, INSERT, UPDATE ON {schema}.job_type_settings TO {role};
 GRANT USAGE ON SEQUENCE {schema}.runs_id_seq TO {role};
 GRANT USAGE ON SEQUENCE {schema}.attempts_id_seq TO {role};
 GRANT SELECT ON {schema}.partitions TO {role};
-GRANT EXECUTE ON FUNCTION {schema}.maintain_partitions(jsonb, float8, text[], boolean)
-    TO {role};
-GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, timestamptz, text, integer, integer, text)
-    TO {role};
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {role};
+GRANT SELECT, DELETE ON {schema}.run_keys TO {role};
 
 -- grant_monitor --
 -- `pgtick grants ROLE --monitor`: pg_monitor (through pg_read_all_stats) lets the role see

@@ -28,6 +28,90 @@
 -- (migrate refuses while any heartbeats; docs/operations: Rolling deploy). The copy reports its
 -- progress as NOTICEs, which `pgtick migrate` shows and logs.
 
+-- Its prelude (up to the line "-- pgtick: end of prelude") commits on its own before the
+-- cut-over: enqueue() then no longer names a unique index of runs, so that an application's
+-- enqueue waiting on the cut-over's lock (it reads and writes "runs" once the lock is granted:
+-- the new, partitioned table) succeeds instead of failing on 0009's ON CONFLICT target. The
+-- interim body works on either table: the key's advisory lock and a lookup (as after the
+-- cut-over), and on the old table its unique index as well, through a targetless ON CONFLICT.
+-- Enqueues wait for the cut-over's copy, about 3 s per 100 000 runs on the test machine
+-- (docs/operations: Rolling deploy). Revised after release: a database that applied the earlier
+-- text is where this one leaves it (storage/migrate.py, EARLIER_TEXTS).
+
+-- The advisory lock of an idempotency key (one 64-bit space per schema).
+CREATE OR REPLACE FUNCTION key_lock(idempotency_key text) RETURNS bigint
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT hashtextextended('pgtick.key.' || current_schema() || '.' || idempotency_key, 0) $$;
+
+CREATE OR REPLACE FUNCTION enqueue(
+    job_type        text,
+    payload         jsonb DEFAULT '{}'::jsonb,
+    run_at          timestamptz DEFAULT NULL,
+    idempotency_key text DEFAULT NULL,
+    max_attempts    integer DEFAULT NULL,
+    priority        integer DEFAULT NULL,
+    concurrency_key text DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    new_id bigint;
+    new_run_at timestamptz;
+BEGIN
+    IF enqueue.job_type IS NULL OR length(enqueue.job_type) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'enqueue: job_type must be 1 to 200 characters, got %',
+            coalesce(length(enqueue.job_type)::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue.payload IS NOT NULL AND jsonb_typeof(enqueue.payload) <> 'object' THEN
+        RAISE EXCEPTION 'enqueue: payload must be a JSON object, got a JSON %',
+            jsonb_typeof(enqueue.payload)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue.max_attempts IS NOT NULL AND enqueue.max_attempts < 1 THEN
+        RAISE EXCEPTION 'enqueue: max_attempts must be at least 1, got %', enqueue.max_attempts
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue.priority IS NOT NULL AND abs(enqueue.priority) > 1000000 THEN
+        RAISE EXCEPTION 'enqueue: priority must be between -1000000 and 1000000, got %',
+            enqueue.priority
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue.idempotency_key IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(key_lock(enqueue.idempotency_key));
+        SELECT r.id INTO new_id FROM runs r WHERE r.idempotency_key = enqueue.idempotency_key;
+        IF FOUND THEN
+            RETURN new_id;
+        END IF;
+    END IF;
+    INSERT INTO runs (job_type, payload, run_at, idempotency_key, max_attempts, priority,
+                      concurrency_key)
+    VALUES (enqueue.job_type, coalesce(enqueue.payload, '{}'::jsonb),
+            coalesce(enqueue.run_at, now()), enqueue.idempotency_key, enqueue.max_attempts,
+            coalesce(enqueue.priority,
+                     (SELECT s.priority FROM job_type_settings s
+                      WHERE s.job_type = enqueue.job_type), 0),
+            enqueue.concurrency_key)
+    ON CONFLICT DO NOTHING
+    RETURNING id, runs.run_at INTO new_id, new_run_at;
+    IF new_id IS NULL THEN
+        -- The old table's unique index: an enqueue of 0009's body took the key meanwhile.
+        SELECT r.id INTO new_id FROM runs r WHERE r.idempotency_key = enqueue.idempotency_key;
+        RETURN new_id;
+    END IF;
+    PERFORM pg_notify(current_schema(),
+                      '!due ' || floor(extract(epoch FROM new_run_at))::bigint || ' '
+                      || enqueue.job_type);
+    PERFORM pg_notify(current_schema(), enqueue.job_type);
+    RETURN new_id;
+END;
+$$;
+
+-- pgtick: end of prelude
+
 ALTER TABLE runs RENAME TO runs_0009;
 ALTER TABLE attempts RENAME TO attempts_0009;
 ALTER TABLE output_chunks RENAME TO output_chunks_0009;
@@ -295,11 +379,6 @@ BEGIN
 END;
 $$;
 
--- The advisory lock of an idempotency key (one 64-bit space per schema).
-CREATE FUNCTION key_lock(idempotency_key text) RETURNS bigint
-LANGUAGE sql IMMUTABLE
-SET search_path FROM CURRENT
-AS $$ SELECT hashtextextended('pgtick.key.' || current_schema() || '.' || idempotency_key, 0) $$;
 
 -- The period of a parent's partitions for a retention: the longest of 1 minute, 5 minutes,
 -- 15 minutes, 1 hour, 6 hours and 1 day that is at most a quarter of it, so that a run is
