@@ -169,7 +169,8 @@ KEYS: tuple[Key, ...] = (
     Key(DATABASE, "listen_dsn", 'string, or "" for dsn', "", optional_string,
         "a direct (unpooled) DSN for LISTEN when dsn goes through PgBouncer"),
     Key(DATABASE, "prepared_statements", "boolean", True, flag,
-        "prepare the worker pool's statements; false behind PgBouncer < 1.21, transaction mode"),
+        "prepare the worker pool's statements on a direct connection; off through a pooler "
+        "the daemon detects at start, whatever this says"),
     Key(DATABASE, "schema", "identifier", DEFAULT_SCHEMA, schema,
         "schema holding pgtick's tables (a plain identifier)"),
     Key(DATABASE, "pool_size", f"integer 1-{MAX_POOL_SIZE}", DEFAULT_POOL_SIZE,
