@@ -66,7 +66,15 @@ def config_page() -> str:
     ]
     tables = list(dict.fromkeys(k.table for k in schema.KEYS))
     for table in tables:
-        lines += ["", f"## `[{table}]`", "", "| key | type | default | what it does |"]
+        lines += ["", f"## `[{table}]`"]
+        if table == schema.JOB_TYPE_TABLE:
+            named = " and ".join(f"`{k}`" for k in schema.HANDLER_KEYS)
+            lines += [
+                "",
+                f"Every key but {named} (which name the handler) is also an option of",
+                "`@pgtick.job`, with the same values and checks: [Handlers](../handlers.md).",
+            ]
+        lines += ["", "| key | type | default | what it does |"]
         lines.append("|---|---|---|---|")
         for key in (k for k in schema.KEYS if k.table == table):
             lines.append(

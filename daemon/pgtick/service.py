@@ -4,7 +4,7 @@ Only this module knows all the parts. Side loops (dispatcher, completer, heartbe
 reaper, ticker) and the handler threads run on threads; if one dies the service stops loudly
 (exit 1) rather than limping on, and systemd restarts it.
 
-``Service`` stays one class (some 420 lines), and this module a little over 500 lines with
+``Service`` stays one class (some 430 lines), and this module some 540 lines with
 it: it is the wiring itself, start-up order and shutdown order in one place, each step
 undoing what an earlier one built.
 """
@@ -60,6 +60,12 @@ RESULTS_FLUSH_SECONDS = 10.0
 POST_CANCEL_WAIT_SECONDS = 1.0  # for Python handlers to notice ctx.cancelled
 SUMMARY_INTERVAL_SECONDS = 60.0  # the periodic INFO line of run outcomes per job type
 LOOP_STALE_FACTOR = 3.0  # a loop is stuck after this many of its own intervals
+
+PREPARED_STATEMENTS_OFF = (
+    "prepared statements off: database.dsn goes through a connection pooler, where a statement"
+    " prepared on one server connection is missing on the next; database.prepared_statements ="
+    " true applies to direct connections only (set it to false to say so)"
+)
 
 log = structlog.get_logger("pgtick.service")
 runs_log = structlog.get_logger("pgtick.runs")
@@ -157,14 +163,10 @@ class Service:
             if applied:
                 log.info("migrations_applied", versions=applied)
         size = max(cfg.database.pool_size, cfg.worker.threads + EXTRA_CONNECTIONS)
-        self._check_connection_limit(size)
-        pool = db.make_pool(
-            self.dsn,
-            schema,
-            size=size,
-            name="pgtick",
-            prepare=cfg.database.prepared_statements,
-        )
+        with db.connect(self.dsn, schema) as conn:
+            self._check_connection_limit(conn, size)
+            prepare = self._prepare_statements(conn)
+        pool = db.make_pool(self.dsn, schema, size=size, name="pgtick", prepare=prepare)
         beat_pool = db.make_pool(
             self.dsn,
             schema,
@@ -187,7 +189,7 @@ class Service:
             pool.close(timeout=2.0)
             self.notifier.close()
 
-    def _check_connection_limit(self, pool_size: int) -> None:
+    def _check_connection_limit(self, conn: db.Connection, pool_size: int) -> None:
         """Refuse, before opening anything, more connections than the server accepts at all:
         a pool that can never fill fails only after its timeout, and floods the log with the
         server's refusals meanwhile."""
@@ -195,8 +197,7 @@ class Service:
         needed = pool_size + HEARTBEAT_POOL_SIZE + LISTEN_CONNECTIONS
         needed += METRICS_POOL_SIZE if cfg.metrics.enabled else 0
         needed += WEB_POOL_SIZE if cfg.web.enabled else 0
-        with db.connect(self.dsn, cfg.database.schema) as conn:
-            allowed, max_connections = RunStore.connection_limit_on(conn)
+        allowed, max_connections = RunStore.connection_limit_on(conn)
         if needed > allowed:
             where = f"{cfg.path}: " if cfg.path else ""
             raise ConfigError(
@@ -205,6 +206,22 @@ class Service:
                 f"at most {allowed} (max_connections = {max_connections}, less reserved slots);"
                 " lower database.pool_size or worker.threads, or raise max_connections"
             )
+
+    def _prepare_statements(self, conn: db.Connection) -> bool:
+        """Whether the worker pool prepares its statements on the server: as
+        ``database.prepared_statements`` says, but never through a connection pooler (told
+        as the listener tells it, by the backend pid), where a statement prepared on one
+        server connection is missing on the next (PgBouncer in transaction mode). ``true``,
+        the default that config.example.toml also writes, cannot show that the operator
+        knew of the pooler, so it is overridden there; the price is speed, not results."""
+        db_cfg = self.config.database
+        if not db_cfg.prepared_statements:
+            return False
+        with db.wrap_errors("pooler check"):
+            pooled = db.behind_pooler(conn, db_cfg.schema)
+        if pooled:
+            log.info("prepared_statements_off", message=PREPARED_STATEMENTS_OFF)
+        return not pooled
 
     def _serve(
         self, store: RunStore, beat_store: RunStore, job_types: dict[str, handlers.JobType]

@@ -113,7 +113,9 @@ class Cluster:
             **os.environ,
             "PGTICK_DSN": self.dsn,
             "JOBS_LOG": str(self.jobs_log),
-            "PYTHONPATH": str(HERE),
+            # The jobs' modules first, then the caller's path (a worktree's daemon/ under test
+            # rather than the package the venv has installed).
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
             **(env or {}),
         }
         with log_path.open("wb") as log_file:

@@ -21,6 +21,7 @@ from pgtick.config.load import (
     DSN_ENV,
     NO_DATABASE_MESSAGE,
     ConfigErrors,
+    check_key_field,
     config_from_mapping,
     job_type_config,
     load_config,
@@ -34,6 +35,7 @@ from pgtick.config.schema import (
     DEFAULT_REAPER_INTERVAL_SECONDS,
     DEFAULT_SHUTDOWN_GRACE_SECONDS,
     KEYS,
+    JobOptions,
     Key,
 )
 from pgtick.config.values import (
@@ -56,7 +58,9 @@ __all__ = [
     "KEYS",
     "NO_DATABASE_MESSAGE",
     "ConfigErrors",
+    "JobOptions",
     "Key",
+    "check_key_field",
     "config_from_mapping",
     "format_duration",
     "is_loopback",

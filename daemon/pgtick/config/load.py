@@ -33,6 +33,8 @@ from pgtick.config.schema import (
     DEFAULT_BACKOFF_BASE_SECONDS,
     DEFAULT_BACKOFF_MAX_SECONDS,
     DEFAULT_LEASE_SECONDS,
+    HANDLER_KEYS,
+    JOB_OPTION_KEYS,
     JOB_TYPE_KEYS,
     MIN_LEASE_HEARTBEATS,
     REQUIRED_SCHEDULE_KEYS,
@@ -66,6 +68,10 @@ def _suggestion(key: str, known: list[str]) -> str | None:
 
 def _unknown(prefix: str, key: str, spec: Spec) -> ConfigError:
     full = f"{prefix}.{key}"
+    if spec is JOB_OPTION_KEYS and key in HANDLER_KEYS:
+        return ConfigError(
+            f"{full}: not an option of @pgtick.job (the decorated function is the handler)"
+        )
     # The right key in the wrong place beats a near miss in this one.
     for home, keys in (("job_types", JOB_TYPE_KEYS), ("schedules", SCHEDULE_KEYS)):
         if key in keys and keys is not spec:
@@ -202,12 +208,15 @@ def job_type_config(
     *,
     prefix: str | None = None,
     errors: _Errors = None,
+    decorator: bool = False,
 ) -> JobTypeConfig:
-    """A job type's settings from a ``[job_types.NAME]`` table, or from ``@pgtick.job``'s
-    options (the same keys and checks; ``prefix`` then names the decorator in errors)."""
+    """A job type's settings from a ``[job_types.NAME]`` table, or, ``decorator``, from
+    ``@pgtick.job``'s options (the same keys but those that name the handler, the same checks;
+    ``prefix`` then names the decorator in errors)."""
     prefix = prefix or f"job_types.{name}"
     check_name(prefix, name)
-    values = _fields(prefix, _table(prefix, value), JOB_TYPE_KEYS, errors)
+    keys = JOB_OPTION_KEYS if decorator else JOB_TYPE_KEYS
+    values = _fields(prefix, _table(prefix, value), keys, errors)
     if "handler" in values and "command" in values:
         raise ConfigError(f"{prefix}: set handler or command, not both")
     base = values.get("backoff_base_seconds", DEFAULT_BACKOFF_BASE_SECONDS)
@@ -293,7 +302,7 @@ def config_from_mapping(
         if sc is not None:
             checked_schedules[name] = sc
     for sc in checked_schedules.values():
-        _attempt(errors, _check_key_field, sc, checked_types.get(sc.job_type), default=None)
+        _attempt(errors, check_key_field, sc, checked_types.get(sc.job_type), default=None)
     return Config(
         database=database,
         worker=worker,
@@ -308,8 +317,11 @@ def config_from_mapping(
     )
 
 
-def _check_key_field(schedule: ScheduleConfig, job_type: JobTypeConfig | None) -> None:
-    """A schedule's runs must carry the field their job type's concurrency key reads."""
+def check_key_field(
+    schedule: ScheduleConfig, job_type: JobTypeConfig | None, where: str | None = None
+) -> None:
+    """A schedule's runs must carry the field their job type's concurrency key reads;
+    ``where`` names the job type's settings (default: its ``[job_types.NAME]`` table)."""
     path = job_type.concurrency_key if job_type is not None else None
     if path is None:
         return
@@ -318,7 +330,7 @@ def _check_key_field(schedule: ScheduleConfig, job_type: JobTypeConfig | None) -
         if not isinstance(value, Mapping) or part not in value:
             raise ConfigError(
                 f"schedules.{schedule.name}.payload: has no field payload.{'.'.join(path)},"
-                f" which job_types.{schedule.job_type}.concurrency_key reads"
+                f" which {where or f'job_types.{schedule.job_type}'}.concurrency_key reads"
             )
         value = value[part]
 

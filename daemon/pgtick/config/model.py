@@ -79,8 +79,8 @@ class DatabaseConfig:
     # A direct (unpooled) DSN for the LISTEN connection when ``dsn`` goes through a
     # transaction-mode pooler; "" means ``dsn``.
     listen_dsn: str = ""
-    # Prepare the worker pool's hot statements on the server (faster); false behind a
-    # transaction-mode pooler without prepared-statement support (PgBouncer before 1.21).
+    # Prepare the worker pool's hot statements on the server (faster) on a direct connection;
+    # through a pooler the daemon detects, off whatever this says (service.py).
     prepared_statements: bool = True
 
     def __repr__(self) -> str:

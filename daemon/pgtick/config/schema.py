@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 
 from pgtick.config.values import (
     DAY_SECONDS,
@@ -169,7 +170,8 @@ KEYS: tuple[Key, ...] = (
     Key(DATABASE, "listen_dsn", 'string, or "" for dsn', "", optional_string,
         "a direct (unpooled) DSN for LISTEN when dsn goes through PgBouncer"),
     Key(DATABASE, "prepared_statements", "boolean", True, flag,
-        "prepare the worker pool's statements; false behind PgBouncer < 1.21, transaction mode"),
+        "prepare the worker pool's statements on a direct connection; off through a pooler "
+        "the daemon detects at start, whatever this says"),
     Key(DATABASE, "schema", "identifier", DEFAULT_SCHEMA, schema,
         "schema holding pgtick's tables (a plain identifier)"),
     Key(DATABASE, "pool_size", f"integer 1-{MAX_POOL_SIZE}", DEFAULT_POOL_SIZE,
@@ -314,6 +316,32 @@ SECTIONS: dict[str, Spec] = {
     table: spec(table) for table in dict.fromkeys(k.table for k in KEYS) if "." not in table
 }
 JOB_TYPE_KEYS: Spec = spec(JOB_TYPE_TABLE)
+# The keys of [job_types.NAME] that name its handler: a @pgtick.job function is the handler, so
+# the decorator takes every other key of the table (JOB_OPTION_KEYS), checked by the same code.
+HANDLER_KEYS = ("handler", "command")
+JOB_OPTION_KEYS: Spec = {k: v for k, v in JOB_TYPE_KEYS.items() if k not in HANDLER_KEYS}
 SCHEDULE_KEYS: Spec = spec(SCHEDULE_TABLE)
 REQUIRED_SCHEDULE_KEYS = tuple(k.name for k in KEYS if k.table == SCHEDULE_TABLE and k.required)
 TOP_LEVEL = [*SECTIONS, "job_types", "schedules"]
+
+
+class JobOptions(TypedDict, total=False):
+    """``@pgtick.job``'s options as mypy sees them: the keys of ``JOB_OPTION_KEYS``, in its
+    order, with the Python values the file's TOML values come as (durations as seconds or
+    ``"5m"``, sizes as bytes or ``"64KiB"``, rates as ``"N/minute"``); None: not set. A test
+    (tests/unit/test_job_decorator.py) checks that the two name the same keys."""
+
+    max_attempts: int | None
+    backoff: str | None
+    backoff_base: float | str | None
+    backoff_max: float | str | None
+    jitter: float | None
+    timeout: float | str | None
+    lease: float | str | None
+    output_max_bytes: int | str | None
+    priority: int | None
+    max_running: int | None
+    concurrency_key: str | None
+    max_running_per_key: int | None
+    rate: str | None
+    rate_per_key: str | None

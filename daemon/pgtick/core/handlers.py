@@ -21,12 +21,12 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 import structlog
 
 from pgtick import config as config_mod
-from pgtick.config import Config, JobTypeConfig
+from pgtick.config import Config, JobOptions, JobTypeConfig
 from pgtick.core import commands, joblog
 from pgtick.core.backoff import Backoff
 from pgtick.core.output import Capture, Flusher
@@ -53,35 +53,15 @@ _DECORATED: dict[str, tuple[Handler, dict[str, Any]]] = {}
 _CANCELLED_LOCK = threading.Lock()
 
 
-def job(
-    name: str,
-    *,
-    max_attempts: int | None = None,
-    backoff: str | None = None,
-    backoff_base: float | str | None = None,
-    backoff_max: float | str | None = None,
-    jitter: float | None = None,
-    timeout: float | str | None = None,
-    lease: float | str | None = None,
-    output_max_bytes: int | str | None = None,
-) -> Callable[[Handler], Handler]:
+def job(name: str, **options: Unpack[JobOptions]) -> Callable[[Handler], Handler]:
     """Register ``fn(ctx, payload)`` as the handler of job type ``name``.
 
-    Options take the same values as the ``[job_types.NAME]`` keys of the same names (seconds
-    as numbers, or durations such as ``"5m"``) and go through the same checks when the daemon
+    Options are the keys of ``[job_types.NAME]`` but ``handler`` and ``command`` (the schema's
+    ``JOB_OPTION_KEYS``; ``JobOptions`` types them), with the same values (seconds as numbers,
+    or durations such as ``"5m"``; None: not set), checked by the file's code when the daemon
     starts. They apply when the config file has no ``[job_types.NAME]`` table (if it has one,
     the file's settings win).
     """
-    options = {
-        "max_attempts": max_attempts,
-        "backoff": backoff,
-        "backoff_base": backoff_base,
-        "backoff_max": backoff_max,
-        "jitter": jitter,
-        "timeout": timeout,
-        "lease": lease,
-        "output_max_bytes": output_max_bytes,
-    }
 
     def register(fn: Handler) -> Handler:
         existing = _DECORATED.get(name)
@@ -94,6 +74,11 @@ def job(
         return fn
 
     return register
+
+
+def _where(name: str, fn: Handler) -> str:
+    """A decorated job type's settings, as its errors name them."""
+    return f"@pgtick.job({name!r}) in {getattr(fn, '__module__', '?')}"
 
 
 def _describe(fn: Callable[..., Any]) -> str:
@@ -190,8 +175,9 @@ def _resolve(config: Config) -> dict[str, JobType]:
     for name, (fn, options) in _DECORATED.items():
         if name not in resolved:
             # The file's validator, so a decorator cannot set what the file may not.
-            where = f"@pgtick.job({name!r}) in {getattr(fn, '__module__', '?')}"
-            jt = config_mod.job_type_config(name, options, config.worker, prefix=where)
+            jt = config_mod.job_type_config(
+                name, options, config.worker, prefix=_where(name, fn), decorator=True
+            )
             resolved[name] = JobType(jt, jt.lease_seconds or default_lease, fn=fn)
     for name, schedule in config.schedules.items():
         if schedule.job_type not in resolved:
@@ -199,6 +185,9 @@ def _resolve(config: Config) -> dict[str, JobType]:
                 f"schedules.{name}.job_type: unknown job type {schedule.job_type!r} "
                 f"(no [job_types.{schedule.job_type}] handler and no @pgtick.job)"
             )
+        if schedule.job_type not in config.job_types:  # decorated (the file's: checked on loading)
+            where = _where(schedule.job_type, _DECORATED[schedule.job_type][0])
+            config_mod.check_key_field(schedule, resolved[schedule.job_type].config, where)
     return resolved
 
 

@@ -5,9 +5,10 @@ Connections keep no session state, so that they work behind a transaction-mode p
 ``search_path`` (every statement names its schema, see sqlfile.py; the connection only
 carries the schema's name for rendering them; the one session setting, a UTC zone's name,
 changes no result: queries.sql, utc_by_name), no server-side prepared statements
-unless ``database.prepared_statements`` says the connection is direct (psycopg prepares a
-statement after 5 runs, and behind the pooler the next transaction may land where it does not
-exist; the worker pool's hot statements are faster prepared), no session advisory locks, and
+unless ``database.prepared_statements`` allows them and ``behind_pooler`` finds the
+connection direct (psycopg prepares a statement after 5 runs, and behind the pooler the next
+transaction may land where it does not exist; the worker pool's hot statements are faster
+prepared; service.py decides), no session advisory locks, and
 timeouts set with ``set_config(..., is_local => true)`` inside a transaction. Autocommit: one
 statement is one round trip, and the few multi-statement units use ``conn.transaction()``,
 whose BEGIN names READ COMMITTED: they look a row up after waiting for its lock (a
@@ -35,7 +36,8 @@ APPLICATION_NAME = "pgtick"
 DB_RETRY_MIN_SECONDS = 0.2
 DB_RETRY_MAX_SECONDS = 5.0
 # psycopg's default: a statement run this often on one connection is prepared on the server.
-# Only the worker pool uses it, and only with database.prepared_statements = true.
+# Only the worker pool uses it, and only with database.prepared_statements = true on a
+# connection that goes through no pooler.
 PREPARE_THRESHOLD = 5
 
 
