@@ -30,6 +30,7 @@ EXPECTED_TABLES = {
     "output_chunks",
     "partitions",
     "partitioned_tables",
+    "console_logouts",
 }
 
 
