@@ -98,8 +98,8 @@ class Console:
 
     def login(self, token: str | None = None) -> str:
         """A session cookie's value from the login form (the header a browser would keep);
-        again after a second when a wrong token given just before (another test's) shuts
-        tokens out for that long."""
+        again after a second when a wrong token another test gave just before, from this
+        same address (every test's), holds this client's tokens back for that long."""
         for _ in range(3):
             cookie, csrf = self.login_form()
             form = {"token": token or self.token or "", "csrf": csrf}

@@ -227,7 +227,7 @@ def test_wrong_token_and_get_change_nothing(console: Console) -> None:
 
 
 def test_schedule_and_cancel_actions_with_a_bearer_token(console: Console) -> None:
-    time.sleep(1.1)  # a wrong token another test gave shuts every token out for a second
+    time.sleep(1.1)  # a wrong token another test gave from this address holds it back a second
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     status, location, _ = console.post("/actions/pause", {"schedule": "hourly_sync"}, bearer)
     assert (status, location) == (303, "/schedules?flash=paused+hourly_sync")

@@ -157,6 +157,10 @@ def test_logout_ends_the_session(console: Console) -> None:
     status, location, _, headers = console.post_full("/logout", {"csrf": csrf}, session(cookie))
     assert (status, location) == (303, "/login") and "Max-Age=0" in headers["set-cookie"]
     assert console.get("/runs", session(cookie)) == (303, "/login")  # the old cookie is dead
+    status, _, body = console.post(
+        "/actions/pause", {"schedule": "nightly_report", "csrf": csrf}, session(cookie)
+    )
+    assert status == 403 and "logged out" in body
 
 
 def test_a_wrong_token_is_slowed_down_and_the_login_form_has_a_csrf_token(
@@ -167,8 +171,9 @@ def test_a_wrong_token_is_slowed_down_and_the_login_form_has_a_csrf_token(
     status, _, body, headers = console.post_full("/login", {"token": "guess", "csrf": csrf}, cookie)
     assert status == 403 and "wrong token" in body and "set-cookie" not in headers
     assert time.monotonic() - began < 0.5  # answered at once: no request thread waits
-    # For a second after it every token is refused unchecked, the right one too: one guess a
-    # second, through the form or a bearer header.
+    # For a second after it this client's tokens are refused unchecked, the right one too:
+    # one guess a second per client, through the form or a bearer header (another client's
+    # token is checked: tests/integration/test_console_guessing.py).
     status, _, body, headers = console.post_full("/login", {"token": TOKEN, "csrf": csrf}, cookie)
     assert status == 403 and "try again in" in body and "set-cookie" not in headers
     status, _, body = console.post(

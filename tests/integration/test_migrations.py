@@ -31,6 +31,7 @@ EXPECTED_TABLES = {
     "partitions",
     "run_keys",
     "partitioned_tables",
+    "console_logouts",
 }
 
 

@@ -1,6 +1,6 @@
 """The console of a daemon whose DSN points at PgBouncer in transaction mode: every page reads
 through the pooler (read-only transactions with their statement timeout set inside them), and
-an operator logs in and retries a dead run through it."""
+an operator logs in, retries a dead run and logs out (stored, for every daemon) through it."""
 
 from __future__ import annotations
 
@@ -80,6 +80,13 @@ def test_console_pages_and_a_retry_through_pgbouncer(
                 30,
                 what="the retried run's second attempt",
             )
+        # the logout is stored through the pooler too, and the session refused after it
+        status, location, _ = console.post("/logout", {"csrf": csrf}, cookie)
+        assert (status, location) == (303, "/login")
+        status, _, body = console.post(
+            "/actions/retry", {"run_id": str(run_id), "csrf": csrf}, cookie
+        )
+        assert status == 403 and "logged out" in body, body[:300]
         log = daemon.log()
         assert "does not exist" not in log and "Traceback" not in log
     finally:

@@ -252,13 +252,25 @@ def post(form: str, headers: dict[str, str] | None = None) -> Request:
     )
 
 
+class Logouts:
+    """The store as the action guard sees it: which sessions were logged out (on any daemon)."""
+
+    def __init__(self) -> None:
+        self.logged_out: set[str] = set()
+        self.asked = 0
+
+    def console_logged_out(self, nonce: str) -> bool:
+        self.asked += 1
+        return nonce in self.logged_out
+
+
 def test_refusals() -> None:
-    store = cast(RunStore, None)  # never reached: every request here is refused first
-    read_only = Console(store, None, heartbeat_seconds=20)
+    read_only = Console(cast(RunStore, None), None, heartbeat_seconds=20)
     assert read_only._refusal(post("token=x&run_id=1")) == (
         "read-only console: actions need web.token_file"
     )
-    guarded = Console(store, "s3cret", heartbeat_seconds=20)
+    logouts = Logouts()
+    guarded = Console(cast(RunStore, logouts), "s3cret", heartbeat_seconds=20)
     assert guarded.sessions is not None
     cookie = guarded.sessions.issue()
     csrf = guarded.sessions.csrf(cookie)
@@ -290,6 +302,15 @@ def test_refusals() -> None:
     assert guarded._refusal(post(with_csrf, {**session, "origin": "http://127.0.0.1:1"})) is None
     assert guarded._refusal(post("", {"authorization": "Bearer s3cret"})) is None
     assert guarded._refusal(post("", {"authorization": "Bearer s3cre"})) == "wrong token"
+    # a session logged out (on this daemon or another) is refused; an action always asks
+    asked = logouts.asked
+    assert guarded._refusal(post(with_csrf, session)) is None
+    assert guarded._refusal(post(with_csrf, session)) is None
+    assert logouts.asked == asked + 2
+    logouts.logged_out.add(cookie.split(".")[1])
+    assert guarded._refusal(post(with_csrf, session)) == (
+        "this session was logged out: log in at /login"
+    )
 
 
 def test_form_parsing_and_wildcard_routes() -> None:

@@ -47,12 +47,82 @@ def test_a_tampered_or_foreign_cookie_is_refused() -> None:
         assert not sessions.valid(junk)
 
 
-def test_logout_revokes_the_cookie_and_a_new_token_ends_every_session() -> None:
-    sessions = guard.Sessions("s3cret", 60)
-    kept, dropped = sessions.issue(), sessions.issue()
-    sessions.revoke(dropped)
-    assert sessions.valid(kept) and not sessions.valid(dropped)
-    assert not guard.Sessions("rotated", 60).valid(kept)
+def test_a_signed_session_names_its_nonce_and_expiry_and_a_new_token_ends_it() -> None:
+    clock = Clock()
+    sessions = guard.Sessions("s3cret", 60, clock=clock)
+    cookie = sessions.issue()
+    expiry, nonce, _ = cookie.split(".")
+    assert sessions.signed(cookie) == guard.Session(cookie, nonce, int(expiry))
+    assert int(expiry) == int(clock.now) + 60
+    assert guard.Sessions("rotated", 60).signed(cookie) is None
+
+
+def test_known_sessions_keep_a_logout_and_a_not_logged_out_only_briefly() -> None:
+    """What the database said about a session's logout (it stores them: every daemon asks)."""
+    clock = Clock()
+    known = guard.KnownSessions(3, clock=clock)
+    assert known.get("a", 5) is None  # never asked: ask the database
+    known.put("a", False)
+    known.put("b", True)
+    clock.now += 4
+    assert known.get("a", 5) is False and known.get("a", 0) is None  # actions ask every time
+    clock.now += 2
+    assert known.get("a", 5) is None  # too old for a page too
+    assert known.get("b", 0) is True  # a logout is final, however old
+    for nonce in "cdef":
+        known.put(nonce, False)
+    assert len(known) == 3 and known.get("b", 5) is None  # bounded, oldest forgotten
+
+
+def test_a_wrong_token_holds_back_its_client_only_and_for_a_second() -> None:
+    clock = Clock()
+    guessers = guard.Guessers(1.0, 100, clock=clock)
+    checked: list[str] = []
+
+    def token(client: str, right: bool) -> str | None:
+        def matches() -> bool:
+            checked.append(client)
+            return right
+
+        return guessers.check(client, matches)
+
+    assert token("10.0.0.9", False) == "wrong token"
+    clock.now += 0.5
+    refused = token("10.0.0.9", True)  # its own right token: refused, not looked at
+    assert refused is not None and "try again in 0.5 s" in refused
+    assert token("10.0.0.1", True) is None  # the owner elsewhere: checked, taken
+    assert checked == ["10.0.0.9", "10.0.0.1"]
+    clock.now += 0.5
+    assert token("10.0.0.9", True) is None  # a second on: checked again
+    assert len(guessers) == 0
+
+
+def test_the_guessers_table_is_bounded_however_many_addresses_guess() -> None:
+    clock = Clock()
+    guessers = guard.Guessers(1.0, 50, clock=clock)
+    for n in range(1000):
+        assert guessers.check(f"10.0.{n // 256}.{n % 256}", lambda: False) == "wrong token"
+        assert len(guessers) <= 50
+    assert guessers.check("10.0.3.231", lambda: True) is not None  # among the last 50
+    assert guessers.check("10.0.0.0", lambda: True) is None  # forgotten: the oldest
+    clock.now += 1.0
+    guessers.check("10.9.9.9", lambda: False)  # the waits that ended go first
+    assert len(guessers) == 1
+
+
+@pytest.mark.parametrize(
+    ("peer", "client"),
+    [
+        ("192.0.2.7", "192.0.2.7"),
+        ("::ffff:192.0.2.7", "192.0.2.7"),  # IPv4 on a dual-stack socket
+        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:bbbb::2", "2001:db8:1:2::/64"),  # the same /64: the same client
+        ("fe80::1%eth0", "fe80::/64"),
+        ("", ""),
+    ],
+)
+def test_a_client_is_its_address_or_its_ipv6_64(peer: str, client: str) -> None:
+    assert guard.client_key(peer) == client
 
 
 def test_csrf_belongs_to_its_session() -> None:

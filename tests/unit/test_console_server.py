@@ -33,9 +33,10 @@ def call(
     path: str,
     body: str = "",
     headers: dict[str, str] | None = None,
+    source: str = "127.0.0.1",
 ) -> tuple[int, dict[str, str], bytes, float]:
     began = time.monotonic()
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5, source_address=(source, 0))
     try:
         sent = {"Content-Type": "application/x-www-form-urlencoded", **(headers or {})}
         conn.request(method, path, body=body.encode(), headers=sent)
@@ -69,13 +70,17 @@ def test_the_route_table_over_wsgi() -> None:
     )
     server.start()
     try:
-        status, headers, body, _ = call(server.port, "POST", "/x/a%20b?q=1&q=2", "a=1&b=%3C")
+        spoofed = {"X-Forwarded-For": "203.0.113.9", "Remote-Addr": "203.0.113.9"}
+        status, headers, body, _ = call(
+            server.port, "POST", "/x/a%20b?q=1&q=2", "a=1&b=%3C", spoofed
+        )
         assert (status, body, headers["x-extra"], headers["x-f"]) == (201, b"made", "1", "f")
         assert headers["server"] == "pgtick"
         request = seen[-1]
         assert (request.method, request.path) == ("POST", "/x/a%20b")
         assert request.query == {"q": ["1", "2"]}
         assert request.form() == {"a": ["1"], "b": ["<"]}
+        assert request.peer == "127.0.0.1"  # the connection's, whatever a header says
         assert call(server.port, "HEAD", "/g")[:3] == (201, call(server.port, "HEAD", "/g")[1], b"")
         assert call(server.port, "GET", "/nope")[0] == 404
         status, headers, _, _ = call(server.port, "GET", "/x/1")
@@ -153,11 +158,16 @@ def test_login_sets_the_session_cookie_and_a_wrong_token_is_slow(console: Consol
     )
     assert status == 403 and "set-cookie" not in headers and b"wrong token" in body
     assert seconds < 0.5  # answered at once: no request thread waits
-    # For a second after it every token is refused unchecked, the right one too.
+    # For a second after it this client's tokens are refused unchecked, the right one too;
+    # another client's are checked.
     status, headers, body, _ = call(
         console.port, "POST", "/login", f"token={TOKEN}&csrf={csrf}", host
     )
     assert status == 403 and "set-cookie" not in headers and b"try again in" in body
+    elsewhere = call(
+        console.port, "POST", "/login", f"token={TOKEN}&csrf={csrf}", host, "127.0.0.2"
+    )
+    assert elsewhere[0] == 303 and elsewhere[1]["set-cookie"].startswith("pgtick_session=")
     time.sleep(1.1)
     opaque = {**host, "Origin": "null"}
     assert call(console.port, "POST", "/login", f"token={TOKEN}&csrf={csrf}", opaque)[0] == 403

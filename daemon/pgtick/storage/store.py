@@ -4,16 +4,17 @@ Methods take and return plain values and frozen dataclasses; psycopg errors leav
 ``DatabaseError`` (via ``db.wrap_errors``). The queries live with their aggregate (``runs``:
 runs and attempts on the daemon's hot path; ``run_admin``: the operator's reads and actions
 on them; ``schedules``; ``workers``; ``maintenance``: reaping, pruning and the metrics
-reads), each a class over ``base.StoreBase``; ``RunStore`` is all of them on one pool,
-because a daemon's loops, a command and a console page each hold one store and cross
-aggregates in one unit (a claim's lease and its attempt; a schedule and the runs it
-materializes). This module is the storage API the rest of pgtick imports: the store and the
-records it returns.
+reads; ``output``: job output; ``console``: the console's logouts), each a class over
+``base.StoreBase``; ``RunStore`` is all of them on one pool, because a daemon's loops, a
+command and a console page each hold one store and cross aggregates in one unit (a claim's
+lease and its attempt; a schedule and the runs it materializes). This module is the storage
+API the rest of pgtick imports: the store and the records it returns.
 """
 
 from __future__ import annotations
 
 from pgtick.storage.base import Pool
+from pgtick.storage.console import ConsoleQueries
 from pgtick.storage.maintenance import (
     PRUNE_BATCH_ROWS,
     REAP_BATCH_ROWS,
@@ -64,6 +65,7 @@ class RunStore(
     WorkerQueries,
     MaintenanceQueries,
     OutputQueries,
+    ConsoleQueries,
 ):
     """Typed access to the pgtick schema through a connection pool."""
 

@@ -58,6 +58,9 @@ class Request:
     query: Mapping[str, list[str]]
     headers: Mapping[str, str]  # names lower-cased
     body: bytes = b""
+    # The address the connection came from, as the server saw it (the console's throttle of
+    # wrong tokens keys on it); behind a reverse proxy, the proxy's. "" when not known.
+    peer: str = ""
 
     def form(self) -> dict[str, list[str]]:
         """The fields of a url-encoded form body (empty for any other content type)."""

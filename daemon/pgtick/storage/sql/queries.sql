@@ -1503,6 +1503,7 @@ GRANT SELECT ON {schema}.schema_migrations TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.output_chunks TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.rate_starts TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_type_settings TO {role};
+GRANT SELECT, INSERT, DELETE ON {schema}.console_logouts TO {role};
 GRANT USAGE ON SEQUENCE {schema}.runs_id_seq TO {role};
 GRANT USAGE ON SEQUENCE {schema}.attempts_id_seq TO {role};
 GRANT SELECT ON {schema}.partitions TO {role};
@@ -1574,3 +1575,21 @@ SELECT r.status, r.attempts,
        (SELECT a.outcome FROM {schema}.attempts a
         WHERE a.run_id = r.id AND a.attempt = %(attempt)s ORDER BY a.id DESC NULLS FIRST LIMIT 1)
 FROM {schema}.runs r WHERE r.id = %(run_id)s;
+
+-- ===== Console logouts (migration 0016): console_logouts, storage/console.py ================
+
+-- console_logout --
+-- Log a console session out on every daemon: its cookie's nonce, kept until a day after the
+-- cookie expires (%(expiry)s, epoch seconds; a day for the daemons' clocks against the
+-- database's). The logouts past that go in the same statement, so the table holds at most
+-- one session_ttl's worth and a day; a second logout of a session changes nothing.
+WITH expired AS (
+    DELETE FROM {schema}.console_logouts WHERE expires_at < now() - interval '1 day'
+)
+INSERT INTO {schema}.console_logouts (nonce, expires_at)
+VALUES (%(nonce)s, to_timestamp(%(expiry)s))
+ON CONFLICT (nonce) DO NOTHING;
+
+-- console_logged_out --
+-- Whether a console session was logged out, on any daemon (through the primary key).
+SELECT EXISTS (SELECT 1 FROM {schema}.console_logouts WHERE nonce = %(nonce)s);

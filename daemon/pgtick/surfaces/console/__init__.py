@@ -8,7 +8,8 @@ as the CLI, with login-guarded actions.
   geometry, ``render``;
 - ``markup``: the Jinja2 environment (autoescaping every template) over ``templates/``, and the
   static files of ``static/``;
-- ``guard``: the session cookie, the CSRF token, the Host and origin checks (pure).
+- ``guard``: the session cookie, the CSRF token, the throttle of wrong tokens, the Host and
+  origin checks (pure).
 
 Layered in that order (server | routes -> views -> fragments -> markup | guard). waitress and
 Jinja2 come with the ``console`` extra and are imported only when the console starts. May

@@ -1,11 +1,18 @@
-"""Who may do what on the console: the login session, the CSRF token of its forms, the Host
-check against DNS rebinding and the check that a POST came from the console's own pages.
+"""Who may do what on the console: the login session, the CSRF token of its forms, the throttle
+of wrong tokens, the Host check against DNS rebinding and the check that a POST came from the
+console's own pages.
 
 A session is a cookie ``<expiry>.<nonce>.<signature>``: the signature is an HMAC-SHA256 under a
 key derived from the token of ``web.token_file``, so every daemon holding the same token accepts
-it, a new token ends every session, and nothing is stored server side except the nonces of
-sessions logged out before they expired. The CSRF token of a form is an HMAC of the session, so
-it cannot be reused with another one. Pure: no I/O beyond the clock; the routes apply it.
+it, a new token ends every session, and nothing is stored at login. A logout is stored in the
+database (``console_logouts``), so that every daemon refuses the session from then on; the routes
+ask it, and ``KnownSessions`` keeps what it said for a few seconds. The CSRF token of a form is
+an HMAC of the session, so it cannot be reused with another one.
+
+The token itself (the login form, a bearer header) is compared in constant time. A client that
+gave a wrong one is refused, its token unchecked, for ``GUESS_INTERVAL_SECONDS`` after
+(``Guessers``): one checked guess a second per client, while every other client's token is
+checked as usual. Pure: no I/O beyond the clock; the routes apply it.
 """
 
 from __future__ import annotations
@@ -17,14 +24,23 @@ import secrets
 import threading
 import time
 import urllib.parse
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 SESSION_COOKIE = "pgtick_session"
 LOGIN_COOKIE = "pgtick_login"  # the login form's CSRF token, before there is a session
 LOGIN_FORM_SECONDS = 600
 CSRF_FIELD = "csrf"
 MAX_COOKIE_CHARS = 200  # a real session cookie is about 80
-MAX_REVOKED_SESSIONS = 10_000  # logouts remembered until their cookie would expire anyway
+# How long a client that gave a wrong token is refused without its token being checked.
+GUESS_INTERVAL_SECONDS = 1.0
+# Clients remembered after a wrong token (about 100 bytes each); when full, the one whose wait
+# ends first is forgotten: memory stays bounded however many addresses a guesser has.
+MAX_GUESSERS = 10_000
+# Sessions whose logout state the console keeps (about 100 bytes each); the oldest forgotten.
+MAX_KNOWN_SESSIONS = 10_000
+IPV6_CLIENT_PREFIX = 64  # one host, or one customer's network, per /64
 LOOPBACK_NAMES = ("localhost",)
 WILDCARDS = ("0.0.0.0", "::", "")
 
@@ -36,56 +52,68 @@ def is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+@dataclass(frozen=True)
+class Session:
+    """A session cookie this token signed, not expired: its nonce and its expiry (epoch s)."""
+
+    cookie: str
+    nonce: str
+    expiry: int
+
+
 class Sessions:
-    """Issues and checks session cookies and CSRF tokens for one console token."""
+    """Issues and checks session cookies, CSRF tokens and the token itself, for one token."""
 
     def __init__(
-        self, token: str, ttl_seconds: float, *, clock: Callable[[], float] = time.time
+        self,
+        token: str,
+        ttl_seconds: float,
+        *,
+        clock: Callable[[], float] = time.time,
+        guessers: Guessers | None = None,
     ) -> None:
         self._key = hmac.new(token.encode(), b"pgtick console session v1", hashlib.sha256).digest()
-        self._token = token.encode()
+        self._token = hashlib.sha256(token.encode()).digest()
         self.ttl_seconds = ttl_seconds
         self._clock = clock
-        self._revoked: dict[str, float] = {}  # nonce -> expiry
-        self._lock = threading.Lock()
+        self.guessers = guessers if guessers is not None else Guessers()
 
     def _sign(self, text: str) -> str:
         return hmac.new(self._key, text.encode(), hashlib.sha256).hexdigest()
 
     def token_matches(self, given: str) -> bool:
-        return hmac.compare_digest(given.encode(), self._token)
+        """Whether ``given`` is the token, in constant time (both sides hashed to one length,
+        so not even the token's length shows)."""
+        return hmac.compare_digest(hashlib.sha256(given.encode()).digest(), self._token)
+
+    def token_refusal(self, given: str, peer: str) -> str | None:
+        """Why ``given``, from the client at ``peer``, is not accepted as the token, or None.
+        A client that gave a wrong token is refused unchecked for GUESS_INTERVAL_SECONDS;
+        any other client's token is checked."""
+        return self.guessers.check(client_key(peer), lambda: self.token_matches(given))
 
     def issue(self) -> str:
         """A new session cookie's value, valid for ``ttl_seconds``."""
         body = f"{int(self._clock() + self.ttl_seconds)}.{secrets.token_urlsafe(16)}"
         return f"{body}.{self._sign(body)}"
 
-    def valid(self, cookie: str | None) -> bool:
-        """Whether ``cookie`` is a session this token signed, not expired, not logged out."""
+    def signed(self, cookie: str | None) -> Session | None:
+        """The session of ``cookie`` if this token signed it and it has not expired; whether
+        it was logged out is the database's to say (``KnownSessions``)."""
         if not cookie or len(cookie) > MAX_COOKIE_CHARS or cookie.count(".") != 2:
-            return False
+            return None
         body, _, signature = cookie.rpartition(".")
         if not hmac.compare_digest(signature.encode(), self._sign(body).encode()):
-            return False
+            return None
         expiry_text, _, nonce = body.partition(".")
         if not expiry_text.isascii() or not expiry_text.isdigit():
-            return False
-        with self._lock:
-            revoked = nonce in self._revoked
-        return not revoked and int(expiry_text) > self._clock()
+            return None
+        expiry = int(expiry_text)
+        return Session(cookie, nonce, expiry) if expiry > self._clock() else None
 
-    def revoke(self, cookie: str | None) -> None:
-        """Log a session out: its cookie is refused from now on (until it would expire)."""
-        if not self.valid(cookie):
-            return
-        assert cookie is not None
-        expiry_text, nonce, _ = cookie.split(".")
-        now = self._clock()
-        with self._lock:
-            for old in [n for n, until in self._revoked.items() if until <= now]:
-                del self._revoked[old]
-            if len(self._revoked) < MAX_REVOKED_SESSIONS:
-                self._revoked[nonce] = float(expiry_text)
+    def valid(self, cookie: str | None) -> bool:
+        """Whether ``cookie`` is a session this token signed, not expired (``signed``)."""
+        return self.signed(cookie) is not None
 
     def csrf(self, cookie: str) -> str:
         """The CSRF token the forms of this session carry."""
@@ -102,6 +130,103 @@ class Sessions:
             f"{SESSION_COOKIE}={value}; Max-Age={int(self.ttl_seconds)}; Path=/; HttpOnly; "
             "SameSite=Strict"
         )
+
+
+def client_key(peer: str) -> str:
+    """Whom a wrong token is held against: the peer's address; for IPv6 its /64, which one
+    host or one customer's network usually has whole (an address of an IPv4 client on a
+    dual-stack socket, ``::ffff:a.b.c.d``, as IPv4)."""
+    try:
+        address = ipaddress.ip_address(peer.partition("%")[0])
+    except ValueError:
+        return peer[:100]
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        network = ipaddress.IPv6Network((address, IPV6_CLIENT_PREFIX), strict=False)
+        return str(network)
+    return str(address)
+
+
+class Guessers:
+    """The clients that gave a wrong token lately, each with the end of its wait (monotonic),
+    in the order their waits end: a fixed-size table, the first entry forgotten when full."""
+
+    def __init__(
+        self,
+        interval_seconds: float = GUESS_INTERVAL_SECONDS,
+        max_clients: int = MAX_GUESSERS,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.interval_seconds = interval_seconds
+        self.max_clients = max_clients
+        self._clock = clock
+        self._until: OrderedDict[str, float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+    def check(self, client: str, matches: Callable[[], bool]) -> str | None:
+        """Why ``client``'s token is refused, or None: unchecked while its wait lasts,
+        else ``matches()`` decides and a wrong token starts a new wait. Atomic, so parallel
+        requests of one client get one check between them; the check takes microseconds
+        and nothing waits outside this lock."""
+        with self._lock:
+            now = self._clock()
+            until = self._until.get(client)
+            if until is not None and now < until:
+                wait = until - now
+                return f"a wrong token came from your address just now: try again in {wait:.1f} s"
+            while self._until and next(iter(self._until.values())) <= now:
+                self._until.popitem(last=False)  # waits over, oldest first
+            if matches():
+                self._until.pop(client, None)
+                return None
+            self._until.pop(client, None)
+            self._until[client] = now + self.interval_seconds  # last: its wait ends last
+            while len(self._until) > self.max_clients:
+                self._until.popitem(last=False)
+            return "wrong token"
+
+
+class KnownSessions:
+    """What the database said lately about sessions: nonce -> (when asked, logged out), for
+    at most ``max_sessions``, the least recently asked about forgotten first. A logout is
+    final, so it is kept for as long as the entry is; "not logged out" only for the age
+    the caller accepts."""
+
+    def __init__(
+        self, max_sessions: int = MAX_KNOWN_SESSIONS, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.max_sessions = max_sessions
+        self._clock = clock
+        self._known: OrderedDict[str, tuple[float, bool]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def get(self, nonce: str, max_age_seconds: float) -> bool | None:
+        """Whether the session was logged out, if known within ``max_age_seconds`` (a logout
+        at any age); None: ask the database."""
+        with self._lock:
+            known = self._known.get(nonce)
+            if known is None:
+                return None
+            asked_at, logged_out = known
+            if logged_out or self._clock() - asked_at < max_age_seconds:
+                self._known.move_to_end(nonce)
+                return logged_out
+            return None
+
+    def put(self, nonce: str, logged_out: bool) -> None:
+        with self._lock:
+            self._known.pop(nonce, None)
+            self._known[nonce] = (self._clock(), logged_out)
+            while len(self._known) > self.max_sessions:
+                self._known.popitem(last=False)
 
 
 def clear_cookie() -> str:

@@ -9,16 +9,18 @@ token itself as ``Authorization: Bearer`` (scripts); a POST whose ``Origin`` or
 ``Sec-Fetch-Site`` says it came from elsewhere is refused anyway. Beyond loopback, pages need
 the session too unless ``web.public_reads``. No JavaScript: the Content-Security-Policy forbids
 scripts outright.
+
+A wrong token holds back its own client only (``guard.Guessers``, keyed by the connection's
+peer address). A logout is stored in the database, so every daemon's console refuses the
+session: an action asks the database each time, a page takes an answer up to
+``SESSION_CHECK_SECONDS`` old (one short query per session that often, not one per page).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import secrets
-import threading
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from http import HTTPStatus
@@ -55,8 +57,8 @@ POOL_TIMEOUT_SECONDS = 2.0
 PAGE_SIZE = 50
 UPCOMING_COUNT = 5
 FLASH_CHARS = 300
-# A wrong token costs this long, one failure at a time (parallel guesses queue behind it).
-FAILED_LOGIN_DELAY_SECONDS = 1.0
+# How old an answer about a session's logout a page may use; actions always ask the database.
+SESSION_CHECK_SECONDS = 5.0
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'none'; style-src 'self'; img-src 'self'; "
@@ -111,10 +113,7 @@ class Console:
         self.reads_need_login = (
             self.sessions is not None and not public_reads and not guard.is_loopback(listen_host)
         )
-        # After a wrong token, every token (login form or bearer header) is refused unchecked
-        # until then (monotonic): one guess a second, and no request thread waits for it.
-        self._guess_lock = threading.Lock()
-        self._no_guess_until = -math.inf
+        self._known = guard.KnownSessions()  # what the database said lately about logouts
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         table: dict[tuple[str, str], Handler] = {
@@ -140,31 +139,64 @@ class Console:
                 shown = cut(host, 60) if host else "(none)"
                 log.warning("console_host_refused", host=shown, path=cut(request.path, 100))
                 return text(HTTPStatus.MISDIRECTED_REQUEST, f"Host {shown!r} is not this console")
-            if (
-                self.reads_need_login
-                and request.method == "GET"
-                and path not in OPEN_PATHS
-                and not self._logged_in(request)
-            ):
-                return see_other("/login")
+            if self.reads_need_login and request.method == "GET" and path not in OPEN_PATHS:
+                try:
+                    logged_in = self._session(request) is not None
+                except DatabaseError as exc:
+                    return self._unavailable(request, exc)
+                if not logged_in:
+                    return see_other("/login")
             return handler(request)
 
         return handle
 
-    def _logged_in(self, request: Request) -> bool:
-        return self.sessions is not None and self.sessions.valid(
-            guard.session_cookie(request.headers)
-        )
+    def _session(
+        self, request: Request, store: RunStore | None = None, *, fresh: bool = False
+    ) -> guard.Session | None:
+        """The request's session, if it has one: signed by this token, not expired, and not
+        logged out on any daemon. ``fresh`` asks the database (actions); otherwise an answer
+        up to SESSION_CHECK_SECONDS old will do (pages). ``store``: the page's own, inside its
+        read transaction (no second connection taken); the console's pool otherwise. Only a
+        cookie this token signed is looked up. A DatabaseError leaves to the caller."""
+        if self.sessions is None:
+            return None
+        session = self.sessions.signed(guard.session_cookie(request.headers))
+        if session is None:
+            return None
+        logged_out = self._known.get(session.nonce, 0.0 if fresh else SESSION_CHECK_SECONDS)
+        if logged_out is None:
+            logged_out = (store or self.store).console_logged_out(session.nonce)
+            self._known.put(session.nonce, logged_out)
+        return None if logged_out else session
 
-    def _context(self, request: Request, db_now: datetime | None = None) -> Page:
+    def _context(
+        self, request: Request, db_now: datetime | None = None, store: RunStore | None = None
+    ) -> Page:
+        """What the page shows besides its content. ``store``: the page's (a failure to look
+        the session up fails the page); without it, an error page, shown logged out when the
+        database cannot say."""
         flash = request.first("flash")
         shown = cut(flash, FLASH_CHARS) if flash else None
         if self.sessions is None:
             return Page(False, db_now, shown)
-        cookie = guard.session_cookie(request.headers)
-        if cookie is None or not self.sessions.valid(cookie):
+        try:
+            session = self._session(request, store)
+        except DatabaseError:
+            if store is not None:
+                raise
+            session = None
+        if session is None:
             return Page(False, db_now, shown, login=LOGIN_OUT)
-        return Page(True, db_now, shown, csrf=self.sessions.csrf(cookie), login=LOGIN_IN)
+        csrf = self.sessions.csrf(session.cookie)
+        return Page(True, db_now, shown, csrf=csrf, login=LOGIN_IN)
+
+    def _unavailable(self, request: Request, exc: DatabaseError) -> Response:
+        log.warning("console_read_failed", path=request.path, error=str(exc))
+        return error_page(
+            HTTPStatus.SERVICE_UNAVAILABLE,
+            f"the database did not answer in time: {exc}",
+            self._context(request),
+        )
 
     def _page(
         self,
@@ -191,12 +223,7 @@ class Console:
                     HTTPStatus.BAD_REQUEST, str(exc).removeprefix("--"), self._context(request)
                 )
             except DatabaseError as exc:
-                log.warning("console_read_failed", path=request.path, error=str(exc))
-                return error_page(
-                    HTTPStatus.SERVICE_UNAVAILABLE,
-                    f"the database did not answer in time: {exc}",
-                    self._context(request),
-                )
+                return self._unavailable(request, exc)
 
         return handle
 
@@ -204,7 +231,7 @@ class Console:
         ov = operations.overview(
             store, heartbeat_seconds=self.heartbeat_seconds, limits=self.limits
         )
-        return overview_page(ov, self._context(request, ov.db_now))
+        return overview_page(ov, self._context(request, ov.db_now, store))
 
     @staticmethod
     def _filters(request: Request) -> RunFilters:
@@ -235,7 +262,7 @@ class Console:
             limit=PAGE_SIZE,
         )
         now = rows.runs[0].db_now if rows.runs else store.now()
-        return runs_page(rows, filters, self._context(request, now))
+        return runs_page(rows, filters, self._context(request, now, store))
 
     @staticmethod
     def _run_id(request: Request) -> int:
@@ -249,12 +276,12 @@ class Console:
         run_id = self._run_id(request)
         detail = operations.show_run(store, run_id, self.limits)
         output = operations.run_output(store, run_id) if detail.attempts else []
-        return run_page(detail, self._context(request, detail.db_now), output)
+        return run_page(detail, self._context(request, detail.db_now, store), output)
 
     def _schedules(self, request: Request, store: RunStore) -> str:
         now = store.now()
         views = operations.schedule_views(store, now, UPCOMING_COUNT)
-        return schedules_page(views, self._context(request, now))
+        return schedules_page(views, self._context(request, now, store))
 
     def _static(self, request: Request) -> Response:
         name = request.path.rsplit("/", 1)[1]
@@ -281,24 +308,9 @@ class Console:
         response = html_response(HTTPStatus.OK, page)
         return dataclasses.replace(response, headers={"Set-Cookie": guard.login_form_cookie(nonce)})
 
-    def _token_refusal(self, given: str) -> str | None:
-        """Why ``given`` is not accepted as the token, or None. A wrong token shuts every
-        token out for FAILED_LOGIN_DELAY_SECONDS, the right one too, without checking it:
-        guessing, through the form or a bearer header, gets one try a second."""
-        assert self.sessions is not None
-        with self._guess_lock:
-            now = time.monotonic()
-            if now < self._no_guess_until:
-                wait = self._no_guess_until - now
-                return f"a wrong token was given just now: try again in {wait:.1f} s"
-            if self.sessions.token_matches(given):
-                return None
-            self._no_guess_until = now + FAILED_LOGIN_DELAY_SECONDS
-            return "wrong token"
-
     def _login(self, request: Request) -> Response:
-        """The token, once, for a session cookie; a wrong one shuts every token out for
-        FAILED_LOGIN_DELAY_SECONDS (``_token_refusal``)."""
+        """The token, once, for a session cookie; after a wrong one, this client's next
+        token is refused unchecked for a second (``guard.Guessers``)."""
         if self.sessions is None:
             return error_page(
                 HTTPStatus.NOT_FOUND, "no login: web.token_file is not set", self._context(request)
@@ -317,7 +329,7 @@ class Console:
                 self._context(request),
             )
         given = request.first("token", form=True) or ""
-        wrong = self._token_refusal(given.strip())
+        wrong = self.sessions.token_refusal(given.strip(), request.peer)
         if wrong is not None:
             log.warning("console_login", result=wrong)
             nonce = guard.session_cookie(request.headers, guard.LOGIN_COOKIE) or ""
@@ -329,11 +341,25 @@ class Console:
         return see_other("/", {"Set-Cookie": cookie})
 
     def _logout(self, request: Request) -> Response:
-        refusal = self._refusal(request)
+        """End the session on every daemon: its logout goes to the database, which every
+        console asks (``_session``); then the browser's cookie is cleared."""
+        try:
+            refusal = self._refusal(request)
+            if refusal is None:
+                assert self.sessions is not None  # a read-only console refuses every POST
+                session = self.sessions.signed(guard.session_cookie(request.headers))
+                if session is not None:  # none: a bearer header without a session
+                    self.store.console_logout(session.nonce, session.expiry)
+                    self._known.put(session.nonce, True)
+        except DatabaseError as exc:
+            log.warning("console_logout", result=f"failed: {exc}")
+            return error_page(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"the database did not answer, so the session is not logged out: {exc}",
+                self._context(request),
+            )
         if refusal is not None:
             return error_page(HTTPStatus.FORBIDDEN, refusal, self._context(request))
-        assert self.sessions is not None
-        self.sessions.revoke(guard.session_cookie(request.headers))
         log.info("console_logout")
         return see_other("/login", {"Set-Cookie": guard.clear_cookie()})
 
@@ -341,7 +367,8 @@ class Console:
 
     def _refusal(self, request: Request) -> str | None:
         """Why this POST may not act, or None: it must come from the console's own pages and
-        carry either the session and its CSRF token, or the token as a bearer header."""
+        carry either the session (not logged out on any daemon: the database is asked, a
+        DatabaseError leaves) and its CSRF token, or the token as a bearer header."""
         if self.sessions is None:
             return "read-only console: actions need web.token_file"
         refusal = guard.cross_site(request.headers)
@@ -349,19 +376,25 @@ class Console:
             return refusal
         auth = request.headers.get("authorization", "")
         if auth[:7].lower() == "bearer ":
-            return self._token_refusal(auth[7:].strip())
+            return self.sessions.token_refusal(auth[7:].strip(), request.peer)
         cookie = guard.session_cookie(request.headers)
         if not self.sessions.valid(cookie):
             return "not logged in (or the session expired): log in at /login"
         if not self.sessions.csrf_matches(cookie, request.first(guard.CSRF_FIELD, form=True)):
             return "missing or wrong CSRF token: reload the page and try again"
+        if self._session(request, fresh=True) is None:
+            return "this session was logged out: log in at /login"
         return None
 
     def _action(self, name: str, request: Request) -> Response:
         runs = name in ("retry", "cancel")
         target = (request.first("run_id" if runs else "schedule", form=True) or "").strip()
         shown = cut(target, 40)
-        refusal = self._refusal(request)
+        try:
+            refusal = self._refusal(request)
+        except DatabaseError as exc:
+            log.warning("console_action", what=name, ids=[shown], result=f"failed: {exc}")
+            return self._unavailable(request, exc)
         if refusal is not None:
             log.warning("console_action", what=name, ids=[shown], result=f"forbidden: {refusal}")
             return error_page(HTTPStatus.FORBIDDEN, refusal, self._context(request))

@@ -70,6 +70,7 @@ def wsgi_app(routes: Routes, headers: Mapping[str, str]) -> WsgiApp:
             query=urllib.parse.parse_qs(str(environ.get("QUERY_STRING", ""))),
             headers=request_headers,
             body=body,
+            peer=str(environ.get("REMOTE_ADDR", "")),  # the socket's peer: no header trusted
         )
         response = answer(routes, request)
         phrase = HTTPStatus(response.status).phrase
