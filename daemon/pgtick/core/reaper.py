@@ -133,6 +133,9 @@ class Reaper:
                     total += change.rows
         if total:
             log.info("runs_pruned", count=total)
+        # The next pass an interval after this one ended, whoever ran it (the daemon's start
+        # runs the first, which can take seconds on a loaded server).
+        self._next_prune = time.monotonic() + self.prune_every
         return total
 
     def run(self) -> None:
@@ -147,7 +150,6 @@ class Reaper:
                         self.reap_once(store)
                         if time.monotonic() >= self._next_prune:
                             self.prune_once()
-                            self._next_prune = time.monotonic() + self.prune_every
                         failures = 0
                         self.stop_event.wait(self._interval)
             except DatabaseError as exc:
