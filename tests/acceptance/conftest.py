@@ -113,7 +113,12 @@ class Cluster:
             **os.environ,
             "PGTICK_DSN": self.dsn,
             "JOBS_LOG": str(self.jobs_log),
-            "PYTHONPATH": str(HERE),
+            # The handlers' directory, then the caller's own path: pytest run with
+            # PYTHONPATH=<work tree>/daemon starts daemons of that tree, not of the
+            # installed (editable) one.
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p
+            ),
             **(env or {}),
         }
         with log_path.open("wb") as log_file:
