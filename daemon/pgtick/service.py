@@ -514,6 +514,7 @@ class Service:
                 log.error("commands_still_running", handlers=worker.busy)
         report = life.leftovers()
         released += worker.release(report.release)
+        worker.fail_timed_out(report.timed_out)
         for held in report.left_running:
             log.error(
                 "run_left_running",

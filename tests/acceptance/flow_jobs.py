@@ -4,6 +4,7 @@ line to $JOBS_LOG (tests/acceptance/jobs.py's record), with the run's concurrenc
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -19,4 +20,16 @@ def work(ctx: JobContext, payload: dict[str, Any]) -> None:
     if ctx.attempt > 1:
         seconds = payload.get("retry_sleep", seconds)
     time.sleep(seconds)
+    record(ctx, "end", key=payload.get("customer"))
+
+
+def stuck(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Record the start; on the first attempt, block, deaf to ctx.cancelled, until the file
+    ``payload.until`` exists (at most ``payload.at_most`` seconds, 60 by default); record the
+    end."""
+    record(ctx, "start", key=payload.get("customer"))
+    if ctx.attempt == 1:
+        deadline = time.monotonic() + payload.get("at_most", 60)
+        while not os.path.exists(payload["until"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
     record(ctx, "end", key=payload.get("customer"))

@@ -81,4 +81,5 @@ HOT_PATH: dict[str, dict[str, Any]] = {
     },
     "release": _CLAIMS,
     "acknowledge_cancel": _CLAIMS,
+    "mark_timed_out": _CLAIMS | {"errors": ["timed out after 5s"] * len(_IDS)},
 }

@@ -33,6 +33,7 @@ def test_a_write_of_an_earlier_claim_never_lands_on_a_later_claim_by_the_same_wo
     assert store.fail("w", [Failure(run_id, 1, "late", "E", "", 5.0)]) == []
     assert store.release("w", [(run_id, 1)]) == set()
     assert store.acknowledge_cancel("w", [(run_id, 1)]) == set()
+    assert store.mark_timed_out("w", [((run_id, 1), "timed out after 1s")]) == set()
     with store.connection() as c, c.transaction():
         assert RunStore.succeed_on(c, "w", [(run_id, 1)]) == set()
     row = conn.execute("SELECT status, attempts FROM runs WHERE id = %s", [run_id]).fetchone()
@@ -74,6 +75,32 @@ def test_a_cancelled_running_run_stays_held_until_its_holder_lets_go(
     assert attempt == ("lost", "cancelled by operator", True)  # ended after the cancel
     assert store.held_after_cancel([run_id]) == []
     assert store.retry([run_id]) == [run_id]
+
+
+def test_a_run_past_its_timeout_stays_held_and_says_so_until_its_failure_is_written(
+    store: RunStore, conn: db.Connection
+) -> None:
+    """The note a daemon writes on a run whose Python handler runs on past its timeout: the
+    run stays running, held (renewed, counted by a limit, not claimable), and reads as timed
+    out and stopping; the failure written when the handler returns ends it as any other."""
+    limited = [ClaimType("noop", 60.0, 10, max_running=1)]
+    run_id = store.enqueue(NewRun("noop"))
+    store.enqueue(NewRun("noop"))
+    store.claim("w", limited, 1)
+    assert store.mark_timed_out("w", [((run_id, 1), "timed out after 1s")]) == {run_id}
+    run = store.get_run(run_id)
+    assert run is not None and run.timed_out_running
+    assert (run.status, run.locked_by, run.error_type) == ("running", "w", "timeout")
+    assert store.heartbeat("w", [Lease(run_id, 1, 60.0)]).held == {run_id}
+    assert store.claim("w2", limited, 1) == []  # its slot is taken
+    [flow] = store.flow_state(limited)
+    assert (flow.running, flow.waiting_concurrency) == (1, 1)
+    [failed] = store.fail("w", [Failure(run_id, 1, "timed out after 1s", "timeout", "", 0.0)])
+    assert failed.status == "failed"
+    run = store.get_run(run_id)
+    assert run is not None and not run.timed_out_running
+    assert run.last_error == "timed out after 1s"
+    assert len(store.claim("w2", limited, 2)) == 1  # the slot is free again
 
 
 def test_the_reaper_lets_go_of_cancelled_runs_whose_holder_died(

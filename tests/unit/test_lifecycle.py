@@ -112,6 +112,12 @@ class World:
         self.life.lost({h.id})
         return h
 
+    def timed_out(self) -> Held:
+        h = self.running()
+        self.clock.now = h.deadline or 0.0
+        assert self.life.expire()[0] == [h]
+        return h
+
     def interrupted(self) -> Held:
         h = self.running()
         self.life.interrupt()
@@ -128,6 +134,7 @@ MAKERS = {
     State.CLAIMED: World.accepted,
     State.RUNNING: World.running,
     State.COMMITTED: World.committed,
+    State.TIMED_OUT: World.timed_out,
     State.FINISHING: World.finishing,
     State.LOST: World.lost,
     State.INTERRUPTED: World.interrupted,
@@ -348,20 +355,41 @@ def test_lost_before_a_thread_started_it() -> None:
     assert attempts(w.metrics, "py", "lost") == 1
 
 
-def test_timeout_fails_the_run_and_ignores_the_late_result() -> None:
+def test_a_timed_out_run_is_held_until_its_handler_returns_then_failed() -> None:
+    """Python cannot stop the thread: past its timeout the run stays held (renewed, its slot
+    counted in the database) until the handler returns; whatever it returns then, the
+    attempt is the timeout's failure, written only now that no copy of it runs."""
     w, h = in_state(State.RUNNING)
     assert w.life.expire() == ([], h.deadline)
     w.clock.now = h.deadline or 0.0
-    [(expired, outcome, _)] = w.life.expire()[0]
-    assert expired is h and outcome.kind == "failed" and outcome.error_type == "timeout"
-    assert w.life.state(h.id) is State.FINISHING and h.ctx.cancelled.is_set()
-    assert w.life.expire()[0] == []  # once
-    w.life.written([(h, outcome, 5.0)], set(), {h.id: FailResult(h.id, "failed", T0)})
+    assert w.life.expire()[0] == [h]
+    assert w.life.state(h.id) is State.TIMED_OUT and h.ctx.cancelled.is_set()
+    assert h.expired is not None
+    assert (h.expired.kind, h.expired.error_type) == ("failed", "timeout")
+    assert h.id in w.life.leases()  # still renewed
+    assert w.life.expire() == ([], None)  # once
     assert w.life.active == 1  # its thread is still in the handler
-    assert w.life.finish(h, Outcome(h.id, "succeeded"), 9.0) is None  # too late
-    assert w.life.active == 0
+    assert w.life.finish(h, Outcome(h.id, "succeeded"), 9.0) == h.expired
+    assert w.life.state(h.id) is State.FINISHING and w.life.active == 0
+    w.life.written([(h, h.expired, 9.0)], set(), {h.id: FailResult(h.id, "failed", T0)})
+    assert w.life.held_count() == 0
     assert attempts(w.metrics, "py", "failed") == 1
     assert attempts(w.metrics, "py", "succeeded") == 0
+
+
+def test_a_timed_out_run_cancelled_meanwhile_is_let_go_of_when_its_handler_returns() -> None:
+    w, h = in_state(State.TIMED_OUT)
+    assert w.life.lost({h.id}, {h.id}) == [h]
+    assert w.life.state(h.id) is State.LOST and h.id in w.life.leases()
+    assert w.life.finish(h, Outcome(h.id, "failed", "E"), 9.0) == Outcome(h.id, "cancelled")
+
+
+def test_a_timed_out_run_whose_lease_was_lost_writes_nothing() -> None:
+    w, h = in_state(State.TIMED_OUT)
+    assert w.life.lost({h.id}) == [h]
+    assert h.id not in w.life.leases()
+    assert w.life.finish(h, Outcome(h.id, "succeeded"), 9.0) is None
+    assert w.life.held_count() == 0 and attempts(w.metrics, "py", "lost") == 1
 
 
 def test_a_timed_out_run_cannot_commit() -> None:
@@ -407,6 +435,23 @@ def test_a_python_handler_that_never_returns_is_released_at_the_end() -> None:
     w, h = in_state(State.RUNNING)
     w.life.interrupt()
     assert w.life.leftovers().release == [h]
+
+
+def test_a_timed_out_handler_returning_during_the_drain_is_failed_by_its_timeout() -> None:
+    w, h = in_state(State.TIMED_OUT)
+    w.life.interrupt()
+    assert w.life.finish(h, Outcome(h.id, "failed", "Retry: cancelled"), 9.0) == h.expired
+
+
+def test_a_timed_out_handler_that_never_returns_is_failed_at_the_end() -> None:
+    """Its attempt did time out: written as the timeout's failure (the retry, if any, after
+    its backoff), not released as if the shutdown had stopped it."""
+    w, h = in_state(State.TIMED_OUT)
+    w.life.interrupt()
+    report = w.life.leftovers()
+    assert (report.release, report.timed_out) == ([], [h])
+    assert w.life.state(h.id) is State.FINISHING
+    assert w.life.finish(h, Outcome(h.id, "succeeded"), 40.0) is None  # being written
 
 
 def test_a_success_during_the_drain_is_still_written() -> None:

@@ -23,7 +23,7 @@ from pgtick.cli.render import (
     print_table,
     utc_cell,
 )
-from pgtick.storage.store import Attempt, RunSummary, ScheduleListing
+from pgtick.storage.store import Attempt, Run, RunSummary, ScheduleListing
 from pgtick.surfaces import operations
 
 # -- schedules -------------------------------------------------------------------------------------
@@ -198,6 +198,16 @@ def detail_fields(d: operations.RunDetail) -> dict[str, Any]:
     }
 
 
+def _open_attempt(r: Run) -> str:
+    """What the open attempt is doing. A run cancelled, or past its timeout, while its handler
+    ran stays held, its attempt open, until its daemon has seen the handler stop."""
+    if r.status == "cancelled":
+        return "stopping (cancelled)"
+    if r.timed_out_running:
+        return "stopping (timed out)"
+    return "running"
+
+
 def print_detail(d: operations.RunDetail) -> None:
     r = d.run
     tried = attempts_text(r.attempts, r.max_attempts)
@@ -234,8 +244,7 @@ def print_detail(d: operations.RunDetail) -> None:
     print(f"attempts ({len(d.attempts)}):" if d.attempts else "attempts: none yet")
     for a in d.attempts:
         took = _attempt_seconds(a)
-        # A cancelled run's attempt stays open until its daemon has stopped the handler.
-        outcome = a.outcome or ("stopping (cancelled)" if r.status == "cancelled" else "running")
+        outcome = a.outcome or _open_attempt(r)
         head = f"  #{a.attempt} {outcome} on {a.worker_id}, started {iso(a.started_at)}"
         if took is not None:
             head += f", took {duration_text(took)}"

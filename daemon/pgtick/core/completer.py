@@ -102,7 +102,11 @@ class Completer:
     def unwritten(self) -> list[int]:
         """Run ids whose results are still to be written."""
         with self._cond:
-            return [held.id for held, _, _ in (*self._writing, *self._items)]
+            return [
+                held.id
+                for held, outcome, _ in (*self._writing, *self._items)
+                if outcome.kind != "timed_out"  # a note, not a result
+            ]
 
     def wait_empty(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -165,11 +169,17 @@ class Completer:
             self._metrics.flush()  # the start delays the threads queued meanwhile
 
     def _write(self, store: RunStore, batch: list[Result]) -> None:
-        """Write the results (one statement, or one transaction), then let go of the runs an
-        operator cancelled: those whose handlers stopped without a result, and those whose
-        result the claim guard refused (the others were lost); then announce the slots of
-        limited types this freed. ``batch`` is left holding what was not written yet, for a
-        retry after a database error."""
+        """Note on runs past their timeout that they timed out (they stay held until their
+        handlers return: a note, no result); write the results (one statement, or one
+        transaction), then let go of the runs an operator cancelled: those whose handlers
+        stopped without a result, and those whose result the claim guard refused (the others
+        were lost); then announce the slots of limited types this freed. ``batch`` is left
+        holding what was not written yet, for a retry after a database error."""
+        timed_out = [((h.id, h.run.attempt), o.error) for h, o, _ in batch if o.kind == "timed_out"]
+        if timed_out:
+            # Before the results: a failure in this same batch is written after its note.
+            store.mark_timed_out(self._worker_id, timed_out)
+            batch[:] = [item for item in batch if item[1].kind != "timed_out"]
         succeed = [(h.id, h.run.attempt) for h, o, _ in batch if o.kind == "succeeded"]
         failures = [
             Failure(h.id, h.run.attempt, o.error, o.error_type, o.detail, o.retry_in_seconds)

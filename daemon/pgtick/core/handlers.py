@@ -312,7 +312,8 @@ class Outcome:
     # succeeded | failed | dead: what the handler did (the lifecycle decides what is
     # written); lost: transaction() found the lease gone; interrupted: a command killed
     # because its run was cancelled (by the drain, a lost lease or an operator); cancelled:
-    # set by the lifecycle, not a handler: let go of a run an operator cancelled.
+    # set by the lifecycle, not a handler: let go of a run an operator cancelled; timed_out:
+    # set by the worker, not a handler: a note on a run still held past its timeout.
     kind: str
     error: str = ""
     error_type: str = ""

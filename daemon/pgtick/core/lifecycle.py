@@ -10,7 +10,9 @@ and the drain read only this: what is held is renewed, counted against the threa
 written or given back by a clean stop.
 
     accept ─> CLAIMED ─start─> RUNNING ─finish─> FINISHING ─written─> (gone)
-               │                │ ├─timeout─> FINISHING  (the late result is ignored)
+               │                │ ├─timeout─> TIMED_OUT ─finish─> FINISHING (the timeout's failure)
+               │                │ │             ├─lost, cancelled─> LOST (as from RUNNING)
+               │                │ │             └─end of drain─> FINISHING (the timeout's failure)
                │                │ ├─begin_commit─> COMMITTING ─end_commit─> COMMITTED
                │                │ │                    │            COMMITTED ─finish─> (gone)
                │                │ │                    └─not committed─> RUNNING (or LOST)
@@ -23,7 +25,10 @@ written or given back by a clean stop.
                └─release (drain, or waited too long for a thread)─> RELEASING ─released─> (gone)
 
 A run an operator cancelled stays held (its lease renewed) until its handler has stopped and
-the holder has let go of it in the database: until then no retry can start a second copy.
+the holder has let go of it in the database: until then no retry can start a second copy. So
+does a Python run past its timeout (a thread cannot be killed): it stays running in the
+database, its slot counted by the limits, until its handler returns, whatever it returns; its
+failure (the timeout) is written then, and only then may its retry be claimed.
 A claimed run waits for a thread only as long as its lease is known to be alive (during an
 outage it may have expired and been taken elsewhere) and, once nothing starts it for a while,
 goes back to the queue rather than being renewed for as long as the threads are busy.
@@ -46,7 +51,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -68,6 +73,9 @@ class State(enum.Enum):
     COMMITTING = "committing"  # ctx.transaction() is committing the run's success
     COMMITTED = "committed"  # the success is committed; the handler may still be returning
     FINISHING = "finishing"  # an outcome is on its way to the database
+    # Past its timeout, its Python handler not returned yet: held until it does, then the
+    # timeout's failure is written (whatever the handler returned).
+    TIMED_OUT = "timed_out"
     LOST = "lost"  # the lease is gone (lost or cancelled): the handler's result is dropped
     INTERRUPTED = "interrupted"  # stopped by the drain: to be released
     RELEASING = "releasing"  # being given back to the queue
@@ -86,6 +94,7 @@ LEASED = frozenset(
         State.CLAIMED,
         State.RUNNING,
         State.COMMITTING,
+        State.TIMED_OUT,
         State.FINISHING,
         State.INTERRUPTED,
         State.RELEASING,
@@ -106,6 +115,7 @@ class Held:
     state: State = State.CLAIMED
     started_at: float | None = None  # monotonic, when a thread picked it up
     deadline: float | None = None  # monotonic, Python handlers with a timeout
+    expired: Outcome | None = None  # past the deadline: the failure to write once it returns
     handler_active: bool = False  # a thread is inside its handler right now
     # "lost": the lease is gone; "cancelled": an operator cancelled the run, which stays ours
     # until we let go of it. Set by the heartbeat (or a newer claim of the same run).
@@ -128,6 +138,9 @@ class DrainReport:
 
     release: list[Held]  # to give back to the queue
     left_running: list[Held]  # command handlers whose process group may still be alive
+    # Python runs past their timeout whose handlers never returned (they die with this
+    # process): the timeout's failure to write.
+    timed_out: list[Held] = field(default_factory=list)
 
 
 class Lifecycle:
@@ -157,9 +170,6 @@ class Lifecycle:
         # Copies replaced by a new claim of the same run whose handler has not returned yet
         # (the lease expired during an outage and the run was reaped): the new copy waits.
         self._replaced: dict[int, Held] = {}
-        # Copies past their timeout, failure written, whose handler has not returned yet: a
-        # new claim of the run (its retry) waits for it too.
-        self._timed_out: dict[int, Held] = {}
         # Called when a run with a timeout starts (the heartbeat sets it: it enforces them).
         self.on_deadline: Callable[[], None] = lambda: None
         self._active = 0  # threads inside a handler
@@ -284,9 +294,7 @@ class Lifecycle:
         """CLAIMED -> RUNNING: a thread may run the handler now (once an older copy of the
         same run, replaced after an outage, has returned: never two copies at once here)."""
         with self._changed:
-            while (held.id in self._replaced or held.id in self._timed_out) and self._held.get(
-                held.id
-            ) is held:
+            while held.id in self._replaced and self._held.get(held.id) is held:
                 self._changed.wait()
             while (
                 not self._closed
@@ -348,8 +356,9 @@ class Lifecycle:
     # -- the handler returned -------------------------------------------------------------------
 
     def finish(self, held: Held, outcome: Outcome, duration: float) -> Outcome | None:
-        """The handler returned: the outcome to write (RUNNING -> FINISHING), or None when
-        there is nothing to write (committed by the handler, lost, timed out, interrupted)."""
+        """The handler returned: the outcome to write (RUNNING -> FINISHING; TIMED_OUT ->
+        FINISHING with the timeout's failure), or None when there is nothing to write
+        (committed by the handler, lost, interrupted)."""
         with self._lock:
             self._returned(held)
             state = held.state
@@ -357,7 +366,12 @@ class Lifecycle:
                 del self._replaced[held.id]  # a newer copy holds the run now
                 gone: str | None = held.gone or "lost"
             elif self._held.get(held.id) is not held:
-                return None  # timed out and written meanwhile: the late result is ignored
+                return None  # written meanwhile (a drain's last writes): nothing more to say
+            elif state is State.TIMED_OUT and held.expired is not None:
+                # Whatever it returned: the attempt failed by its timeout, and is written
+                # now that no copy of it runs any more (its duration the handler's own).
+                held.state = State.FINISHING
+                return held.expired
             elif state is State.RUNNING:
                 if self._interrupting and outcome.kind != "succeeded":
                     # Stopped by the shutdown, not by its own fault: released, not counted.
@@ -381,7 +395,7 @@ class Lifecycle:
                 del self._held[held.id]
                 gone = held.gone or "lost"
             else:
-                return None  # FINISHING after a timeout: its failure is being written
+                return None  # FINISHING: the drain is writing its timeout's failure
         if gone is None:
             if outcome.kind != "succeeded":
                 runs_log.warning(
@@ -403,15 +417,15 @@ class Lifecycle:
         held.handler_active = False
         self._active -= 1
         self._active_commands -= held.is_command
-        if self._timed_out.get(held.id) is held:
-            del self._timed_out[held.id]  # its retry may start now
         self._changed.notify_all()
 
     # -- timeouts ---------------------------------------------------------------------------------
 
-    def expire(self) -> tuple[list[tuple[Held, Outcome, float]], float | None]:
-        """RUNNING -> FINISHING for Python handlers past their timeout: the failures to write,
-        and the next deadline (monotonic) to check."""
+    def expire(self) -> tuple[list[Held], float | None]:
+        """RUNNING -> TIMED_OUT for Python handlers past their timeout (told to stop, their
+        failure kept for when they return): those, and the next deadline (monotonic) to
+        check. Python cannot stop the thread, so the run stays held, and counted, until the
+        handler returns."""
         now = self._clock()
         expired: list[Held] = []
         next_deadline: float | None = None
@@ -420,18 +434,18 @@ class Lifecycle:
                 if held.deadline is None or held.state is not State.RUNNING:
                     continue
                 if held.deadline <= now:
-                    held.state = State.FINISHING
+                    seconds = held.job_type.config.timeout_seconds or 0.0
+                    message = f"timed out after {seconds:g}s"
+                    held.expired = handlers.failed(
+                        held.ctx, held.job_type, message, "timeout", message
+                    )
+                    held.state = State.TIMED_OUT
                     expired.append(held)
                 elif next_deadline is None or held.deadline < next_deadline:
                     next_deadline = held.deadline
-        out = []
         for held in expired:
             held.ctx.cancelled.set()
-            seconds = held.job_type.config.timeout_seconds or 0.0
-            message = f"timed out after {seconds:g}s"
-            outcome = handlers.failed(held.ctx, held.job_type, message, "timeout", message)
-            out.append((held, outcome, now - (held.started_at or now)))
-        return out, next_deadline
+        return expired, next_deadline
 
     # -- the heartbeat ----------------------------------------------------------------------------
 
@@ -460,7 +474,7 @@ class Lifecycle:
                 reason = "cancelled" if rid in cancelled else "lost"
                 if held.state is State.COMMITTING:
                     held.gone = reason  # decided by end_commit
-                elif held.state is State.RUNNING:
+                elif held.state in (State.RUNNING, State.TIMED_OUT):
                     held.state = State.LOST
                     held.gone = reason
                     held.ctx.cancelled.set()
@@ -532,8 +546,6 @@ class Lifecycle:
             return False
         if self._held.get(held.id) is held:
             del self._held[held.id]
-            if held.handler_active:  # timed out, and its handler still runs
-                self._timed_out[held.id] = held
             return True
         if held.gone == "lost":  # a newer claim of the run replaced it
             held.state = State.LOST
@@ -615,13 +627,18 @@ class Lifecycle:
     def leftovers(self) -> DrainReport:
         """End of the drain: what to release. A command whose handler has not returned may
         still have processes alive, so its run is not released (its lease expires and the
-        reaper decides); a Python handler dies with this process, so its run is released."""
+        reaper decides); a Python handler dies with this process, so its run is released,
+        or, past its timeout, failed by it (TIMED_OUT -> FINISHING)."""
         release: list[Held] = []
         left: list[Held] = []
+        timed_out: list[Held] = []
         with self._lock:
             for held in self._held.values():
                 if held.state in (State.CLAIMED, State.INTERRUPTED, State.RELEASING):
                     release.append(held)
+                elif held.state is State.TIMED_OUT:
+                    held.state = State.FINISHING
+                    timed_out.append(held)
                 elif held.state is State.RUNNING or (
                     held.state is State.LOST and held.gone == "cancelled"
                 ):
@@ -629,7 +646,7 @@ class Lifecycle:
             for held in release:
                 self._waiting -= held.state is State.CLAIMED
                 held.state = State.RELEASING
-        return DrainReport(release, left)
+        return DrainReport(release, left, timed_out)
 
     def released(
         self, runs: Sequence[Held], released_ids: set[int], let_go: Iterable[int] = ()

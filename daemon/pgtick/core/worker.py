@@ -391,12 +391,28 @@ class Worker:
         return released
 
     def expire_timeouts(self) -> float | None:
-        """Fail Python runs past their timeout; returns the next deadline (monotonic)."""
+        """Tell Python handlers past their timeout to stop; returns the next deadline
+        (monotonic). Their runs stay held until the handlers return (the lifecycle writes
+        the failure then); the writer notes on each run that it timed out meanwhile."""
         expired, next_deadline = self.life.expire()
-        for held, outcome, duration in expired:
+        for held in expired:
             log.warning("run_timed_out", run_id=held.id, job_type=held.run.job_type)
-            self.completer.submit(held, outcome, duration)
+        marks: list[Result] = [
+            (held, handlers.Outcome(held.id, "timed_out", held.expired.error, "timeout"), None)
+            for held in expired
+            if held.expired is not None
+        ]
+        if marks:
+            self.completer.submit_many(marks)
         return next_deadline
+
+    def fail_timed_out(self, runs: list[Held]) -> None:
+        """End of the drain: write the timeout's failure of Python runs whose handlers never
+        returned (they die with this process)."""
+        now = time.monotonic()
+        self.completer.submit_many(
+            [(h, h.expired, now - (h.started_at or now)) for h in runs if h.expired is not None]
+        )
 
     # -- shutdown -------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pgtick.storage import db, sqlfile
 from pgtick.storage.base import StoreBase
-from pgtick.storage.runs import TERMINAL_STATUSES, wake
+from pgtick.storage.runs import TERMINAL_STATUSES, TIMED_OUT_RUNNING, wake
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,16 @@ class Run:
     updated_at: datetime
     priority: int = 0
     concurrency_key: str | None = None
+
+    @property
+    def timed_out_running(self) -> bool:
+        """Past its timeout, its Python handler has not returned yet: still held, its attempt
+        written when the handler returns (mark_timed_out)."""
+        return (
+            self.status == "running"
+            and self.error_type == "timeout"
+            and (self.last_error or "").endswith(TIMED_OUT_RUNNING)
+        )
 
 
 @dataclass(frozen=True)

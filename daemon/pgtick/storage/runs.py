@@ -21,6 +21,9 @@ from pgtick.storage.base import SKIPPING_TRIES, StoreBase, by_index, set_stateme
 TERMINAL_STATUSES = ("succeeded", "dead", "cancelled", "skipped")
 ACTIVE_STATUSES = ("queued", "running", "failed")
 STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped")
+# How a running run's last_error ends while its Python handler runs on past its timeout
+# (mark_timed_out): the attempt is over, and the run stays held until the handler returns.
+TIMED_OUT_RUNNING = "; its handler has not returned yet"
 
 
 @dataclass(frozen=True)
@@ -502,6 +505,19 @@ class RunQueries(StoreBase):
         }
         with db.wrap_errors("fail"):
             return [FailResult(*row) for row in by_index(conn, "fail", params)]
+
+    def mark_timed_out(self, worker_id: str, marks: Sequence[tuple[Claim, str]]) -> set[int]:
+        """Note on held runs past their timeout (``marks``: each claim and its error) that
+        their handlers run on: the runs stay running and held; returns those noted."""
+        if not marks:
+            return set()
+        marks = by_id(marks, lambda mark: mark[0][0])
+        params = {
+            **_claims(worker_id, [claim for claim, _ in marks]),
+            "errors": [error + TIMED_OUT_RUNNING for _, error in marks],
+        }
+        rows = self._moving("mark_timed_out", lambda conn: by_index(conn, "mark_timed_out", params))
+        return {row[0] for row in rows}
 
     def release(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
         """Give held runs back (queued, attempt not counted); returns those released."""

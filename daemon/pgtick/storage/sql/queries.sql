@@ -662,6 +662,23 @@ SELECT id, status,
        least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at
 FROM done;
 
+-- mark_timed_out --
+-- Python runs past their timeout whose handlers have not returned (a thread cannot be
+-- killed): each stays running and held, its lease renewed and its slot counted, until its
+-- handler returns and fail writes the attempt; until then its last_error and error_type say
+-- it timed out and is stopping (`pgtick show`). Guarded by the claim (as succeed, "in the
+-- live partition" meaning running); each run's error by its position in the list.
+UPDATE {schema}.runs r
+SET last_error = ((SELECT %(errors)s::text[]))[width_bucket(r.id, (SELECT %(ids)s::bigint[]))],
+    error_type = 'timeout', updated_at = now()
+WHERE r.id = ANY(%(ids)s::bigint[])
+  AND r.attempts = ((SELECT %(attempts)s::int[]))[
+      width_bucket(r.id, (SELECT %(ids)s::bigint[]))]
+  AND ((SELECT %(ids)s::bigint[]))[width_bucket(r.id, (SELECT %(ids)s::bigint[]))] = r.id
+  AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
+  AND r.status IN ('queued', 'running', 'failed')
+RETURNING r.id;
+
 -- release --
 -- Give runs back unfinished (shutdown, or claimed ahead and not started): queued again, the
 -- attempt not counted. Guarded by the claim (as succeed, "in the live partition" meaning
