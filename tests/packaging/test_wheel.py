@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -37,3 +38,24 @@ def test_wheel_carries_package_data(tmp_path: Path) -> None:
     assert any(n.startswith("pgtick/storage/sql/migrations/0001_") for n in names)
     assert "pgtick/surfaces/console/templates/base.html" in names
     assert "pgtick/surfaces/console/static/console.css" in names
+    # The license the metadata names, as a file: at the root and in the wheel and the sdist.
+    license_text = (ROOT / "LICENSE").read_text()
+    assert license_text.startswith("MIT License")
+    dist_info = f"pgtick-{pgtick.__version__}.dist-info"
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read(f"{dist_info}/licenses/LICENSE").decode() == license_text
+        assert "License-Expression: MIT" in zf.read(f"{dist_info}/METADATA").decode()
+
+
+def test_sdist_carries_the_license(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        check=True,
+        timeout=180,
+    )
+    (sdist,) = tmp_path.glob("pgtick-*.tar.gz")
+    with tarfile.open(sdist) as tf:
+        member = tf.extractfile(f"pgtick-{pgtick.__version__}/LICENSE")
+        assert member is not None
+        assert member.read() == (ROOT / "LICENSE").read_bytes()
