@@ -1,6 +1,7 @@
 """The documented exit codes and the one mapping from the error tree to them: 0 ok, 1 runtime
-failure, 2 usage or config error, 3 database unreachable, 4 not found; and 5 from ``status``
-when something needs attention.
+failure, 2 usage or config error, 3 database unreachable, 4 not found; 5 from ``status``
+when something needs attention; and 141 when the reader of the output closed it early (the
+status a Unix tool killed by SIGPIPE leaves).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ EXIT_USAGE = 2
 EXIT_DATABASE = 3
 EXIT_NOT_FOUND = 4
 EXIT_ATTENTION = 5
+EXIT_PIPE = 128 + 13  # SIGPIPE
 
 EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (ConfigError, EXIT_USAGE),
