@@ -1,5 +1,5 @@
 """What each verb shows: the JSON documents and the text of runs, a run, schedules and status.
-The field names and columns are the CLI's contract (README: Command line); how a time, a
+The field names and columns are the CLI's contract (docs/cli.md, Command line); how a time, a
 duration or a table looks is ``render``'s.
 """
 

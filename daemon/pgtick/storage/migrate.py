@@ -300,13 +300,13 @@ def check_privileges(conn: db.Connection, schema: str) -> None:
         raise MigrationError(
             f"migrate: role {user!r} is not the owner of schema {schema!r} (owner: {owner!r}); "
             "migrations run as the schema owner: run `pgtick migrate` with the owner's DSN "
-            "(README: Database roles)"
+            "(docs/operations: Database roles)"
         )
     if not exists and not create_db:
         raise MigrationError(
             f"migrate: schema {schema!r} does not exist and role {user!r} has no CREATE on "
             "this database; migrations run as the schema owner: run `pgtick migrate` as the "
-            "role that should own it (README: Database roles)"
+            "role that should own it (docs/operations: Database roles)"
         )
 
 

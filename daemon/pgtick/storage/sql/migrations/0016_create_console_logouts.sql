@@ -1,6 +1,6 @@
 -- The console's sessions logged out before they expired, so that a logout ends the session
--- on every daemon's console, not only on the one it was sent to (docs/console.md, Logging
--- in). A session is a signed cookie that every daemon holding the token accepts, and nothing
+-- on every daemon's console, not only on the one it was sent to
+-- (docs/console.md, Log out ends the session on every daemon). A session is a signed cookie that every daemon holding the token accepts, and nothing
 -- is stored at login; a logout stores the cookie's nonce here with its expiry, and a
 -- console asks before it acts on a session (and every few seconds for its pages). A row is
 -- deleted by a later logout a day after its cookie expired (the daemons' clocks may differ
