@@ -33,7 +33,6 @@ from pgtick.core.output import Flusher, log_job_output
 from pgtick.core.reaper import Reaper
 from pgtick.core.ticker import Ticker
 from pgtick.core.worker import Worker, claim_type
-from pgtick.errors import ConfigError
 from pgtick.observability import logs
 from pgtick.observability.database import DatabaseCollector, PoolStatsCollector, Readiness
 from pgtick.observability.metrics import Metrics
@@ -43,14 +42,17 @@ from pgtick.storage.store import ClaimType, RunStore, WorkerInfo
 from pgtick.surfaces.console.routes import SECURITY_HEADERS, Console
 from pgtick.surfaces.console.server import ConsoleServer
 from pgtick.surfaces.http import HttpServer, observability_routes
+from pgtick.surfaces.operations.setup import (
+    HEARTBEAT_POOL_SIZE,
+    WEB_POOL_SIZE,
+    database_checks,
+    pool_size,
+    startup_checks,
+)
 
 # Beside one connection per handler thread (ctx.transaction()): the dispatcher's and the
 # completer's pinned connections, the reaper, the ticker, and one for short statements
 # (effect_once outside a transaction, releases). The heartbeat has a pool of its own.
-EXTRA_CONNECTIONS = 5
-HEARTBEAT_POOL_SIZE = 1
-LISTEN_CONNECTIONS = 1  # the LISTEN connection, outside every pool
-WEB_POOL_SIZE = 2  # the console's reads and actions, apart from the workers' pool
 MAIN_LOOP_SECONDS = 1.0
 DISPATCHER_JOIN_SECONDS = 5.0  # a claim in flight returns within a statement's time
 # At the end of the drain, how long the results of handlers that returned may take to be
@@ -156,15 +158,15 @@ class Service:
     def run(self) -> int:
         """Run until stopped; returns the process exit code."""
         cfg = self.config
-        job_types = handlers.resolve(cfg)
+        job_types = startup_checks(cfg)  # before migrating: a config refused changes nothing
         schema = cfg.database.schema
         if self.apply_migrations:
             applied = migrate.migrate(self.dsn, schema)
             if applied:
                 log.info("migrations_applied", versions=applied)
-        size = max(cfg.database.pool_size, cfg.worker.threads + EXTRA_CONNECTIONS)
+        size = pool_size(cfg)
         with db.connect(self.dsn, schema) as conn:
-            self._check_connection_limit(conn, size)
+            database_checks(cfg, conn)
             prepare = self._prepare_statements(conn)
         pool = db.make_pool(self.dsn, schema, size=size, name="pgtick", prepare=prepare)
         beat_pool = db.make_pool(
@@ -178,8 +180,6 @@ class Service:
         )
         previous_signals = self._install_signals()
         try:
-            with pool.connection() as conn, db.wrap_errors("schema check"):
-                migrate.check_current(conn, schema)
             return self._serve(RunStore(pool), RunStore(beat_pool), job_types)
         finally:
             for signum, handler in previous_signals.items():
@@ -188,24 +188,6 @@ class Service:
             beat_pool.close(timeout=2.0)
             pool.close(timeout=2.0)
             self.notifier.close()
-
-    def _check_connection_limit(self, conn: db.Connection, pool_size: int) -> None:
-        """Refuse, before opening anything, more connections than the server accepts at all:
-        a pool that can never fill fails only after its timeout, and floods the log with the
-        server's refusals meanwhile."""
-        cfg = self.config
-        needed = pool_size + HEARTBEAT_POOL_SIZE + LISTEN_CONNECTIONS
-        needed += METRICS_POOL_SIZE if cfg.metrics.enabled else 0
-        needed += WEB_POOL_SIZE if cfg.web.enabled else 0
-        allowed, max_connections = RunStore.connection_limit_on(conn)
-        if needed > allowed:
-            where = f"{cfg.path}: " if cfg.path else ""
-            raise ConfigError(
-                f"{where}database.pool_size: this daemon needs {needed} connections (a pool "
-                f"of {pool_size} and {needed - pool_size} for its loops) but the server accepts "
-                f"at most {allowed} (max_connections = {max_connections}, less reserved slots);"
-                " lower database.pool_size or worker.threads, or raise max_connections"
-            )
 
     def _prepare_statements(self, conn: db.Connection) -> bool:
         """Whether the worker pool prepares its statements on the server: as

@@ -18,10 +18,10 @@ import pytest
 
 from pgtick.errors import ConfigError
 from pgtick.storage.store import RunStore
-from pgtick.surfaces.console import server as console_server
 from pgtick.surfaces.console.routes import SECURITY_HEADERS, Console
 from pgtick.surfaces.console.server import ConsoleServer
 from pgtick.surfaces.http import Request, Response, text
+from pgtick.surfaces.operations.setup import CONSOLE_EXTRA_MISSING
 
 TOKEN = "s3cret-token"
 HUGE = "9" * 5000
@@ -233,7 +233,7 @@ def test_without_the_console_extra_the_console_is_a_config_error(
     server = ConsoleServer("web.listen", "127.0.0.1", 0, {})
     with pytest.raises(ConfigError) as refused:
         server.start()
-    assert str(refused.value) == console_server.EXTRA_MISSING.format(key="web.listen")
+    assert str(refused.value) == CONSOLE_EXTRA_MISSING.format(key="web.listen")
     assert "pip install 'pgtick[console]'" in str(refused.value)
 
 

@@ -85,13 +85,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     source = context.config_source(cfg)
     print(f"config: {source}" + ("" if cfg.path else "; checking the defaults"))
+    # What `pgtick run` refuses at start, by the same code (operations.startup_checks).
     job_types = operations.handler_summary(cfg)
     for name, what in job_types.items():
         print(f"job type {name}: {what}")
     for name, schedule in sorted(cfg.schedules.items()):
         print(f"schedule {name}: {schedule.cron} ({schedule.timezone}) -> {schedule.job_type}")
     if args.db:
-        operations.check_database(context.dsn(args, cfg), cfg.database.schema)
+        operations.check_database(context.dsn(args, cfg), cfg)
         print(f"database: reachable, schema {cfg.database.schema!r} up to date")
     what = "config OK" if cfg.path else "defaults OK (no config file)"
     print(f"{what}: {len(job_types)} job types, {len(cfg.schedules)} schedules")

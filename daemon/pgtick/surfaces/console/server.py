@@ -27,6 +27,7 @@ import structlog
 
 from pgtick.errors import ConfigError
 from pgtick.surfaces.http import MAX_BODY_BYTES, Request, Routes, answer
+from pgtick.surfaces.operations.setup import require_console_extra
 
 WEB_THREADS = 4  # pages take milliseconds; the console's pool has as few connections
 MAX_CONNECTIONS = 100
@@ -34,12 +35,9 @@ REQUEST_DEADLINE_SECONDS = 10.0  # from a request's first byte to its last
 IDLE_SECONDS = 10  # a keep-alive connection with no request in flight
 MAX_HEADER_BYTES = 64 * 1024
 STOP_TIMEOUT_SECONDS = 2.0
-EXTRA_MISSING = (
-    "{key}: the web console needs the console extra (waitress, jinja2): "
-    "pip install 'pgtick[console]'"
-)
 
 log = structlog.get_logger("pgtick.console")
+
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -181,11 +179,7 @@ class ConsoleServer:
     def start(self) -> None:
         """Bind and serve on a daemon thread; a refused address, or waitress missing, is a
         ConfigError naming the key."""
-        try:  # only to say clearly, at start-up, when the extra is missing
-            import jinja2  # noqa: F401
-            import waitress  # noqa: F401
-        except ImportError:
-            raise ConfigError(EXTRA_MISSING.format(key=self.key)) from None
+        require_console_extra(self.key)  # said clearly at start-up, not at the first page
         host, port = self._address
         shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)

@@ -1,5 +1,6 @@
 """The operator's setup verbs: the one-connection store a command works on, migrations, grants,
-and the checks of ``pgtick check`` (handlers importable, schema current).
+and the start-up checks: what ``pgtick run`` refuses before it opens a pool, which ``pgtick
+check`` runs as they are (one implementation: a config ``check`` passes starts).
 """
 
 from __future__ import annotations
@@ -8,13 +9,24 @@ import contextlib
 from collections.abc import Iterator
 from typing import TextIO
 
-from pgtick.config import Config
+from pgtick.config import Config, read_token
 from pgtick.core import handlers
+from pgtick.core.dbstate import METRICS_POOL_SIZE
+from pgtick.errors import ConfigError
 from pgtick.storage import db
 from pgtick.storage import migrate as migrations
 from pgtick.storage.store import RunStore
 
 CLI_POOL_NAME = "pgtick-cli"
+# The connections a daemon opens besides its worker pool (service.py opens them).
+EXTRA_CONNECTIONS = 5
+HEARTBEAT_POOL_SIZE = 1
+LISTEN_CONNECTIONS = 1  # the LISTEN connection, outside every pool
+WEB_POOL_SIZE = 2  # the console's reads and actions, apart from the workers' pool
+CONSOLE_EXTRA_MISSING = (
+    "{key}: the web console needs the console extra (waitress, jinja2): "
+    "pip install 'pgtick[console]'"
+)
 
 
 @contextlib.contextmanager
@@ -42,13 +54,66 @@ def grants_sql(role: str, schema: str, *, monitor: bool = False) -> str:
     return migrations.grants_sql(role, schema, monitor=monitor)
 
 
-def check_database(dsn: str, schema: str) -> None:
-    """Refuse an unreachable database or a schema older than this pgtick."""
-    with db.connect(dsn, schema) as conn, db.wrap_errors("check"):
-        migrations.check_current(conn, schema)
+def pool_size(cfg: Config) -> int:
+    """The worker pool's connections: ``database.pool_size``, at least the threads and a few."""
+    return max(cfg.database.pool_size, cfg.worker.threads + EXTRA_CONNECTIONS)
+
+
+def require_console_extra(key: str) -> None:
+    """Refuse, naming ``key``, a console whose extra is not installed."""
+    try:
+        import jinja2  # noqa: F401
+        import waitress  # noqa: F401
+    except ImportError:
+        raise ConfigError(CONSOLE_EXTRA_MISSING.format(key=key)) from None
+
+
+def startup_checks(cfg: Config) -> dict[str, handlers.JobType]:
+    """Everything in the config ``pgtick run`` refuses at start, each a ConfigError (exit 2)
+    naming the key: every handler imported; the console's extra and token file, when
+    ``web.listen`` is set. Not checked: whether a listen address is free (``pgtick check``
+    next to the running daemon would find its own ports taken)."""
+    job_types = handlers.resolve(cfg)
+    if cfg.web.enabled:
+        require_console_extra("web.listen")
+        read_token(cfg.web)
+    return job_types
+
+
+def database_checks(cfg: Config, conn: db.Connection) -> None:
+    """What ``pgtick run`` refuses of the database before it opens a pool: more connections
+    than the server accepts, a schema not current (older, or newer by a stop-daemons
+    migration this pgtick does not know)."""
+    _check_connection_limit(cfg, conn, pool_size(cfg))
+    with db.wrap_errors("schema check"):
+        migrations.check_current(conn, cfg.database.schema)
+
+
+def check_database(dsn: str, cfg: Config) -> None:
+    """``database_checks`` on a connection of its own (``pgtick check --db``)."""
+    with db.connect(dsn, cfg.database.schema) as conn:
+        database_checks(cfg, conn)
+
+
+def _check_connection_limit(cfg: Config, conn: db.Connection, size: int) -> None:
+    """Refuse more connections than the server accepts at all: a pool that can never fill
+    fails only after its timeout, and floods the log with the server's refusals meanwhile."""
+    needed = size + HEARTBEAT_POOL_SIZE + LISTEN_CONNECTIONS
+    needed += METRICS_POOL_SIZE if cfg.metrics.enabled else 0
+    needed += WEB_POOL_SIZE if cfg.web.enabled else 0
+    allowed, max_connections = RunStore.connection_limit_on(conn)
+    if needed > allowed:
+        where = f"{cfg.path}: " if cfg.path else ""
+        raise ConfigError(
+            f"{where}database.pool_size: this daemon needs {needed} connections (a pool "
+            f"of {size} and {needed - size} for its loops) but the server accepts "
+            f"at most {allowed} (max_connections = {max_connections}, less reserved slots);"
+            " lower database.pool_size or worker.threads, or raise max_connections"
+        )
 
 
 def handler_summary(config: Config) -> dict[str, str]:
-    """{job type: what handles it} for every job type the config declares, its
-    ``worker.imports`` imported (a handler that cannot be imported is a ConfigError)."""
-    return handlers.handler_summary(handlers.resolve(config))
+    """{job type: what handles it} for every job type the config declares, after the
+    ``startup_checks`` (a handler that cannot be imported is a ConfigError, and so is what
+    else ``pgtick run`` would refuse at start)."""
+    return handlers.handler_summary(startup_checks(config))
