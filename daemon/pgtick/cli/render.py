@@ -6,7 +6,9 @@ show; these functions decide how it looks, so every verb looks the same.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 import zoneinfo
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -23,9 +25,17 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
 
 
+def cutting() -> bool:
+    """Whether long values are cut to fit: on a terminal, or when ``COLUMNS`` says a width.
+    Output piped elsewhere (``pgtick runs | grep 'disk full'``) keeps every value whole."""
+    return "COLUMNS" in os.environ or sys.stdout.isatty()
+
+
 def flex_width(header: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
     """What the terminal leaves for one more column after ``rows`` (cells under ``header``);
-    0 when that is too little to be readable."""
+    0 when that is too little to be readable; no bound when nothing is cut (``cutting``)."""
+    if not cutting():
+        return sys.maxsize
     fixed = [max(len(line[i]) for line in [header, *rows]) for i in range(len(rows[0]))]
     room = shutil.get_terminal_size().columns - sum(fixed) - 2 * len(fixed)
     return 0 if room < MIN_FLEX_WIDTH else room
@@ -127,8 +137,10 @@ def one_line(text: str | None) -> str:
 
 
 def cut(text: str, width: int) -> str:
-    """At most ``width`` characters, an ellipsis marking a cut."""
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+    """At most ``width`` characters, an ellipsis marking a cut (whole when not ``cutting``)."""
+    if len(text) <= width or not cutting():
+        return text
+    return text[: max(0, width - 1)] + "…"
 
 
 def ids_text(ids: Sequence[int]) -> str:
