@@ -398,3 +398,31 @@ def test_an_unexpected_error_is_one_line_not_a_traceback(
 )
 def test_exit_codes(error: BaseException, code: int) -> None:
     assert exits.exit_code(error) == code
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["statsu"], "unknown 'statsu'; did you mean 'status'?"),
+        (["schedules", "pasue", "x"], "unknown 'pasue'; did you mean 'pause'?"),
+        (["runs", "--jsno"], "unknown option '--jsno'; did you mean '--json'?"),
+        (["prune", "--dry-rn"], "unknown option '--dry-rn'; did you mean '--dry-run'?"),
+    ],
+)
+def test_a_typo_gets_did_you_mean(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 44, item 9: a mistyped verb listed 15 choices and suggested none."""
+    with pytest.raises(SystemExit) as stopped:
+        parser.build_parser().parse_args(argv)
+    assert stopped.value.code == exits.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("pgtick: ")
+    assert said in err
+    assert "choose from" not in err
+
+
+def test_nothing_close_keeps_argparse_s_list(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parser.build_parser().parse_args(["zzzqqq"])
+    assert "choose from" in capsys.readouterr().err

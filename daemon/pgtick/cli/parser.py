@@ -5,6 +5,8 @@ is one stderr line, ``pgtick: <command>: <option>: ...``, and exit 2.
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -17,6 +19,10 @@ from pgtick.errors import UsageError
 from pgtick.surfaces import operations
 
 WHEN_HELP = "ISO 8601 time (no offset = UTC) or a duration such as 90m, 2h, 7d"
+# argparse's own wording (3.11 quotes each choice; later versions may not)
+_INVALID_CHOICE = re.compile(r"invalid choice: '?([^' ]+)'? \(choose from (.*)\)")
+_CHOICE_NAMES = re.compile(r"[\w-]+")
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (.*)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,7 +32,37 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("pgtick").strip()
         where = f"{command}: " if command else ""
-        self.exit(EXIT_USAGE, f"pgtick: {where}{message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"pgtick: {where}{self._suggest(message)} (see {self.prog} --help)\n")
+
+    def _suggest(self, message: str) -> str:
+        """argparse's message, with "did you mean" for a mistyped command or option: the close
+        match instead of the list of every choice."""
+        choice = _INVALID_CHOICE.search(message)
+        if choice:
+            typed, listed = choice.group(1), _CHOICE_NAMES.findall(choice.group(2))
+            close = difflib.get_close_matches(typed, listed, n=1)
+            if close:
+                return f"{message[: choice.start()]}unknown {typed!r}; did you mean {close[0]!r}?"
+            return message
+        unknown = _UNRECOGNIZED.search(message)
+        if unknown:
+            # Reported by the root parser for any verb's options: every verb's are candidates.
+            options = sorted(_option_strings(self))
+            for typed in unknown.group(1).split():
+                close = difflib.get_close_matches(typed.partition("=")[0], options, n=1)
+                if typed.startswith("--") and close:
+                    return f"unknown option {typed!r}; did you mean {close[0]!r}?"
+        return message
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    """The long options of ``parser`` and of every verb under it."""
+    found = {o for o in parser._option_string_actions if o.startswith("--")}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _option_strings(sub)
+    return found
 
 
 def _integer(text: str, wrong: str) -> int:
