@@ -172,6 +172,10 @@ def test_least_privilege_role_sees_the_holder_only_with_the_monitor_grant(
         daemon = cluster.start(path, env={"PGTICK_DSN": role.dsn})
         event = next(e for e in daemon.events() if e.get("event") == "http_listening")
         base = f"http://127.0.0.1:{event['port']}"
+        # Nothing of another role holds the horizon: no note (issue 44, item 9: it was
+        # printed on every call of a role without pg_monitor).
+        quiet = pgtick(role.dsn, "status")
+        assert "note:" not in quiet.text + "\n".join(quiet.err), quiet.text
         with held_snapshot(dsn) as pid:  # a session of another role (the superuser)
             time.sleep(HELD_SECONDS)
             # Without pg_monitor the holder is named (pid, user, application: visible to

@@ -226,7 +226,15 @@ def status(
     )
     if horizon.problem is not None:
         problems.append(horizon.problem)
-    notes = [] if snap.sees_all_sessions else [NO_MONITOR_NOTE.format(user=store.current_user())]
+    # The note only where it changes what status says: a session of another role holds the
+    # horizon and its age is hidden (not on every call of a role without pg_monitor).
+    hidden = horizon.holder is not None and horizon.holder.kind == "session"
+    hidden = hidden and horizon.holder is not None and horizon.holder.age_seconds is None
+    notes = (
+        []
+        if snap.sees_all_sessions or not hidden
+        else [NO_MONITOR_NOTE.format(user=store.current_user())]
+    )
     stale_after = STALE_AFTER_HEARTBEATS * heartbeat_seconds
     return Status(now, stale_after, workers, job_types, schedules, problems, horizon, notes)
 
