@@ -107,11 +107,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     with context.store(args, cfg) as store:
         if args.follow:
-            outcome = operations.follow_output(store, args.run_id, args.attempt, args.stream, emit)
-            if outcome != "succeeded":
-                print(f"pgtick: attempt ended: {outcome}", file=sys.stderr)
-                return EXIT_FAILURE
-            return EXIT_OK
+            number, outcome = operations.follow_output(
+                store, args.run_id, args.attempt, args.stream, emit
+            )
+            run = operations.show_run(store, args.run_id).run
+            print(f"pgtick: {views.attempt_ended(number, outcome, run)}", file=sys.stderr)
+            return EXIT_OK if outcome == "succeeded" else EXIT_FAILURE
         lines = operations.run_output(store, args.run_id, args.attempt, args.stream)
     attempt = None
     for line in lines:

@@ -490,3 +490,23 @@ def _print_schedules(st: operations.Status) -> None:
                 for s in st.schedules
             ],
         )
+
+
+def attempt_ended(number: int, outcome: str, run: Run) -> str:
+    """How ``logs --follow`` says the attempt it followed ended, and what the run does next
+    (a failed attempt with a retry pending is not the end of the run)."""
+    how = {
+        "lost": "was lost (its daemon stopped, or its lease ended)",
+        "released": "was given back unstarted at its daemon's stop",
+        "cancelled": "was cancelled by an operator",
+    }.get(outcome, outcome)
+    said = f"attempt {number} {how}"
+    if outcome in ("succeeded", "cancelled"):
+        return said
+    if run.attempts > number and run.status == "running":
+        return f"{said}; attempt {run.attempts} has started"
+    if run.status == "dead":
+        return f"{said}; the run is dead after {run.attempts} attempts (pgtick retry {run.id})"
+    if run.status in ("failed", "queued"):
+        return f"{said}; the run will retry at {iso(run.run_at, whole_seconds=True)}"
+    return f"{said}; the run is {run.status}"

@@ -103,10 +103,10 @@ def follow_output(
     emit: Callable[[OutputLine], None],
     *,
     poll_seconds: float = FOLLOW_POLL_SECONDS,
-) -> str:
+) -> tuple[int, str]:
     """Show an attempt's lines as they are written (the latest attempt, waiting for the first
-    to start if none has) until it ends; returns its outcome (succeeded, failed, lost,
-    released, cancelled)."""
+    to start if none has) until it ends; returns its number and its outcome (succeeded,
+    failed, lost, released, cancelled)."""
     attempts = _check(store, run_id, attempt)
     number = attempt or max(attempts, 1)
     shown: dict[tuple[object, int], tuple[tuple[int, str, str] | None, int]] = {}
@@ -138,6 +138,6 @@ def follow_output(
             shown[key] = (c.lines[0] if c.lines else None, len(c.lines))
         if done:
             if state.outcome is not None:
-                return state.outcome
-            return "cancelled" if state.status == "cancelled" else state.status
+                return number, state.outcome
+            return number, "cancelled" if state.status == "cancelled" else state.status
         time.sleep(poll_seconds)
