@@ -181,7 +181,7 @@ def test_claim_and_reaper_use_their_partial_indexes(conn: db.Connection) -> None
     # claim may read the small live partition sequentially to find the rows it locked.
     assert "runs_claim_idx" in claim, claim
     assert not TERMINAL_SCAN.search(claim), claim
-    reap = _plan(conn, "reap_select", {"limit": 500, "since": None})
+    reap = _plan(conn, "reap_select", {"limit": 500, "since": None, "alive": 5.0, "slack": 0.5})
     assert "runs_lease_idx" in reap, reap
     assert "Seq Scan on runs" not in reap, reap
 

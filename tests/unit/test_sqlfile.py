@@ -50,7 +50,8 @@ def test_shared_ends_and_ranges_are_in_each_statement_that_includes_them() -> No
     queries = sqlfile.queries()
     for shared, names in [
         ("claim_result", ("claim", "claim_limited")),
-        ("expired_leases", ("reap_look", "reap_select")),
+        ("ended_leases", ("reap_look", "reap_select")),
+        ("holder_not_alive", ("reap_look", "reap_select")),
     ]:
         for name in names:
             assert queries[shared] in queries[name], name

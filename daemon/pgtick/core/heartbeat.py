@@ -10,6 +10,14 @@ while we were away, and their handlers are told to stop. Until a beat has confir
 leases, the dispatcher claims nothing and no claimed run is started (the lifecycle judges it
 from the time of the last successful beat), so a beat that cannot reach the database fails
 fast rather than waiting for a connection.
+
+A run whose row another session holds locked is skipped, never waited for (one lock must not
+hold up the renewal of every other lease), so its lease can end under us. The reapers leave
+such a lease to a holder whose heartbeat is recent and came no earlier than just before the
+lease's end (storage.maintenance.HOLDER_ALIVE_SECONDS): while runs are skipped so, the loop
+beats for them alone (the same statement, given those leases only) every
+BLOCKED_BEAT_SECONDS and just before each of their leases ends, between its full beats; the
+first beat after the lock goes renews the lease.
 """
 
 from __future__ import annotations
@@ -23,9 +31,17 @@ from pgtick.core.worker import Worker
 from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
 from pgtick.storage.db import retry_delay
-from pgtick.storage.store import RunStore, WorkerInfo
+from pgtick.storage.store import (
+    HOLDER_ALIVE_SECONDS,
+    LEASE_END_SLACK_SECONDS,
+    RunStore,
+    WorkerInfo,
+)
 
 MIN_WAIT_SECONDS = 0.05
+# While another session holds a run's row locked, beat at least this often: the reapers take
+# a lease that ended from a holder whose last beat is older than HOLDER_ALIVE_SECONDS.
+BLOCKED_BEAT_SECONDS = HOLDER_ALIVE_SECONDS / 5
 
 log = structlog.get_logger("pgtick.heartbeat")
 
@@ -53,18 +69,30 @@ class Heartbeat:
         worker.life.on_deadline = self._nudged.set
         self.alive_at = time.monotonic()
         self.last_success_at: float | None = None
+        # Runs the last beat skipped, row-locked by another session, and the ends (monotonic,
+        # sorted) of their leases as last renewed.
+        self._blocking: list[int] = []
+        self._lease_ends: list[float] = []
+        self._full_due = 0.0  # monotonic: when a beat of every lease is due
+        self._full_sent_at = self.alive_at  # when the last one was sent
 
     def stop(self) -> None:
         self.stop_event.set()
         self._nudged.set()
 
-    def beat(self) -> None:
+    def beat(self, *, only_blocked: bool = False) -> None:
         """One heartbeat: extend every held lease and report the ones found gone; then give
-        back the claimed runs that waited too long for a thread."""
+        back the claimed runs that waited too long for a thread. ``only_blocked``: a beat
+        between two full ones for the runs the last beat found row-locked by another session
+        only, which says this daemon is alive and renews them once the lock has gone."""
         life = self._worker.life
         blocked = not life.may_claim()
         sent_at = time.monotonic()
         leases = life.leases()
+        if only_blocked:
+            leases = {rid: leases[rid] for rid in self._blocking if rid in leases}
+        else:
+            self._full_sent_at = sent_at
         beat = self._store.heartbeat(self._worker.worker_id, list(leases.values()))
         if not beat.registered:
             # Silent for long (an outage): another daemon's reaper forgot us. Come back.
@@ -74,16 +102,41 @@ class Heartbeat:
         if gone:
             attempts = {rid: leases[rid].attempt for rid in gone}
             self._worker.let_go(life.lost(gone, beat.cancelled & gone, attempts))
-        blocking = life.confirm(sent_at, beat.held, beat.busy)
-        if blocking:
-            # Row-locked by another transaction that is not our own result being written (an
-            # operator's, a session's FOR UPDATE): not renewed, looked at again next beat;
-            # claims wait until a beat renews every lease.
+        # A beat of the blocked runs only re-checked nothing else: with them renewed, every
+        # lease is known renewed as of the last full beat.
+        blocking = life.confirm(
+            self._full_sent_at if only_blocked else sent_at, beat.held, beat.busy
+        )
+        # Row-locked by another transaction that is not our own result being written (an
+        # operator's, a session's FOR UPDATE): not renewed, looked at again soon (beaten);
+        # claims wait until a beat renews every lease. Logged when the set changes.
+        self._lease_ends = sorted(life.lease_ends(blocking))
+        if blocking and blocking != self._blocking:
             log.warning("heartbeat_skipped_locked_runs", run_ids=blocking)
+        elif self._blocking and not blocking:
+            log.info("heartbeat_locked_runs_cleared", run_ids=self._blocking)
+        self._blocking = blocking
         if blocked:
             self._worker.wake()  # the dispatcher waited for this beat to claim again
         self.last_success_at = time.monotonic()
         self._worker.release_stale(self._store)
+
+    def beaten(self, now: float, *, full: bool) -> float:
+        """A beat (``full``: of every lease) at ``now`` went through: when to beat next. The
+        full beat an interval after the last; while runs are skipped for another session's
+        row lock, a beat for them at most BLOCKED_BEAT_SECONDS later, and just before the next
+        of their leases ends (half LEASE_END_SLACK_SECONDS before), so that the reapers see
+        this daemon beat at that lease's end and leave the run to it."""
+        if full:
+            self._full_due = now + self._interval
+        if not self._blocking:
+            return self._full_due
+        soon = min(self._full_due, now + BLOCKED_BEAT_SECONDS)
+        for end in self._lease_ends:
+            aim = end - LEASE_END_SLACK_SECONDS / 2
+            if aim > now + MIN_WAIT_SECONDS:
+                return min(aim, soon)
+        return soon
 
     def run(self) -> None:
         failures = 0
@@ -93,11 +146,12 @@ class Heartbeat:
             self.alive_at = now
             if now >= next_beat:
                 try:
-                    self.beat()
+                    full = now >= self._full_due  # else a beat of the row-locked runs only
+                    self.beat(only_blocked=not full)
                     if failures:
                         log.info("heartbeat_recovered", after_failures=failures)
                     failures = 0
-                    next_beat = now + self._interval
+                    next_beat = self.beaten(now, full=full)
                 except DatabaseError as exc:
                     failures += 1
                     self._metrics.db_error("heartbeat")

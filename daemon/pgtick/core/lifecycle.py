@@ -218,6 +218,11 @@ class Lifecycle:
                 or (h.state is State.LOST and h.gone == "cancelled")
             }
 
+    def lease_ends(self, run_ids: Iterable[int]) -> list[float]:
+        """The (monotonic) ends of these runs' leases as last known renewed, of those held."""
+        with self._lock:
+            return [h.lease_until for rid in run_ids if (h := self._held.get(rid)) is not None]
+
     def confirm(
         self, sent_at: float, renewed: Iterable[int], skipped: Iterable[int] = ()
     ) -> list[int]:

@@ -8,6 +8,12 @@ since, and a pass over all of them would grow with the time the snapshot is held
 
 Any number of daemons reap at once: the reaper's SELECT uses SKIP LOCKED, and its UPDATE
 re-checks the lease, so a run is reaped once.
+
+A lease that ended is not taken while its holder is alive (storage.maintenance's
+HOLDER_ALIVE_SECONDS says how that is told): a holder skips a run whose row another session
+holds locked, so such a lease can end under a daemon that runs its handler and would renew it
+at its next beat. A run skipped so (or whose row is locked) keeps the next pass's range from
+moving past its lease, so it is taken as soon as it may be; it is never waited for.
 """
 
 from __future__ import annotations
@@ -100,15 +106,24 @@ class Reaper:
         full = time.monotonic() >= self._next_full
         since = None if full else self._since
         # The clock first: the pass below sees every lease that ended before it.
-        began, due = store.reap_look(since)
-        reaped = store.reap(self._delay_for, REAP_BATCH_ROWS, since) if due else []
-        if len(reaped) < REAP_BATCH_ROWS:  # complete: the next pass starts about here
-            self._since = began - timedelta(seconds=REAP_MARGIN_SECONDS)
+        look = store.reap_look(since)
+        reaped = store.reap(self._delay_for, REAP_BATCH_ROWS, since) if look.due else []
+        if len(reaped) < REAP_BATCH_ROWS:  # complete: the next pass starts about here ...
+            self._since = look.now - timedelta(seconds=REAP_MARGIN_SECONDS)
+            if look.oldest is not None:  # ... or at a lease it could not take (yet)
+                self._since = min(self._since, look.oldest)
             if full:
                 self._next_full = time.monotonic() + FULL_REAP_SECONDS
                 self.full_passes += 1
         for run in reaped:
-            log.warning("run_reaped", run_id=run.id, job_type=run.job_type, status=run.status)
+            log.warning(
+                "run_reaped",
+                run_id=run.id,
+                job_type=run.job_type,
+                status=run.status,
+                holder=run.worker_id,
+                runs_again=run.status == "failed",
+            )
         # Cancelled runs whose daemon died before it let go of them: free them for retry.
         let_go = store.reap_cancelled()
         if let_go:

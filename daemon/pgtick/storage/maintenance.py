@@ -24,6 +24,15 @@ PARTITIONS_AHEAD_SECONDS = 1800.0
 # needs (a day's retention: a few partitions per parent).
 MAX_PARTITION_STEPS = 10_000
 REAP_BATCH_ROWS = 500
+# A lease that ended is left to its holder while the holder is alive (the reaper's
+# holder_not_alive, in queries.sql): its workers row shows a heartbeat within this many
+# seconds, taken no earlier than LEASE_END_SLACK_SECONDS before the lease's end. A holder
+# beats that late only when another session held the run's row locked at its beats; one
+# stopped or dead beat last when it renewed the lease, a whole lease (MIN_LEASE_SECONDS, 1 s,
+# at least) before the end. While such a lock lasts a holder beats every
+# heartbeat.BLOCKED_BEAT_SECONDS, and once LEASE_END_SLACK_SECONDS / 2 before the lease ends.
+HOLDER_ALIVE_SECONDS = 5.0
+LEASE_END_SLACK_SECONDS = 0.5
 # The partitioned tables (maintain_partitions' parents) of runs' history that are partitioned
 # by the history's own times, not by their runs' finish (ended attempts, output), and the rest.
 RUN_HISTORY_TABLES = ("attempts_ended", "output_chunks")
@@ -36,6 +45,24 @@ class ReapedRun:
     status: str
     job_type: str
     run_at: datetime
+    worker_id: str | None  # the holder whose lease it was
+
+
+@dataclass(frozen=True)
+class ReapLook:
+    """The reaper's look before a pass (reap_look)."""
+
+    now: datetime  # the database clock
+    due: bool  # a lease in the range ended and its holder is not alive: the pass may take it
+    # The earliest lease in the range that ended on a run still running, taken or not (None:
+    # none): the next pass's range starts no later, so one the pass cannot take now (a row
+    # another session holds locked, or a live holder's) is taken as soon as it may be.
+    oldest: datetime | None
+
+
+def _reap_params(since: datetime | None) -> dict[str, Any]:
+    """The reaper's range (ended_leases) and who counts as alive (holder_not_alive)."""
+    return {"since": since, "alive": HOLDER_ALIVE_SECONDS, "slack": LEASE_END_SLACK_SECONDS}
 
 
 @dataclass(frozen=True)
@@ -129,11 +156,11 @@ class MaintenanceQueries(StoreBase):
         """Let go of cancelled runs whose holder died before it could (lease expired)."""
         return int(self._all("reap", "reap_cancelled", {"limit": limit})[0][0])
 
-    def reap_look(self, since: datetime | None = None) -> tuple[datetime, bool]:
-        """The database clock now, and whether a lease that ended at or after ``since`` (None:
-        any) has expired and awaits the reaper."""
-        [(now, due)] = self._all("reap", "reap_look", {"since": since})
-        return now, bool(due)
+    def reap_look(self, since: datetime | None = None) -> ReapLook:
+        """The database clock now, whether a lease that ended at or after ``since`` (None:
+        any) awaits the reaper, and the earliest such lease of a run still running."""
+        [(now, due, oldest)] = self._all("reap", "reap_look", _reap_params(since))
+        return ReapLook(now, bool(due), oldest)
 
     def reap(
         self,
@@ -158,7 +185,7 @@ class MaintenanceQueries(StoreBase):
     ) -> list[ReapedRun]:
         with conn.transaction():
             rows = conn.execute(
-                sqlfile.query("reap_select", conn.schema), {"limit": limit, "since": since}
+                sqlfile.query("reap_select", conn.schema), {"limit": limit, **_reap_params(since)}
             ).fetchall()
             if not rows:
                 return []

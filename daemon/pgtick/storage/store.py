@@ -16,6 +16,8 @@ from __future__ import annotations
 from pgtick.storage.base import Pool
 from pgtick.storage.console import ConsoleQueries
 from pgtick.storage.maintenance import (
+    HOLDER_ALIVE_SECONDS,
+    LEASE_END_SLACK_SECONDS,
     PRUNE_BATCH_ROWS,
     REAP_BATCH_ROWS,
     HorizonHolder,
@@ -25,6 +27,7 @@ from pgtick.storage.maintenance import (
     PartitionChange,
     QueueCounts,
     ReapedRun,
+    ReapLook,
     ScheduleHealth,
 )
 from pgtick.storage.notify import Notifications, listening
@@ -72,6 +75,8 @@ class RunStore(
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "HOLDER_ALIVE_SECONDS",
+    "LEASE_END_SLACK_SECONDS",
     "PRUNE_BATCH_ROWS",
     "REAP_BATCH_ROWS",
     "STATUSES",
@@ -97,6 +102,7 @@ __all__ = [
     "PartitionChange",
     "Pool",
     "QueueCounts",
+    "ReapLook",
     "ReapedRun",
     "Run",
     "RunQuery",

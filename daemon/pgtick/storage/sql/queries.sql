@@ -755,21 +755,45 @@ SELECT count(*) FROM done;
 
 -- reap_look --
 -- The reaper's first look, outside a transaction: the database clock (the pass sees every
--- lease that ended before it; the next pass starts a margin before it) and whether a lease in
--- the pass's range has ended (reap_select's condition). Only then does the pass lock them, in
--- a transaction: an idle daemon's reaper sends this statement and reap_cancelled per
--- interval, not a transaction of three.
-SELECT now(), EXISTS (
-    SELECT 1 FROM {schema}.runs
--- include: expired_leases
-);
+-- lease that ended before it; the next pass starts a margin before it), whether a lease in
+-- the pass's range awaits the reaper (reap_select's condition), and the earliest lease in
+-- that range that ended and is still running, taken or not: one the pass cannot take now (its
+-- row locked by another session, or its holder alive) keeps the next pass's range from moving
+-- past it, so it is taken as soon as it may be, not at the next look at every lease. Only
+-- when a lease awaits does the pass lock them, in a transaction: an idle daemon's reaper
+-- sends this statement and reap_cancelled per interval, not a transaction of three.
+SELECT now(),
+       EXISTS (
+           SELECT 1 FROM {schema}.runs r
+-- include: ended_leases
+-- include: holder_not_alive
+       ),
+       (SELECT min(r.locked_until) FROM {schema}.runs r
+-- include: ended_leases
+       );
 
--- expired_leases --
+-- ended_leases --
 -- The reaper's range, said once for reap_look and reap_select (the look must ask exactly
 -- what the select would lock): running runs whose lease ended, at or after %(since)s (NULL:
 -- any).
-WHERE status = 'running' AND locked_until < now()
-  AND locked_until >= coalesce(%(since)s::timestamptz, '-infinity')
+WHERE r.status = 'running' AND r.locked_until < now()
+  AND r.locked_until >= coalesce(%(since)s::timestamptz, '-infinity')
+
+-- holder_not_alive --
+-- ... and whose holder is not alive: its workers row is gone, or its last heartbeat is older
+-- than %(alive)s seconds, or came before the lease's last %(slack)s seconds. A holder renews
+-- every lease it holds at each heartbeat, but skips (SKIP LOCKED) a run whose row another
+-- session holds locked; such a holder beats at least every second, and once just before
+-- that lease ends (heartbeat.py), so its heartbeat is recent and at or after the lease's
+-- end, and the run is left to it: its next beat after the lock goes renews the lease. A
+-- holder stopped or dead beat last when it renewed the lease, a whole lease (1 s at least,
+-- more than %(slack)s) before its end, and is taken from at once; one stopped after it beat
+-- past the end, %(alive)s seconds after that beat (the exception: docs/concepts, The reaper).
+  AND NOT EXISTS (
+      SELECT 1 FROM {schema}.workers w
+      WHERE w.id = r.locked_by
+        AND w.heartbeat_at > r.locked_until - make_interval(secs => %(slack)s)
+        AND w.heartbeat_at > now() - make_interval(secs => %(alive)s))
 
 -- reap_select --
 -- Lock running runs whose lease expired (crashed or frozen daemon), oldest first; served by
@@ -777,13 +801,16 @@ WHERE status = 'running' AND locked_until < now()
 -- that ended at or after %(since)s (NULL: any): the reaper's previous pass took every lease
 -- that had ended before it, and under a snapshot held elsewhere the index keeps an entry for
 -- every lease a finished run ever had, all of them ended: this range holds a few seconds of
--- them, not the whole time the snapshot has been held.
-SELECT id, job_type, attempts, max_attempts, locked_by
-FROM {schema}.runs
--- include: expired_leases
+-- them, not the whole time the snapshot has been held. A run whose row another session holds
+-- locked is skipped, not waited for: it stays in the range (reap_look) and is looked at
+-- again next pass.
+SELECT r.id, r.job_type, r.attempts, r.max_attempts, r.locked_by
+FROM {schema}.runs r
+-- include: ended_leases
+-- include: holder_not_alive
 ORDER BY locked_until
 LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED;
+FOR UPDATE OF r SKIP LOCKED;
 
 -- reap_mark --
 -- Turn reaped runs into failed (delay given) or dead (delay NULL), and write each attempt as
@@ -814,7 +841,8 @@ WITH input AS (
 )
 SELECT id, status, job_type,
        -- Readable whatever was written by hand (claim_result says why).
-       least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at
+       least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at,
+       worker_id
 FROM done;
 
 -- retry --

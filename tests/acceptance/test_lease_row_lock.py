@@ -1,0 +1,135 @@
+"""A run whose row another session holds locked longer than the lease (an operator's
+``BEGIN; UPDATE pgtick.runs SET priority = 5 ...`` left open) stays its live holder's. The
+heartbeat renews with SKIP LOCKED, so the lease ran out under the lock; once the lock went,
+a reaper failed the run before the holder's next beat and another daemon ran a second copy
+beside the first (the first test failed so before the fix). A holder that is stopped is
+still taken from: at once without a lock, and a few seconds after its last heartbeat when
+the lock outlived it (the documented exception: the run runs again)."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from tests import dbhelp
+from tests.acceptance.conftest import Cluster, Daemon, wait_for
+from tests.acceptance.correctness import enqueue
+
+LEASE_SECONDS = 6.0
+REAPER_SECONDS = 0.2
+# A holder whose heartbeat is older than this is taken for stopped (docs/concepts.md).
+HOLDER_ALIVE_SECONDS = 5.0
+SLACK_SECONDS = 2.0
+
+
+def _start(cluster: Cluster, threads: int) -> Daemon:
+    """Lease 6 s, beat every 2 s, reap every 0.2 s: a reaper passes many times between two
+    beats, so one that may take the run gets there first."""
+    return cluster.start(
+        cluster.config(
+            threads=threads,
+            lease=f"{LEASE_SECONDS:g}s",
+            heartbeat="2s",
+            reaper=f"{REAPER_SECONDS * 1000:g}ms",
+            poll_interval="200ms",
+        )
+    )
+
+
+def _holding(cluster: Cluster, conn: dbhelp.Connection, sleep: float) -> tuple[Daemon, int]:
+    """A daemon of one thread running one run that takes ``sleep`` seconds; then a second
+    daemon, which reaps and would run a second copy. Returns (holder, run id)."""
+    holder = _start(cluster, threads=1)
+    [run_id] = enqueue(conn, [("record", {"sleep": sleep})], max_attempts=3)
+    wait_for(lambda: run_id in cluster.executions(), 10, what="the holder started the run")
+    _start(cluster, threads=2)
+    return holder, run_id
+
+
+def _lock(operator: dbhelp.Connection, conn: dbhelp.Connection, run_id: int) -> float:
+    """An operator's update of the run, its transaction left open; returns the seconds until
+    the lease (as last renewed, on the database's clock) ends."""
+    operator.execute("UPDATE pgtick.runs SET priority = 5 WHERE id = %s", [run_id])
+    row = conn.execute(
+        "SELECT extract(epoch FROM locked_until - now())::float8 FROM runs WHERE id = %s",
+        [run_id],
+    ).fetchone()
+    assert row is not None and row[0] is not None, "the run is not held"
+    return float(row[0])
+
+
+def _attempts(conn: dbhelp.Connection, run_id: int) -> list[tuple[int, str | None]]:
+    return conn.execute(  # type: ignore[return-value]
+        "SELECT attempt, outcome FROM attempts WHERE run_id = %s ORDER BY attempt", [run_id]
+    ).fetchall()
+
+
+def test_a_row_lock_longer_than_the_lease_does_not_take_a_live_holders_run(
+    cluster: Cluster, conn: dbhelp.Connection, dsn: str
+) -> None:
+    """The lock is held until 1 s past the lease's end: half way between two beats of the
+    holder, and well inside the reaper's 5 s look back; the holder heartbeats all along. The
+    run must run once, and succeed on attempt 1."""
+    holder, run_id = _holding(cluster, conn, sleep=16.0)
+    with dbhelp.connect(dsn) as operator, operator.transaction():
+        time.sleep(_lock(operator, conn, run_id) + 1.0)
+        row = conn.execute("SELECT locked_until < now() FROM runs WHERE id = %s", [run_id])
+        assert row.fetchone() == (True,), "the lease did not end under the lock: test is moot"
+    wait_for(
+        lambda: (
+            conn.execute("SELECT status FROM runs WHERE id = %s", [run_id]).fetchone()
+            == ("succeeded",)
+        ),
+        20,
+        what="the run succeeded",
+    )
+    time.sleep(1.0)  # a second copy, claimed right after the lock went, has started by now
+    assert cluster.executions() == {run_id: 1}
+    row = conn.execute("SELECT status, attempts, priority FROM runs WHERE id = %s", [run_id])
+    assert row.fetchone() == ("succeeded", 1, 5)
+    assert _attempts(conn, run_id) == [(1, "succeeded")]
+    skipped = [e for e in holder.events() if e["event"] == "heartbeat_skipped_locked_runs"]
+    assert skipped and all(e["run_ids"] == [run_id] for e in skipped)
+
+
+def test_a_holder_stopped_under_the_lock_loses_its_run_once_its_heartbeat_is_old(
+    cluster: Cluster, conn: dbhelp.Connection, dsn: str
+) -> None:
+    """The exception, bounded: the holder is stopped (SIGSTOP) after its lease ended under the
+    lock (it had beaten at that end, so it counted as alive). Once the lock goes, the other
+    daemon's reaper takes the run within HOLDER_ALIVE_SECONDS of the holder's last heartbeat
+    (not at its look at every lease, 10 minutes on), and its log says the run will run
+    again."""
+    holder, run_id = _holding(cluster, conn, sleep=30.0)
+    with dbhelp.connect(dsn) as operator, operator.transaction():
+        time.sleep(_lock(operator, conn, run_id) + 0.5)
+        holder.signal(signal.SIGSTOP)
+        time.sleep(1.0)
+        assert cluster.executions() == {run_id: 1}, "taken while the lock held it"
+    committed = time.monotonic()
+    try:
+        wait_for(lambda: 2 in cluster.executions().values(), 20, 0.02, "the run running again")
+        assert time.monotonic() - committed <= HOLDER_ALIVE_SECONDS + REAPER_SECONDS + SLACK_SECONDS
+    finally:
+        holder.signal(signal.SIGKILL)
+        holder.wait(10)
+    assert _attempts(conn, run_id)[0] == (1, "lost")
+    reaped = [e for d in cluster.daemons[1:] for e in d.events() if e["event"] == "run_reaped"]
+    assert [(e["run_id"], e["runs_again"]) for e in reaped] == [(run_id, True)]
+
+
+def test_a_stopped_holders_run_is_taken_when_its_lease_ends(
+    cluster: Cluster, conn: dbhelp.Connection
+) -> None:
+    """A daemon frozen with SIGSTOP stops heartbeating too: its run is taken as before, at
+    the end of its lease, not HOLDER_ALIVE_SECONDS later."""
+    holder, run_id = _holding(cluster, conn, sleep=30.0)
+    holder.signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        wait_for(lambda: 2 in cluster.executions().values(), 20, 0.02, "the run running again")
+        assert time.monotonic() - stopped <= LEASE_SECONDS + REAPER_SECONDS + SLACK_SECONDS
+    finally:
+        holder.signal(signal.SIGKILL)
+        holder.wait(10)
+    assert _attempts(conn, run_id)[0] == (1, "lost")
