@@ -105,3 +105,20 @@ def test_show_refuses_unknown_and_bad_ids(conn: Connection, dsn: str) -> None:
         assert result.code == 2, (bad, result)
         assert "run id" in result.error, result.error
     assert checksum(conn) == before
+
+
+def test_an_attempt_ended_by_a_cancel_reads_as_cancelled_not_lost(
+    conn: Connection, dsn: str
+) -> None:
+    """Issue 44, item 9: an operator-cancelled attempt read "lost ... cancelled by operator"."""
+    run_id = insert_run(conn, job_type="export", status="cancelled", attempts=1)
+    conn.execute(
+        "INSERT INTO attempts_history (run_id, attempt, worker_id, started_at, finished_at,"
+        " outcome, error) VALUES (%s, 1, 'w-1', now() - interval '1 minute', now(), 'lost',"
+        " 'cancelled by operator')",
+        (run_id,),
+    )
+    shown = pgtick(dsn, "show", str(run_id))
+    assert shown.code == 0, shown.err
+    assert "#1 cancelled by an operator on w-1" in shown.text
+    assert "lost" not in shown.text

@@ -245,13 +245,17 @@ def print_detail(d: operations.RunDetail) -> None:
     for a in d.attempts:
         took = _attempt_seconds(a)
         outcome = a.outcome or _open_attempt(r)
+        error = a.error
+        if a.outcome == "lost" and a.error == CANCELLED_ATTEMPT_ERROR:
+            # Stored as lost (the attempts table has no cancelled outcome); it was not lost.
+            outcome, error = "cancelled by an operator", None
         head = f"  #{a.attempt} {outcome} on {a.worker_id}, started {iso(a.started_at)}"
         if took is not None:
             head += f", took {duration_text(took)}"
         if a.error_type:
             head += f", {a.error_type}"
         print(head)
-        for line in (a.error or "").rstrip().splitlines():
+        for line in (error or "").rstrip().splitlines():
             print(f"      {line}")
     print(f"effects ({len(d.effects)}):" if d.effects else "effects: none")
     for e in d.effects:
@@ -490,6 +494,11 @@ def _print_schedules(st: operations.Status) -> None:
                 for s in st.schedules
             ],
         )
+
+
+# The error an attempt ended by an operator's cancel is recorded with (queries.sql:
+# acknowledge_cancel, reap_cancelled, retry), outcome 'lost'.
+CANCELLED_ATTEMPT_ERROR = "cancelled by operator"
 
 
 def attempt_ended(number: int, outcome: str, run: Run) -> str:
