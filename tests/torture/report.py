@@ -1,0 +1,66 @@
+"""The checker's verdict as text: one block per violation (the guarantee, the run or key, the
+history lines that show it), the excused cases in short, then what the run exercised."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from tests.torture.checker import INVARIANTS, Finding, Verdict
+from tests.torture.history import Event
+
+VALUE_CHARS = 220
+EXCUSED_SHOWN = 10
+
+
+def line(event: Event, t0: int) -> str:
+    value = json.dumps(event.value, separators=(",", ":"), sort_keys=True, default=str)
+    if len(value) > VALUE_CHARS:
+        value = value[: VALUE_CHARS - 1] + "…"
+    return f"    {event.source:<24} {(event.t - t0) / 1e9:+9.3f}s {event.process:<16} {event.type:<6} {event.f} {value}"
+
+
+def block(finding: Finding, t0: int, label: str) -> list[str]:
+    out = [
+        f"{label} [{INVARIANTS[finding.invariant]} {finding.invariant}] {finding.subject}: {finding.summary}"
+    ]
+    if finding.excuse:
+        out.append(f"  excused: {finding.excuse}")
+    out += [line(e, t0) for e in finding.lines]
+    out += [f"    {note}" for note in finding.notes]
+    return out
+
+
+def counts(title: str, items: Iterable[tuple[str, int]]) -> str:
+    pairs = sorted(items)
+    if not pairs:
+        return f"  {title}: none"
+    return f"  {title}: " + ", ".join(f"{k} {v}" for k, v in pairs)
+
+
+def text(verdict: Verdict) -> str:
+    out: list[str] = []
+    for finding in verdict.violations:
+        out += block(finding, verdict.t0, "VIOLATION")
+        out.append("")
+    for finding in verdict.excused[:EXCUSED_SHOWN]:
+        out += block(finding, verdict.t0, "excused")
+        out.append("")
+    if len(verdict.excused) > EXCUSED_SHOWN:
+        out.append(f"({len(verdict.excused) - EXCUSED_SHOWN} more excused findings, counted below)")
+    out.append(f"summary (seed {verdict.seed}):")
+    for title, counter in verdict.counts.items():
+        out.append(counts(title, counter.items()))
+    by_invariant: dict[str, int] = {}
+    for finding in verdict.violations:
+        by_invariant[finding.invariant] = by_invariant.get(finding.invariant, 0) + 1
+    out.append(
+        f"{len(verdict.violations)} violations"
+        + (
+            ": " + ", ".join(f"{k} {v}" for k, v in sorted(by_invariant.items()))
+            if by_invariant
+            else ""
+        )
+        + f"; {len(verdict.excused)} excused"
+    )
+    return "\n".join(out)
