@@ -20,9 +20,10 @@ import random
 import sys
 from pathlib import Path
 
-from bench import common
 from tests.torture import plan as torture_plan
 from tests.torture import run as torture_run
+
+from bench import common
 
 # The part starts (and restarts) a server of its own: bench's shared one cannot be restarted.
 OWN_SERVER = True

@@ -5,19 +5,20 @@ PostgreSQL, recorded as a history outside the database's transactions, and judge
 that knows only the promises of docs/guarantees.md, not how pgtick keeps them.
 
     plan.py        the world (job types, limits, schedules, retention) and the steps (operations
-                   and faults at times relative to the start), drawn from random.Random(seed); pure
-    history.py     the append-only JSON-lines files (one per process) and how they are read back
-    jobs.py        the Python handlers the daemons run (imported by `pgtick run`); cmd.py the command
-    operations.py  the clients: enqueues at each isolation level, key races, CLI cancel/retry/prune
-    faults.py      the nemesis: signals to daemons, killed sessions, a restarted server, held row
-                   locks and snapshots
-    observer.py    a reader that samples the runs table (what existed, when) into the history
+                   and faults at times relative to the start) drawn from random.Random(seed): pure
+    history.py     the append-only JSON-lines files, one per process, and reading them back
+    jobs.py        the Python handler the daemons run; cmd.py the command handler
+    operations.py  the clients: enqueues at each isolation level, key races, CLI cancel, retry,
+                   prune
+    faults.py      the nemesis: signals to daemons, ended sessions, a restarted server, a row
+                   held locked, a held snapshot
+    observer.py    a reader sampling the runs table into the history; the host's stalls
     cluster.py     the server, the database and the daemon processes
-    run.py         executes a plan: start, steps, quiesce, stop, final state; then the checker
-    checker.py     one function per guarantee over the history and the final state
-    report.py      the violations and the counts as text
+    run.py         executes a plan: start, steps, quiesce, stop, final state, then the checker
+    model.py       the facts a history states (executions, enqueues, sightings, faults in force)
+    checker.py     one function per guarantee over the model; report.py the verdict as text
 
-Imports point one way: run > operations | faults | observer | cluster > history | plan;
-checker > report? no: report > checker > history | plan. The daemon side (jobs.py, cmd.py)
-imports history only, so `pgtick run` loads little of the harness.
+Imports point one way: run > operations | faults | observer | cluster > jobs > history, plan;
+report > checker > model > history, plan. The daemon side (jobs.py, cmd.py) imports history
+alone, so `pgtick run` loads little of the harness.
 """

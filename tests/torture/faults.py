@@ -21,6 +21,8 @@ from tests.torture.cluster import STOP_TIMEOUT_SECONDS, Daemons, Server
 from tests.torture.history import FAIL, INFO, INVOKE, OK, HistoryFile
 
 LOCK_TIMEOUT = "2s"  # the operator's UPDATE waits this long for a row a daemon is writing
+# What an operator's psql session does to a running run's row before it wanders off.
+TOUCH_RUN = "UPDATE pgtick.runs SET priority = priority WHERE id = %s AND status = 'running'"
 
 
 def connect(dsn: str) -> psycopg.Connection[Any]:
@@ -131,10 +133,7 @@ class Nemesis:
                     return
                 run_id, holder, _ = rows[min(len(rows) - 1, int(args["pick"] * len(rows)))]
                 conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
-                locked = conn.execute(
-                    "UPDATE pgtick.runs SET priority = priority WHERE id = %s AND status = 'running'",
-                    [run_id],
-                ).rowcount
+                locked = conn.execute(TOUCH_RUN, [run_id]).rowcount
                 value = {"run": run_id, "holder": holder, "rows": locked, "step": step, **args}
                 self.write(INVOKE, "row-lock", value)
                 time.sleep(args["seconds"])

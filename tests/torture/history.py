@@ -30,6 +30,10 @@ TYPES = (INVOKE, OK, FAIL, INFO)
 HISTORY_ENV = "TORTURE_HISTORY"
 # The name of the daemon incarnation a handler runs in (d0#1: slot 0, first start).
 DAEMON_ENV = "TORTURE_DAEMON"
+# An ended attempt as the observer and the final state write it (a list, in this order).
+ATTEMPT_FIELDS = ("run", "attempt", "worker", "outcome", "error_type", "error", "finished")
+ATTEMPTS_COLUMNS = """run_id, attempt, worker_id, outcome, error_type, left(error, 200),
+       (extract(epoch FROM finished_at) * 1e9)::bigint"""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import pgtick
 from tests.torture.history import DAEMON_ENV, FAIL, HISTORY_ENV, INFO, INVOKE, OK, HistoryFile
 
 TICK_SECONDS = 2.0
+EFFECT = "INSERT INTO public.torture_effects (run_id, attempt, pid, t) VALUES (%s, %s, %s, %s)"
 EFFECTS_DDL = """
 CREATE TABLE IF NOT EXISTS public.torture_effects (
     run_id  bigint NOT NULL,
@@ -103,10 +104,7 @@ def run_behaviour(
     elif behaviour in ("tx", "txflaky"):
         wait(ctx, seconds, record, cooperative=True)
         with ctx.transaction() as conn:
-            conn.execute(
-                "INSERT INTO public.torture_effects (run_id, attempt, pid, t) VALUES (%s, %s, %s, %s)",
-                [ctx.run_id, ctx.attempt, os.getpid(), time.time_ns()],
-            )
+            conn.execute(EFFECT, [ctx.run_id, ctx.attempt, os.getpid(), time.time_ns()])
             if behaviour == "txflaky" and ctx.attempt == 1:
                 raise RuntimeError("raised inside ctx.transaction(): rolled back")
         history().write(OK, "effect", {"run": ctx.run_id, "attempt": ctx.attempt})
@@ -131,7 +129,8 @@ def wait(
 
 
 def claim_time(run_id: int) -> float | None:
-    """The run's started_at (its claim, database clock) as Unix seconds: rate limits count claims."""
+    """The run's started_at (its claim, on the database clock) in Unix seconds: a rate limit
+    counts claims."""
     try:
         with psycopg.connect(os.environ["PGTICK_DSN"], application_name="torture-handler") as conn:
             row = conn.execute(

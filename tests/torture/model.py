@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.torture.history import FAIL, INFO, INVOKE, OK, Event
+from tests.torture.history import ATTEMPT_FIELDS, FAIL, INFO, INVOKE, OK, Event
 from tests.torture.plan import World, seconds, world_from_json
 
 NS = 1_000_000_000
@@ -153,7 +153,8 @@ class Model:
     stalls: list[tuple[int, int, Event]]  # the harness starved of CPU: (from, to, line)
     operations: list[Event]  # cancel, retry, prune, faults: every other line, for context
     final: Mapping[str, Any]
-    retention_ns: int  # the shortest retention: an ended attempt's row is kept at least this long
+    retention_ns: int  # an ended attempt's row is kept at least this long
+    attempts: list[Mapping[str, Any]]  # every ended attempt seen: by the observer, or at the end
 
     def final_runs(self) -> dict[int, Mapping[str, Any]]:
         return {int(r["id"]): r for r in self.final.get("runs", [])}
@@ -223,8 +224,29 @@ def build(raw_plan: Mapping[str, Any], events: Sequence[Event], final: Mapping[s
             not in ("handler", "enqueue", "observe", "effect", "daemon", "daemon-exit", "stall")
         ],
         final=final,
-        retention_ns=int(min(seconds(v) for v in world.retention.values()) * NS),
+        retention_ns=int(attempt_retention(world) * NS),
+        attempts=read_attempts(events, final),
     )
+
+
+def attempt_retention(world: World) -> float:
+    """How long an ended attempt's row is kept at least: a succeeded one with the succeeded
+    runs, the others with the longest retention (concepts.md, "Where a run's rows go")."""
+    kept = [seconds(v) for v in world.retention.values()]
+    return min(seconds(world.retention["succeeded"]), max(kept))
+
+
+def read_attempts(events: Sequence[Event], final: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The ended attempts the observer saw, and those of the final state, once each."""
+    out: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+    for e in events:
+        if e.f == "observe":
+            for row in e.get("attempts", []):
+                out.setdefault(tuple(row), dict(zip(ATTEMPT_FIELDS, row, strict=True)))
+    for a in final.get("attempts", []):
+        if a.get("outcome") is not None:
+            out.setdefault(tuple(a.get(k) for k in ATTEMPT_FIELDS), a)
+    return sorted(out.values(), key=lambda a: (a["run"], a["attempt"], a.get("finished") or 0))
 
 
 def read_daemons(events: Sequence[Event]) -> dict[str, Daemon]:
@@ -277,9 +299,9 @@ def read_executions(events: Sequence[Event], daemons: Mapping[str, Daemon]) -> l
                 open_[key].pop(0)
     for ex in out:
         if ex.end is None and not ex.command:
-            daemon = daemons.get(ex.daemon)
-            if daemon is not None and daemon.died_at is not None and daemon.died_at >= ex.begin:
-                ex.died_at = daemon.died_at
+            holder = daemons.get(ex.daemon)
+            if holder is not None and holder.died_at is not None and holder.died_at >= ex.begin:
+                ex.died_at = holder.died_at
     return out
 
 

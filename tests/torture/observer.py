@@ -3,10 +3,11 @@
 Each sample is one REPEATABLE READ snapshot: the runs that are not terminal, held, or changed
 in the last seconds, and which of the runs it follows (not terminal, held, or with an
 idempotency key at their last sight) no longer exist. A history line carries the runs whose
-(status, holder, attempt) changed since the sample before and the runs gone since, each with
-the time of the last sample that saw it. The checker learns from it when a run existed
-(idempotency), that a run was terminal before retention took it (nothing lost), and that a
-held run was removed.
+(status, holder, attempt) changed since the sample before, the runs gone since (each with the
+time of the last sample that saw it), and the attempts that ended since (retention drops them
+long before the end). The checker learns from it when a run existed (idempotency), that a run
+was terminal before retention took it (nothing lost), that a held run was removed, and how
+each attempt was recorded.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from tests.torture.history import INFO, HistoryFile
+from tests.torture.history import ATTEMPTS_COLUMNS, INFO, HistoryFile
 
 SAMPLE_SECONDS = 1.0
 TERMINAL = ("succeeded", "dead", "cancelled", "skipped")
@@ -29,6 +30,11 @@ WHERE status IN ('queued', 'running', 'failed') OR locked_by IS NOT NULL
    OR updated_at > now() - interval '10 seconds'
 """
 STILL_THERE = "SELECT id FROM pgtick.runs WHERE id = ANY(%s)"
+# Attempts that ended lately: retention drops them (and their runs) long before the end.
+ENDED = f"""
+SELECT {ATTEMPTS_COLUMNS} FROM pgtick.attempts
+WHERE finished_at > now() - interval '30 seconds'
+"""
 
 STALL_TICK_SECONDS = 0.25
 STALL_REPORT_SECONDS = 1.5
@@ -42,6 +48,7 @@ class Observer:
     stop_event: threading.Event = field(default_factory=threading.Event)
     last: dict[int, State] = field(default_factory=dict)
     last_seen: dict[int, int] = field(default_factory=dict)  # time_ns of the last sample it was in
+    ended: set[tuple[Any, ...]] = field(default_factory=set)  # attempts already written
     samples: int = 0
 
     def follows(self, state: State) -> bool:
@@ -72,6 +79,7 @@ class Observer:
             followed = [i for i, s in self.last.items() if i not in seen and self.follows(s)]
             present = {int(r[0]) for r in conn.execute(STILL_THERE, [followed]).fetchall()}
             db_now = conn.execute("SELECT extract(epoch FROM now())::float8").fetchone()
+            attempts = [tuple(r) for r in conn.execute(ENDED).fetchall()]
         now = time.time_ns()
         gone = [i for i in followed if i not in present]
         changed = [[i, *s] for i, s in seen.items() if self.last.get(i) != s]
@@ -82,14 +90,13 @@ class Observer:
         for i in (*seen, *present):
             self.last_seen[i] = now
         self.last.update(seen)
+        fresh = [list(a) for a in attempts if a not in self.ended]
+        self.ended.update(attempts)
         self.samples += 1
-        if changed or departed:
-            self.history.write(
-                INFO,
-                "observe",
-                {"runs": changed, "gone": departed, "db_now": db_now[0] if db_now else None},
-                process="observer",
-            )
+        if changed or departed or fresh:
+            value: dict[str, Any] = {"runs": changed, "gone": departed, "attempts": fresh}
+            value["db_now"] = db_now[0] if db_now else None
+            self.history.write(INFO, "observe", value, process="observer")
 
 
 @dataclass

@@ -12,6 +12,7 @@ fresh idempotency key. Cancel, retry and prune go through the `pgtick` CLI as an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -75,10 +76,8 @@ class Clients:
         barrier = threading.Barrier(len(transactions))
 
         def one(index: int, tx: Mapping[str, Any]) -> None:
-            try:
+            with contextlib.suppress(threading.BrokenBarrierError):
                 barrier.wait(5)
-            except threading.BrokenBarrierError:
-                pass
             self.transaction(f"client-{step}.{index}", f"{step}.{index}", tx, race=step)
 
         threads = [

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 # -- The world ---------------------------------------------------------------------------------
@@ -29,10 +29,12 @@ POLL_SECONDS = 1.0
 GRACE_SECONDS = 2.0
 THREADS = 4
 TICK_SECONDS = 15.0
-# The least a retention can be and still drop partitions while runs are in flight: a period
-# is never under a minute (partition_period), so anything shorter than 4 minutes is one-minute
-# partitions.
+# Retention short enough to drop partitions while runs are in flight: a period is never under
+# a minute (partition_period), and any retention under 4 minutes has one-minute periods. The
+# cancelled runs' is the least the config takes (any duration above 0), so that a cancelled
+# run's partition drops at the first pass after its minute ends.
 RETENTIONS = ("1m", "1m", "2m")
+CANCELLED_RETENTION = "1s"
 HOT_KEYS = 6  # the pool of idempotency keys plain enqueues reuse
 CONCURRENCY_KEYS = ("a", "b", "c")
 
@@ -115,7 +117,7 @@ JOB_TYPES: tuple[JobType, ...] = (
     ),
     JobType(
         "capped", (("ok", 5), ("overrun", 3), ("fail", 1)), weight=10, max_running=1, timeout=2.0
-    ),  # fmt: skip
+    ),
     JobType("pair", (("ok", 6), ("overrun", 2), ("tx", 2)), weight=8, max_running=2, timeout=3.0),
     JobType(
         "keyed",
@@ -181,8 +183,8 @@ OPERATIONS: dict[str, float] = {
     "prune": 0.8,
 }
 FAULTS: dict[str, float] = {
-    "kill": 0.7,
-    "term": 0.7,
+    "kill": 0.5,
+    "term": 0.5,
     "freeze": 0.9,
     "terminate-backend": 1.5,
     "pg-restart": 0.35,
@@ -260,7 +262,7 @@ def draw(seed: int, minutes: float, daemons: int, only: Sequence[str] = ()) -> P
     if daemons < 1:
         raise PlanError("--daemons must be at least 1")
     total = minutes * 60.0
-    quiesce = max(MIN_QUIESCE_SECONDS, total * 0.2)
+    quiesce = max(MIN_QUIESCE_SECONDS, total * 0.25)
     active = total - quiesce
     if active < SETTLE_SECONDS * 2:
         raise PlanError(f"--minutes {minutes:g}: too short, at least {2 * (quiesce + 16) / 120:g}")
@@ -276,7 +278,7 @@ def draw(seed: int, minutes: float, daemons: int, only: Sequence[str] = ()) -> P
         start = SETTLE_SECONDS if kind in FAULTS else 1.0
         at = start + rng.expovariate(rate)
         while at < active:
-            steps.append(Step(round(at, 3), kind, draw_args(kind, rng, world, daemons, len(steps))))
+            steps.append(Step(round(at, 3), kind, draw_args(kind, rng, world, daemons)))
             at += rng.expovariate(rate)
     steps.sort(key=lambda s: (s.at, s.kind))
     return Plan(seed, minutes, daemons, tuple(only), world, tuple(steps), active, quiesce)
@@ -289,7 +291,9 @@ def draw_world(rng: random.Random) -> World:
         Schedule("quick_skip", "* * * * *", "skip", rng.choice(("all", "latest")), 1.0),
     )
     retention = {s: rng.choice(RETENTIONS) for s in ("succeeded", "dead", "skipped")}
-    retention["cancelled"] = "1m"  # the shortest a minute-long period allows to stay useful
+    # The least the config takes: a cancelled run's one-minute partition drops at the first
+    # pass after the minute ends, under a handler that ignores the cancel.
+    retention["cancelled"] = CANCELLED_RETENTION
     return World(JOB_TYPES, schedules, retention, prefetch=rng.choice((0, 0, 2)))
 
 
@@ -331,9 +335,14 @@ def draw_transaction(
     }
 
 
-def draw_args(
-    kind: str, rng: random.Random, world: World, daemons: int, index: int
-) -> dict[str, Any]:
+def draw_args(kind: str, rng: random.Random, world: World, daemons: int) -> dict[str, Any]:
+    """Every choice a step of ``kind`` makes, drawn from its kind's stream."""
+    if kind in OPERATIONS:
+        return operation_args(kind, rng, world)
+    return fault_args(kind, rng, world, daemons)
+
+
+def operation_args(kind: str, rng: random.Random, world: World) -> dict[str, Any]:
     if kind == "enqueue":
         count = rng.choice((1, 1, 1, 2, 3))
         keys = [
@@ -364,6 +373,10 @@ def draw_args(
         }
     if kind == "prune":
         return {"older_than": rng.choice((None, "1m"))}
+    raise PlanError(f"no arguments for {kind}")
+
+
+def fault_args(kind: str, rng: random.Random, world: World, daemons: int) -> dict[str, Any]:
     if kind in ("kill", "term"):
         return {"daemon": rng.randrange(daemons), "restart_after": round(rng.uniform(1.0, 8.0), 1)}
     if kind == "freeze":

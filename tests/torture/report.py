@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from tests.torture.checker import INVARIANTS, Finding, Verdict
+from tests.torture.checker import INVARIANTS, Verdict
+from tests.torture.findings import Finding
 from tests.torture.history import Event
 
 VALUE_CHARS = 220
@@ -17,13 +18,15 @@ def line(event: Event, t0: int) -> str:
     value = json.dumps(event.value, separators=(",", ":"), sort_keys=True, default=str)
     if len(value) > VALUE_CHARS:
         value = value[: VALUE_CHARS - 1] + "…"
-    return f"    {event.source:<24} {(event.t - t0) / 1e9:+9.3f}s {event.process:<16} {event.type:<6} {event.f} {value}"
+    at = (event.t - t0) / 1e9
+    return (
+        f"    {event.source:<24} {at:+9.3f}s {event.process:<16} {event.type:<6} {event.f} {value}"
+    )
 
 
 def block(finding: Finding, t0: int, label: str) -> list[str]:
-    out = [
-        f"{label} [{INVARIANTS[finding.invariant]} {finding.invariant}] {finding.subject}: {finding.summary}"
-    ]
+    number = INVARIANTS[finding.invariant]
+    out = [f"{label} [{number} {finding.invariant}] {finding.subject}: {finding.summary}"]
     if finding.excuse:
         out.append(f"  excused: {finding.excuse}")
     out += [line(e, t0) for e in finding.lines]

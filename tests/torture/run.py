@@ -30,7 +30,13 @@ import psycopg
 from tests.torture import checker, report
 from tests.torture.cluster import Daemons, config_text, database, server
 from tests.torture.faults import Nemesis
-from tests.torture.history import INFO, HistoryFile, read_directory
+from tests.torture.history import (
+    ATTEMPT_FIELDS,
+    ATTEMPTS_COLUMNS,
+    INFO,
+    HistoryFile,
+    read_directory,
+)
 from tests.torture.observer import Observer, StallWatch
 from tests.torture.operations import Clients
 from tests.torture.plan import Plan, draw
@@ -182,7 +188,7 @@ def guarded(
     """A step that raises is a harness bug: say so and carry on with the others."""
     try:
         action(index, args)
-    except Exception as exc:  # noqa: BLE001 - reported, not hidden
+    except Exception as exc:
         print(f"torture: step {index} raised {type(exc).__name__}: {exc}", flush=True)
 
 
@@ -193,14 +199,7 @@ SELECT r.id, r.status, r.job_type, r.idempotency_key, s.name, r.scheduled_for, r
 FROM pgtick.runs r LEFT JOIN pgtick.schedules s ON s.id = r.schedule_id
 ORDER BY r.id
 """
-FINAL_ATTEMPTS = """
-SELECT run_id, attempt, worker_id, outcome, error_type, left(error, 200),
-       (extract(epoch FROM finished_at) * 1e9)::bigint
-FROM pgtick.attempts ORDER BY run_id, attempt
-"""
-
-
-ATTEMPT_FIELDS = ("run", "attempt", "worker", "outcome", "error_type", "error", "finished")
+FINAL_ATTEMPTS = f"SELECT {ATTEMPTS_COLUMNS} FROM pgtick.attempts ORDER BY run_id, attempt"
 
 
 def final_state(dsn: str) -> dict[str, Any]:

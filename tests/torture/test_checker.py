@@ -85,9 +85,9 @@ class Hand:
         self.at(end, process, outcome, "enqueue", outcome=done, answers=answers)
 
     def run(self, run_id: int, status: str, job_type: str = "free", **extra: Any) -> None:
-        row = {"id": run_id, "status": status, "job_type": job_type, "key": None, "schedule": None,
-               "scheduled_for": None, "attempts": 1, "locked_by": None, "future": False, **extra}  # fmt: skip
-        self.final["runs"].append(row)
+        row = {"id": run_id, "status": status, "job_type": job_type, "key": None}
+        row.update({"schedule": None, "scheduled_for": None, "locked_by": None, "future": False})
+        self.final["runs"].append({**row, **extra})
 
     def attempt(
         self, run: int, attempt: int, outcome: str, worker: str = "w-d0#1", **extra: Any
@@ -360,6 +360,17 @@ def test_a_lease_taken_from_a_healthy_daemon_is_not_excused() -> None:
     assert names(h.verdict()) == ["success-recorded"]
 
 
+def test_a_success_recorded_for_a_handler_that_raised_is_a_violation() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.execution(900.0, 901.0, run=3, outcome=FAIL)
+    h.attempt(3, 1, "succeeded")
+    h.run(3, "succeeded")
+    verdict = h.verdict()
+    assert names(verdict) == ["success-recorded"]
+    assert "its handler raised" in verdict.violations[0].summary
+
+
 # -- 6 effects once --------------------------------------------------------------------------------
 
 
@@ -382,10 +393,14 @@ def test_an_effect_committed_twice_or_without_success_is_a_violation() -> None:
 
 
 def test_two_runs_of_one_occurrence_are_a_violation() -> None:
-    sched = {"sched": "every_minute_skip", "scheduled_for": "2026-12-01T10:00:00+00:00"}
+    occurrence = "2026-12-01T10:00:00+00:00"
     h = Hand()
-    h.execution(10.0, 11.0, run=1, job_type="sched", **sched)
-    h.execution(20.0, 21.0, run=2, job_type="sched", **sched)
+    h.execution(
+        10.0, 11.0, run=1, job_type="sched", sched="every_minute_skip", scheduled_for=occurrence
+    )
+    h.execution(
+        20.0, 21.0, run=2, job_type="sched", sched="every_minute_skip", scheduled_for=occurrence
+    )
     assert names(h.verdict()) == ["schedule-once"]
 
 
