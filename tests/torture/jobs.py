@@ -84,7 +84,7 @@ def run_behaviour(
 ) -> None:
     if behaviour in ("ok", "long"):
         wait(ctx, seconds, record, cooperative=True)
-    elif behaviour in ("overrun", "ignore", "stubborn"):
+    elif behaviour in ("overrun", "ignore", "linger", "stubborn"):
         wait(ctx, seconds, record, cooperative=False)
     elif behaviour == "fail":
         wait(ctx, seconds, record, cooperative=True)

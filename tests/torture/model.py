@@ -181,8 +181,10 @@ class Model:
         self, runs: Iterable[int], begin: int, end: int, daemons: Iterable[str] = ()
     ) -> list[Event]:
         """The operator's and the nemesis's lines between the times that name one of ``runs``
-        or ``daemons``, the server's restarts and the sessions it ended."""
+        or ``daemons``, and the server's restarts and the sessions it ended in the last two
+        leases before ``end`` (what could have cost a lease then)."""
         wanted, names = set(runs), set(daemons)
+        recent = end - 2 * self.lease_ns
         return [
             e
             for e in self.operations
@@ -190,7 +192,7 @@ class Model:
             and (
                 e.get("run") in wanted
                 or e.get("daemon") in names
-                or e.f in ("pg-restart", "terminate-backend")
+                or (e.f in ("pg-restart", "terminate-backend") and e.t >= recent)
             )
         ]
 

@@ -47,6 +47,7 @@ CONCURRENCY_KEYS = ("a", "b", "c")
 #   retry     raises pgtick.Retry(after=1) on the first attempt, returns later
 #   overrun   sleeps past the job type's timeout without looking at ctx.cancelled
 #   ignore    sleeps without looking at ctx.cancelled (a cancel or a shutdown does not stop it)
+#   linger    the same, longer than a lease and a held row lock together
 #   stubborn  the same for minutes: outlives a cancel and a minute-long retention
 #   tx        commits its effect row and its success in ctx.transaction()
 #   txflaky   the same, but the first attempt raises inside the transaction (rolled back)
@@ -62,6 +63,7 @@ BEHAVIOURS: dict[str, tuple[float, float]] = {
     "retry": (0.05, 0.3),
     "overrun": (4.0, 8.0),
     "ignore": (3.0, 12.0),
+    "linger": (20.0, 60.0),
     "stubborn": (150.0, 240.0),
     "tx": (0.05, 0.8),
     "txflaky": (0.05, 0.8),
@@ -128,6 +130,7 @@ JOB_TYPES: tuple[JobType, ...] = (
     ),
     JobType("rated", (("ok", 1),), weight=6, rate="12/minute"),
     JobType("stubborn", (("stubborn", 1),), weight=3, max_running=1),
+    JobType("slow", (("linger", 1),), weight=3),
     JobType("tx", (("tx", 4), ("txflaky", 2)), weight=8),
     JobType(
         "cmd",
@@ -396,7 +399,7 @@ def fault_args(kind: str, rng: random.Random, world: World, daemons: int) -> dic
             "seconds": round(world.lease_seconds + rng.uniform(2.0, 7.0), 1),
             "pick": rng.random() * 0.5,  # among running runs, oldest first: likely long ones
             # a handler that ignores cancels: a second copy of its run overlaps it for long
-            "job_type": rng.choice((None, None, "stubborn")),
+            "job_type": rng.choice((None, "slow", "slow")),
             "commit": rng.random() < 0.5,
         }
     if kind == "held-snapshot":
