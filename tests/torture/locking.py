@@ -35,6 +35,8 @@ def single_execution(model: Model) -> list[Finding]:
         context = model.context([run], a.begin - model.lease_ns - 10 * NS, b.begin, [a.daemon])
         excuse = "" if row_locked(context) else trouble(model, a.daemon, a.begin, b.begin)
         more = f" ({len(pairs) - 1} more overlapping pairs)" if len(pairs) > 1 else ""
+        if a.command and holder_dead(model, a, b.begin):
+            more += "; the first is a command that outlived its daemon"
         out.append(
             Finding(
                 "single-execution",
@@ -201,13 +203,17 @@ def held_run_kept(model: Model) -> list[Finding]:
     """Retention and prune never remove a run that is held (its handler still running)."""
     out = []
     runs = by_run(model.executions)
+    daemon_of = {d.worker_id: d.name for d in model.daemons.values() if d.worker_id}
     for run, s in sorted(model.sightings.items()):
         if s.gone is None or s.gone_state is None or s.gone_state[3] is None or not s.last_seen:
             continue
+        holder = daemon_of.get(str(s.gone_state[3]))
         alive = [
             e
             for e in runs.get(run, [])
-            if e.begin < s.gone.t < e.finish and not holder_dead(model, e, s.gone.t)
+            if e.daemon == holder
+            and e.begin < s.gone.t < e.finish
+            and not holder_dead(model, e, s.gone.t)
         ]
         if not alive:
             continue
@@ -224,8 +230,8 @@ def held_run_kept(model: Model) -> list[Finding]:
             Finding(
                 "held-run-kept",
                 f"run {run}",
-                f"removed while held ({s.gone_state[1]}, holder {s.gone_state[3]}) and its handler"
-                f" still running: {alive[0].describe()}",
+                f"removed while held ({s.gone_state[1]}, by {holder}) and its handler still"
+                f" running: {alive[0].describe()}",
                 unique([alive[0].start, held, *context, *prunes, s.gone]),
             )
         )

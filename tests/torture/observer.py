@@ -29,7 +29,7 @@ FROM pgtick.runs
 WHERE status IN ('queued', 'running', 'failed') OR locked_by IS NOT NULL
    OR updated_at > now() - interval '10 seconds'
 """
-STILL_THERE = "SELECT id FROM pgtick.runs WHERE id = ANY(%s)"
+STILL_THERE = "SELECT id FROM pgtick.runs WHERE id = ANY(%s::bigint[])"
 # Attempts that ended lately: retention drops them (and their runs) long before the end.
 ENDED = f"""
 SELECT {ATTEMPTS_COLUMNS} FROM pgtick.attempts

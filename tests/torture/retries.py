@@ -160,7 +160,7 @@ def recorded_as(
             return what, "it returned after its daemon's SIGTERM: released at the shutdown"
         if r["outcome"] == "lost" and r.get("error_type") == "lease_expired":
             died = daemon.died_at if daemon else None
-            if died is not None and ex.finish <= died <= ex.finish + model.lease_ns + 5 * NS:
+            if died is not None and ex.begin <= died <= ex.finish + model.lease_ns + 5 * NS:
                 return what, "its daemon died before the result was written"
             return what, late or trouble(model, ex.daemon, ex.begin, ex.finish + 2 * NS)
         return what, late

@@ -262,6 +262,7 @@ def test_more_claims_in_a_window_than_the_rate_is_a_violation() -> None:
 
 def test_a_held_run_removed_while_its_handler_runs_is_a_violation() -> None:
     h = Hand()
+    h.daemon("d0#1", worker="w1")
     h.execution(10.0, 200.0, run=7, job_type="stubborn", behaviour="stubborn")
     h.at(20.0, "operator-3", INVOKE, "cancel", run=7)
     h.at(21.0, "operator-3", OK, "cancel", run=7, exit=0)
