@@ -181,9 +181,11 @@ class Model:
         self, runs: Iterable[int], begin: int, end: int, daemons: Iterable[str] = ()
     ) -> list[Event]:
         """The operator's and the nemesis's lines between the times that name one of ``runs``
-        or ``daemons``, and the server's restarts and the sessions it ended in the last two
-        leases before ``end`` (what could have cost a lease then)."""
+        or ``daemons`` (a row lock on any run they hold included), and the server's restarts
+        and the sessions it ended in the last two leases before ``end`` (what could have cost
+        a lease then)."""
         wanted, names = set(runs), set(daemons)
+        workers = {d.worker_id for d in self.daemons.values() if d.name in names and d.worker_id}
         recent = end - 2 * self.lease_ns
         return [
             e
@@ -192,6 +194,7 @@ class Model:
             and (
                 e.get("run") in wanted
                 or e.get("daemon") in names
+                or (e.f == "row-lock" and e.get("holder") in workers)
                 or (e.f in ("pg-restart", "terminate-backend") and e.t >= recent)
             )
         ]
