@@ -223,6 +223,43 @@ def test_a_python_handler_ends_when_its_daemon_is_killed() -> None:
     assert "single-execution" not in names(h.verdict())
 
 
+def test_a_lease_taken_from_a_live_holder_is_a_violation_whatever_row_was_locked() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.execution(10.0, 40.0, run=5, behaviour="long")
+    h.at(12.0, "nemesis", INVOKE, "row-lock", run=6, holder="w-d0#1", seconds=10.0, step=3)
+    h.at(22.0, "nemesis", OK, "row-lock", run=6, holder="w-d0#1", seconds=10.0, step=3)
+    h.attempt(5, 1, "lost", error_type="lease_expired", finished=int(23 * NS))
+    h.attempt(5, 2, "succeeded", worker="w-d1#1", finished=int(50 * NS))
+    verdict = h.verdict()
+    assert "lease-kept" in names(verdict)
+    kept = next(f for f in verdict.violations if f.invariant == "lease-kept")
+    assert any(e.f == "row-lock" and e.get("run") == 6 for e in kept.lines), "the other run's lock"
+
+
+def test_a_lease_lost_while_frozen_or_starved_is_excused_and_a_dead_holders_is_no_finding() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.daemon("d1#1")
+    h.daemon("d2#1")
+    h.execution(10.0, 40.0, run=5, behaviour="long")
+    h.at(12.0, "nemesis", INVOKE, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.at(21.0, "nemesis", OK, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.attempt(5, 1, "lost", error_type="lease_expired", finished=int(20 * NS))
+    h.execution(10.0, 40.0, run=6, behaviour="long", daemon="d1#1")
+    h.at(19.0, "stall-watch", INFO, "stall", seconds=5.0)
+    h.attempt(6, 1, "lost", error_type="lease_expired", worker="w-d1#1", finished=int(21 * NS))
+    h.execution(10.0, None, run=7, daemon="d2#1")
+    h.at(11.0, "nemesis", OK, "kill", daemon="d2#1", pid=1)
+    h.attempt(7, 1, "lost", error_type="lease_expired", worker="w-d2#1", finished=int(20 * NS))
+    verdict = h.verdict()
+    assert "lease-kept" not in names(verdict)
+    excused = sorted(f.excuse for f in verdict.excused if f.invariant == "lease-kept")
+    assert len(excused) == 2
+    assert "frozen" in excused[0]
+    assert "stalled" in excused[1]
+
+
 # -- 3 limits --------------------------------------------------------------------------------------
 
 
