@@ -14,6 +14,7 @@ from pgtick.config import load_config
 from tests.torture import plan
 from tests.torture.cluster import config_text
 from tests.torture.history import INVOKE, OK, HistoryFile, parse_lines, read_directory
+from tests.torture.test_seeds import CI_SEEDS, MINUTES
 
 
 def test_a_seed_replays_its_plan_and_another_seed_does_not() -> None:
@@ -41,6 +42,12 @@ def test_steps_are_in_order_inside_the_active_time_and_faults_wait_for_the_settl
     kinds = {s.kind for s in drawn.steps}
     assert {"enqueue", "key-race", "cancel", "row-lock"} <= kinds
     assert "migrate" not in kinds, "a hook for a later version: weight 0"
+
+
+def test_each_ci_seed_draws_every_kind_of_operation_and_fault() -> None:
+    for seed in CI_SEEDS:
+        drawn = plan.draw(seed, MINUTES, 3).counts()
+        assert {k for k in plan.KINDS if k != "migrate"} <= set(drawn), (seed, drawn)
 
 
 def test_every_kind_draws_its_arguments() -> None:

@@ -15,8 +15,9 @@ import pytest
 
 from tests.torture.run import Options, execute
 
-# Plans that exercise every operation and fault kind between them in two minutes each.
-CI_SEEDS = (101, 202)
+# Seeds whose two-minute plans each draw every kind of operation and fault (but the migrate
+# hook): test_plan.py checks it.
+CI_SEEDS = (103, 128)
 MINUTES = 2.0
 SEED_TIMEOUT_SECONDS = 600
 
