@@ -1,14 +1,14 @@
 """Torture: the guarantees harness (issue 43) for a bounded time, then its checker's verdict.
 
 Daemons (``--daemons``, at most a few on a small machine) run on an embedded PostgreSQL of
-their own (the plan restarts it), or on --dsn / $PGTICK_TEST_DSN (never restarted), while a
-plan drawn from ``--seed`` enqueues at each isolation level, races idempotency keys, cancels,
-retries, prunes, and injects faults: SIGKILL, SIGTERM, SIGSTOP past the lease, killed
-sessions, a server restart, a row held locked past the lease, a held snapshot. The seed is
-printed first; the same seed (and --only) replays the same plan. Then every daemon is
-stopped and the checker judges the history (docs/guarantees.md): one block per violation,
-the counts of what was exercised, exit 1 on any violation. ``--keep DIR`` keeps the history
-(``python -m tests.torture DIR`` judges it again). The tests' fixed seeds:
+their own (the plan restarts it), or on --dsn / $PGTICK_BENCH_DSN / $PGTICK_TEST_DSN (never
+restarted), while a plan drawn from ``--seed`` enqueues at each isolation level, races
+idempotency keys, cancels, retries, prunes, and injects faults: SIGKILL, SIGTERM, SIGSTOP
+past the lease, killed sessions, a server restart, a row held locked past the lease, a held
+snapshot. The seed is printed first; the same seed (and --only) replays the same plan. Then
+every daemon is stopped and the checker judges the history (docs/guarantees.md): one block
+per violation, the counts of what was exercised, exit 1 on any violation. ``--keep DIR``
+keeps the history (``python -m tests.torture DIR`` judges it again). The tests' fixed seeds:
 tests/torture/test_seeds.py.
 """
 
@@ -53,7 +53,7 @@ def options(args: argparse.Namespace) -> torture_run.Options:
         minutes=args.minutes,
         daemons=args.daemons,
         only=only,
-        dsn=args.dsn or os.environ.get(DSN_ENV) or None,
+        dsn=args.dsn or os.environ.get(common.DSN_ENV) or os.environ.get(DSN_ENV) or None,
         keep=args.keep,
     )
 

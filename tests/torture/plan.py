@@ -262,6 +262,8 @@ def draw(seed: int, minutes: float, daemons: int, only: Sequence[str] = ()) -> P
     unknown = sorted(set(only) - set(KINDS))
     if unknown:
         raise PlanError(f"--only: unknown kind {', '.join(unknown)}; kinds: {', '.join(KINDS)}")
+    if only and not any(OPERATIONS.get(k) or FAULTS.get(k) for k in only):
+        raise PlanError(f"--only {','.join(only)}: not built in this version (weight 0)")
     if daemons < 1:
         raise PlanError("--daemons must be at least 1")
     total = minutes * 60.0

@@ -63,6 +63,7 @@ def test_every_kind_draws_its_arguments() -> None:
         (("kill", "nosuch"), 3, 3, "unknown kind nosuch"),
         ((), 0.5, 3, "too short"),
         ((), 3, 0, "at least 1"),
+        (("migrate",), 3, 3, "not built in this version"),
     ],
 )
 def test_impossible_plans_are_usage_errors(
