@@ -67,9 +67,21 @@ def trouble(model: Model, daemon: str, begin: int, end: int) -> str:
     return ""
 
 
-def row_locked(lines: Iterable[Event]) -> bool:
-    """An operator's transaction held one of the runs' rows: never an excuse (SPEC rule 11)."""
-    return any(e.f == "row-lock" for e in lines)
+def lock_blamed(
+    model: Model, runs: Iterable[int], daemons: Iterable[str], begin: int, end: int
+) -> Event | None:
+    """An operator's row lock, on one of ``runs`` or on any run one of ``daemons`` held, held
+    for a whole lease within [begin, end]: what cost the lease then, whatever else happened
+    (never an excuse: SPEC rule 11)."""
+    wanted = set(runs)
+    names = set(daemons)
+    workers = {d.worker_id for d in model.daemons.values() if d.name in names and d.worker_id}
+    for start, stop, line in model.row_locks:
+        if line.get("run") not in wanted and line.get("holder") not in workers:
+            continue
+        if min(stop, end) - max(start, begin) >= model.lease_ns - NS:
+            return line
+    return None
 
 
 def by_run(executions: Iterable[Execution]) -> dict[int, list[Execution]]:

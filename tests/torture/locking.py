@@ -14,7 +14,7 @@ from tests.torture.findings import (
     Finding,
     attempts_of,
     by_run,
-    row_locked,
+    lock_blamed,
     trouble,
     unique,
 )
@@ -33,7 +33,9 @@ def single_execution(model: Model) -> list[Finding]:
             continue
         a, b = pairs[0]
         context = model.context([run], a.begin - model.lease_ns - 10 * NS, b.begin, [a.daemon])
-        excuse = "" if row_locked(context) else trouble(model, a.daemon, a.begin, b.begin)
+        window = b.begin - 2 * model.lease_ns
+        locked = lock_blamed(model, [run], [a.daemon], window, b.begin)
+        excuse = "" if locked else trouble(model, a.daemon, a.begin, b.begin)
         more = f" ({len(pairs) - 1} more overlapping pairs)" if len(pairs) > 1 else ""
         if a.command and holder_dead(model, a, b.begin):
             more += "; the first is a command that outlived its daemon"
@@ -73,7 +75,8 @@ def lease_kept(model: Model) -> list[Finding]:
         ]
         since = reaped - 2 * model.lease_ns
         context = model.context([row["run"]], since - 10 * NS, reaped, [daemon.name])
-        excuse = "" if row_locked(context) else trouble(model, daemon.name, since, reaped)
+        locked = lock_blamed(model, [row["run"]], [daemon.name], since, reaped)
+        excuse = "" if locked else trouble(model, daemon.name, since, reaped)
         if not excuse and daemon.termed is not None and daemon.termed.t <= reaped:
             excuse = "its daemon was stopping (SIGTERM): a result it could not write is reaped"
         out.append(
@@ -120,7 +123,8 @@ def limit_findings(
         runs = sorted({e.run for e in group})
         context = model.context(runs, min(e.begin for e in group) - 70 * NS, t)
         excuse = next((x for e in group if (x := trouble(model, e.daemon, e.begin, t))), "")
-        excuse = "" if row_locked(context) else excuse
+        locked = lock_blamed(model, runs, [e.daemon for e in group], t - 2 * model.lease_ns, t)
+        excuse = "" if locked else excuse
         out.append(
             Finding(
                 "limits",

@@ -151,6 +151,7 @@ class Model:
     frozen: dict[str, list[tuple[int, int, Event]]]  # daemon -> (from, to, the freeze line)
     outages: list[tuple[int, int, Event]]  # the server down: (from, to, line)
     stalls: list[tuple[int, int, Event]]  # the harness starved of CPU: (from, to, line)
+    row_locks: list[tuple[int, int, Event]]  # an operator's row lock held: (from, to, line)
     operations: list[Event]  # cancel, retry, prune, faults: every other line, for context
     final: Mapping[str, Any]
     retention_ns: int  # an ended attempt's row is kept at least this long
@@ -219,6 +220,7 @@ def build(raw_plan: Mapping[str, Any], events: Sequence[Event], final: Mapping[s
         daemons=daemons,
         frozen=read_intervals(events, "freeze", by="daemon"),
         outages=read_intervals(events, "pg-restart", by=None).get("", []),
+        row_locks=read_intervals(events, "row-lock", by=None).get("", []),
         stalls=[
             (e.t - int(float(e.get("seconds", 0)) * NS), e.t, e) for e in events if e.f == "stall"
         ],

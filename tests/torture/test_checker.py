@@ -205,6 +205,24 @@ def test_an_overlap_behind_a_frozen_daemon_is_excused_and_counted() -> None:
     assert sum(verdict.counts["excused"].values()) == 1
 
 
+def test_a_row_lock_is_blamed_only_when_it_outlasted_a_lease_before_the_second_copy() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.daemon("d1#1")
+    h.execution(10.0, 60.0, run=5, daemon="d0#1", behaviour="linger")
+    h.at(11.0, "nemesis", INVOKE, "row-lock", run=5, seconds=3.0, step=2)
+    h.at(14.0, "nemesis", OK, "row-lock", run=5, seconds=3.0, step=2)
+    h.at(30.0, "nemesis", INVOKE, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.at(39.0, "nemesis", OK, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.execution(38.0, 45.0, run=5, attempt=2, daemon="d1#1", behaviour="linger")
+    verdict = h.verdict()
+    assert "single-execution" not in names(verdict)
+    assert "frozen" in next(f.excuse for f in verdict.excused if f.invariant == "single-execution")
+    h.at(26.0, "nemesis", INVOKE, "row-lock", run=5, seconds=11.0, step=9)
+    h.at(37.0, "nemesis", OK, "row-lock", run=5, seconds=11.0, step=9)
+    assert "single-execution" in names(h.verdict()), "a lock held a lease long: no excuse"
+
+
 def test_executions_one_after_the_other_are_not_a_violation() -> None:
     h = Hand()
     h.execution(10.0, 12.0, run=5, outcome=FAIL)
