@@ -1,9 +1,10 @@
 """The system under test: one PostgreSQL, one database, and N `pgtick run` processes.
 
-The server is an embedded PostgreSQL of the run's own (so the nemesis may restart it), or the
-one $PGTICK_TEST_DSN / --dsn names (then it is never restarted). Each daemon slot holds one
-process at a time; a slot's successive processes are its incarnations (``d1#3``: slot 1, third
-start). Every start, exit and signal is written to the harness's history.
+The server is an embedded PostgreSQL of the run's own, durable (fsync and synchronous_commit
+on: the nemesis crashes it), or the one --dsn names (then it is never restarted). Each daemon
+slot holds one process at a time; a slot's successive processes are its incarnations
+(``d1#3``: slot 1, third start). Every start, exit and signal is written to the harness's
+history.
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ def server(dsn: str | None) -> Iterator[Server]:
         yield Server(dsn, None)
         return
     data_dir = Path(tempfile.mkdtemp(prefix="pgtick-torture-pg-"))
-    embedded = EmbeddedPostgres(data_dir / "pg", throwaway=True)
+    # Not throwaway: fsync and synchronous_commit stay on, so that a restart in immediate mode
+    # (a crash) loses no commit the server acknowledged (with them off, seed 10 lost two).
+    embedded = EmbeddedPostgres(data_dir / "pg", throwaway=False)
     try:
         yield Server(embedded.dsn, embedded)
     finally:

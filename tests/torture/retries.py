@@ -39,9 +39,9 @@ def no_loss(model: Model) -> list[Finding]:
             if enq.committed:
                 if run in final or (s is not None and s.statuses() & set(TERMINAL)):
                     continue
-                why = (
-                    f"removed while {s.gone_state[1]}" if s and s.gone_state else "never seen ended"
-                )
+                why = "never seen at all" if s is None else "never seen ended"
+                if s is not None and s.gone_state is not None:
+                    why = f"removed while {s.gone_state[1]}"
                 out.append(
                     Finding(
                         "no-loss",
