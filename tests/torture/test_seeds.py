@@ -36,4 +36,5 @@ def test_a_seed_keeps_every_guarantee(seed: int, tmp_path: Path) -> None:
         keep=history,
     )
     verdict = execute(options, out)
-    assert not verdict.violations, f"{out.getvalue()}\n(history kept in {history})"
+    if verdict.violations:
+        pytest.fail(f"{out.getvalue()}\n(history kept in {history})", pytrace=False)
