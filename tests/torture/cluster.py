@@ -32,7 +32,7 @@ from psycopg.conninfo import make_conninfo
 from pgtick.embedded import EmbeddedPostgres
 from tests.torture.history import DAEMON_ENV, FAIL, HISTORY_ENV, INFO, INVOKE, OK, HistoryFile
 from tests.torture.jobs import EFFECTS_DDL
-from tests.torture.plan import SCHEDULED_TYPE, JobType, World
+from tests.torture.plan import POLL_SECONDS, SCHEDULED_TYPE, TICK_SECONDS, JobType, World
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 START_TIMEOUT_SECONDS = 60.0
@@ -153,11 +153,11 @@ def config_text(world: World) -> str:
 threads = {world.threads}
 prefetch = {world.prefetch}
 lease = "{world.lease_seconds:g}s"
-poll_interval = "1s"
+poll_interval = "{POLL_SECONDS:g}s"
 shutdown_grace = "{world.grace_seconds:g}s"
 
 [ticker]
-interval = "15s"
+interval = "{TICK_SECONDS:g}s"
 reaper_interval = "{world.reaper_seconds:g}s"
 
 [metrics]

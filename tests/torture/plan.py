@@ -24,11 +24,11 @@ from typing import Any
 
 LEASE_SECONDS = 6.0  # short, for the row-lock and freeze faults to outlast it within seconds;
 # not shorter: a daemon starved of CPU on a busy 2-core machine must still renew it
-REAPER_SECONDS = 1.0
+REAPER_SECONDS = 1.0  # recovery within a lease and a second
 POLL_SECONDS = 1.0
-GRACE_SECONDS = 2.0
+GRACE_SECONDS = 2.0  # a SIGTERM's drain stays short: the plan restarts the daemon after it
 THREADS = 4
-TICK_SECONDS = 15.0
+TICK_SECONDS = 15.0  # the ticker (skip schedules wake at their occurrences anyway)
 # Retention short enough to drop partitions while runs are in flight: a period is never under
 # a minute (partition_period), and any retention under 4 minutes has one-minute periods. The
 # cancelled runs' is the least the config takes (any duration above 0), so that a cancelled
