@@ -127,7 +127,8 @@ class Nemesis:
                     " ORDER BY started_at, id"
                 ).fetchall()
                 conn.rollback()
-                rows = [r for r in rows if r[2] == args.get("job_type")] or rows
+                preferred = [r for r in rows if r[2] == args.get("job_type")]
+                rows = preferred[::-1] or rows  # newest first of the type asked for
                 if not rows:
                     self.write(INFO, "row-lock", {"skipped": "no running run", "step": step})
                     return

@@ -186,9 +186,9 @@ OPERATIONS: dict[str, float] = {
     "prune": 0.8,
 }
 FAULTS: dict[str, float] = {
-    "kill": 0.5,
-    "term": 0.5,
-    "freeze": 0.9,
+    "kill": 0.4,
+    "term": 0.4,
+    "freeze": 0.6,
     "terminate-backend": 1.5,
     "pg-restart": 0.35,
     "row-lock": 2.5,
@@ -365,8 +365,9 @@ def operation_args(kind: str, rng: random.Random, world: World) -> dict[str, Any
     if kind == "cancel":
         return {
             "status": weighted(rng, (("running", 6), ("queued", 2), ("failed", 1))),
+            # handlers that ignore the cancel: their runs stay held while retention runs
             "job_type": rng.choice(
-                (None, "stubborn", "stubborn", "stubborn", "free", "cmd", "keyed")
+                (None, "stubborn", "stubborn", "stubborn", "slow", "slow", "free", "cmd", "keyed")
             ),
             "pick": rng.random(),
         }
@@ -399,8 +400,9 @@ def fault_args(kind: str, rng: random.Random, world: World, daemons: int) -> dic
     if kind == "row-lock":
         return {
             "seconds": round(world.lease_seconds + rng.uniform(2.0, 7.0), 1),
-            "pick": rng.random() * 0.5,  # among running runs, oldest first: likely long ones
-            # a handler that ignores cancels: a second copy of its run overlaps it for long
+            # Among the running runs of the type (any type if none), newest first: a handler that
+            # ignores cancels with most of its time ahead, so a second copy overlaps it for long.
+            "pick": rng.random() * 0.5,
             "job_type": rng.choice((None, "slow", "slow")),
             "commit": rng.random() < 0.5,
         }
