@@ -182,12 +182,17 @@ class Model:
         self, runs: Iterable[int], begin: int, end: int, daemons: Iterable[str] = ()
     ) -> list[Event]:
         """The operator's and the nemesis's lines between the times that name one of ``runs``
-        or ``daemons`` (a row lock on any run they hold included), and the server's restarts
-        and the sessions it ended in the last two leases before ``end`` (what could have cost
-        a lease then)."""
+        or ``daemons``; and, in force during the last two leases before ``end`` (what could
+        have cost a lease then), the row locks on other runs those daemons held, the server's
+        restarts and the sessions it ended."""
         wanted, names = set(runs), set(daemons)
         workers = {d.worker_id for d in self.daemons.values() if d.name in names and d.worker_id}
         recent = end - 2 * self.lease_ns
+        locks = {
+            line.get("step")
+            for start, stop, line in self.row_locks
+            if line.get("holder") in workers and start <= end and stop >= recent
+        }
         return [
             e
             for e in self.operations
@@ -195,7 +200,7 @@ class Model:
             and (
                 e.get("run") in wanted
                 or e.get("daemon") in names
-                or (e.f == "row-lock" and e.get("holder") in workers)
+                or (e.f == "row-lock" and e.get("step") in locks)
                 or (e.f in ("pg-restart", "terminate-backend") and e.t >= recent)
             )
         ]
