@@ -225,11 +225,8 @@ def held_run_kept(model: Model) -> list[Finding]:
             (line for t, row, line in s.states if row[3] is not None and row[1] in TERMINAL), None
         )
         context = model.context([run], alive[0].begin, s.gone.t)
-        prunes = [
-            e
-            for e in model.operations
-            if e.f == "prune" and s.last_seen - 70 * NS <= e.t <= s.gone.t
-        ]
+        since = held.t if held is not None else s.last_seen - 70 * NS
+        prunes = [e for e in model.operations if e.f == "prune" and since <= e.t <= s.gone.t]
         out.append(
             Finding(
                 "held-run-kept",

@@ -14,8 +14,35 @@ VALUE_CHARS = 220
 EXCUSED_SHOWN = 10
 
 
-def line(event: Event, t0: int) -> str:
-    value = json.dumps(event.value, separators=(",", ":"), sort_keys=True, default=str)
+def runs_of(finding: Finding) -> set[int]:
+    """The runs a finding is about: its subject's, its handlers', its key's."""
+    kind, _, name = finding.subject.partition(" ")
+    out = {int(name)} if kind == "run" and name.isdigit() else set()
+    for e in finding.lines:
+        if e.f in ("handler", "effect"):
+            out.add(int(e.get("run")))
+        for answer in e.get("answers", []) if e.f == "enqueue" else []:
+            if kind == "key" and answer.get("key") == name:
+                out.add(int(answer["id"]))
+    return out
+
+
+def shown(event: Event, runs: set[int]) -> dict[str, object]:
+    """An observer's sample cut to the rows about ``runs`` (it lists every run that changed)."""
+    if event.f != "observe" or not runs:
+        return dict(event.value)
+    out: dict[str, object] = {}
+    for part in ("runs", "gone", "attempts"):
+        rows = [row for row in event.get(part, []) if row and row[0] in runs]
+        if rows:
+            out[part] = rows
+    return out
+
+
+def line(event: Event, t0: int, runs: set[int] | None = None) -> str:
+    value = json.dumps(
+        shown(event, runs or set()), separators=(",", ":"), sort_keys=True, default=str
+    )
     if len(value) > VALUE_CHARS:
         value = value[: VALUE_CHARS - 1] + "…"
     at = (event.t - t0) / 1e9
@@ -29,7 +56,8 @@ def block(finding: Finding, t0: int, label: str) -> list[str]:
     out = [f"{label} [{number} {finding.invariant}] {finding.subject}: {finding.summary}"]
     if finding.excuse:
         out.append(f"  excused: {finding.excuse}")
-    out += [line(e, t0) for e in finding.lines]
+    runs = runs_of(finding)
+    out += [line(e, t0, runs) for e in finding.lines]
     out += [f"    {note}" for note in finding.notes]
     return out
 
