@@ -329,7 +329,10 @@ def test_a_held_run_removed_while_its_handler_runs_is_a_violation() -> None:
         runs=[[7, "cancelled", "stubborn", "w1", 1, None]],
         gone=[],
     )
-    gone = [[7, "cancelled", "stubborn", "w1", 1, None, int(99 * NS)]]
+    gone = [
+        [7, "cancelled", "stubborn", "w1", 1, None, int(99 * NS)],
+        [8, "succeeded", "free", None, 1, None, int(99 * NS)],
+    ]
     h.at(100.0, "observer", INFO, "observe", runs=[], gone=gone)
     h.execution(101.0, 120.0, run=8, job_type="stubborn", behaviour="stubborn", daemon="d1#1")
     verdict = h.verdict()
@@ -337,6 +340,9 @@ def test_a_held_run_removed_while_its_handler_runs_is_a_violation() -> None:
     held = next(f for f in verdict.violations if f.invariant == "held-run-kept")
     assert held.subject == "run 7"
     assert any(e.f == "cancel" for e in held.lines)
+    shown = "\n".join(report.block(held, 0, "VIOLATION"))
+    assert '{"gone":[[7,"cancelled","stubborn","w1",1,null,99000000000]]}' in shown
+    assert "[8," not in shown, "an observer's sample is cut to the finding's runs"
 
 
 # -- 4 nothing lost --------------------------------------------------------------------------------
