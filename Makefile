@@ -36,8 +36,8 @@ test: $(STAMP)   ## lint, type-check and run the whole test suite
 	$(BIN)/ruff format --check $(LINT)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(BIN)/pytest -q -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not serial and not torture" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/pytest -q -m "serial and not torture" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/python tests/older_server.py $(PYTEST_ARGS)
 
 # The benchmark parts, in this order; one part: `make bench BENCH=latency BENCH_ARGS="--runs 300"`.

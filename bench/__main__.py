@@ -37,6 +37,7 @@ PARTS = {
     "soak": "soak",
     "output": "output",
     "upgrade": "upgrade",
+    "torture": "torture",
 }
 
 
@@ -69,12 +70,18 @@ def run_part(args: argparse.Namespace) -> None:
         module.check(args)
     tmp = Path(tempfile.mkdtemp(prefix=f"pgtick-bench-{args.part}-"))
     try:
-        with common.server(args.dsn) as admin_dsn:
-            record = common.Record(args.part, postgres=common.server_version(admin_dsn))
-            print(common.header(args.part, record.postgres), flush=True)
-            module.run(args, admin_dsn, tmp, record)
-            path = record.write()
-            print(f"[{args.part}] results: {path}")
+        if getattr(module, "OWN_SERVER", False):
+            # The part starts (and may restart) a server of its own, and prints its first
+            # line itself (torture: the seed).
+            record = common.Record(args.part)
+            module.run(args, args.dsn, tmp, record)
+        else:
+            with common.server(args.dsn) as admin_dsn:
+                record = common.Record(args.part, postgres=common.server_version(admin_dsn))
+                print(common.header(args.part, record.postgres), flush=True)
+                module.run(args, admin_dsn, tmp, record)
+        path = record.write()
+        print(f"[{args.part}] results: {path}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

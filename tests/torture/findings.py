@@ -1,0 +1,93 @@
+"""What every guarantee's check shares: a finding (a violation, or a documented exception
+with its excuse) with the slice of history that shows it, and the questions the checks ask of
+the model (the final attempts of some runs, whether a daemon had a documented reason to lose
+its leases at some moment, whether an operator held a row locked)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tests.torture.history import Event
+from tests.torture.model import NS, Execution, Model
+
+TERMINAL = ("succeeded", "dead", "cancelled", "skipped")
+RATE_SLACK_SECONDS = 1.0  # a claim's recorded time may precede the count that admitted it
+# The timeout counts from the claim, a moment before the handler's first line.
+TIMEOUT_SLACK_SECONDS = 0.5
+EPISODES_SHOWN = 3  # per subject; the rest are counted
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A guarantee broken (``excuse`` empty) or a documented exception met, with its evidence."""
+
+    invariant: str
+    subject: str  # "key race-…", "run 123", "job type capped"
+    summary: str
+    lines: tuple[Event, ...] = ()
+    notes: tuple[str, ...] = ()  # what the final state (or a daemon's log) adds
+    excuse: str = ""  # a documented exception: counted and shown, not a violation
+
+
+def unique(lines: Iterable[Event | None]) -> tuple[Event, ...]:
+    seen: dict[str, Event] = {}
+    for e in lines:
+        if e is not None:
+            seen.setdefault(e.source or e.to_json(), e)
+    return tuple(sorted(seen.values(), key=lambda e: e.t))
+
+
+def attempts_of(model: Model, runs: Iterable[int]) -> tuple[str, ...]:
+    """How the database recorded the runs' attempts (the observer's and the final state's)."""
+    wanted = set(runs)
+    out = []
+    for a in model.attempts:
+        if a["run"] in wanted:
+            why = f" ({a['error_type']})" if a.get("error_type") else ""
+            at = f" at {(a['finished'] - model.t0) / NS:+.3f}s" if a.get("finished") else ""
+            out.append(
+                f"recorded: run {a['run']} attempt {a['attempt']} {a['outcome']}{why}"
+                f" by {a['worker']}{at}"
+            )
+    return tuple(out)
+
+
+def trouble(model: Model, daemon: str, begin: int, end: int) -> str:
+    """Why a daemon may have lost its leases between the times: a documented cause, or ""."""
+    if model.frozen_between(daemon, begin, end) is not None:
+        return "its daemon was frozen (SIGSTOP) past its lease"
+    if model.outage_between(begin - model.lease_ns, end) is not None:
+        return "the server was restarted: the holder could not renew its lease"
+    # Renewals come every third of a lease: a starvation of two thirds of it can lose one.
+    stall = model.stall_between(begin - model.lease_ns, end, model.lease_ns * 2 // 3)
+    if stall is not None:
+        return f"the host stalled {stall.get('seconds')} s (CPU starvation): no renewal in time"
+    return ""
+
+
+def lock_blamed(
+    model: Model, runs: Iterable[int], daemons: Iterable[str], begin: int, end: int
+) -> Event | None:
+    """An operator's row lock, on one of ``runs`` or on any run one of ``daemons`` held, held
+    for a whole lease within [begin, end]: what cost the lease then, whatever else happened
+    (never an excuse: SPEC rule 11)."""
+    wanted = set(runs)
+    names = set(daemons)
+    workers = {d.worker_id for d in model.daemons.values() if d.name in names and d.worker_id}
+    for start, stop, line in model.row_locks:
+        if line.get("run") not in wanted and line.get("holder") not in workers:
+            continue
+        if min(stop, end) - max(start, begin) >= model.lease_ns - NS:
+            return line
+    return None
+
+
+def by_run(executions: Iterable[Execution]) -> dict[int, list[Execution]]:
+    out: dict[int, list[Execution]] = defaultdict(list)
+    for ex in executions:
+        out[ex.run].append(ex)
+    for exs in out.values():
+        exs.sort(key=lambda e: e.begin)
+    return out

@@ -1,0 +1,239 @@
+"""Guarantees 2 and 3: a run executes on one worker at a time and its lease is taken only from
+a holder that cannot renew it; never more handlers of a limited job type at once than its
+limits, nor more starts than its rate; and a held run is never removed under its handler."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from tests.torture.findings import (
+    EPISODES_SHOWN,
+    RATE_SLACK_SECONDS,
+    TERMINAL,
+    Finding,
+    attempts_of,
+    by_run,
+    lock_blamed,
+    trouble,
+    unique,
+)
+from tests.torture.model import NS, Execution, Model
+
+# -- 2 single execution ------------------------------------------------------------------------
+
+
+def single_execution(model: Model) -> list[Finding]:
+    """No two executions of one run overlap in time (a daemon frozen past its lease, and the
+    server restarted under a holder, excepted and counted)."""
+    out = []
+    for run, exs in sorted(by_run(model.executions).items()):
+        pairs = [(a, b) for i, a in enumerate(exs) for b in exs[i + 1 :] if b.begin < a.finish]
+        if not pairs:
+            continue
+        a, b = pairs[0]
+        context = model.context([run], a.begin - model.lease_ns - 10 * NS, b.begin, [a.daemon])
+        window = b.begin - 2 * model.lease_ns
+        locked = lock_blamed(model, [run], [a.daemon], window, b.begin)
+        excuse = "" if locked else trouble(model, a.daemon, a.begin, b.begin)
+        more = f" ({len(pairs) - 1} more overlapping pairs)" if len(pairs) > 1 else ""
+        if a.command and holder_dead(model, a, b.begin):
+            more += "; the first is a command that outlived its daemon"
+        out.append(
+            Finding(
+                "single-execution",
+                f"run {run}",
+                f"two executions at once: {a.describe()} and {b.describe()}, overlapping"
+                f" {(min(a.finish, b.finish) - b.begin) / NS:.1f} s{more}",
+                unique([*a.events(), *b.events(), *context]),
+                attempts_of(model, [run]),
+                excuse,
+            )
+        )
+    return out
+
+
+def lease_kept(model: Model) -> list[Finding]:
+    """A lease is taken (the attempt written lost, lease_expired) only from a holder that
+    could not renew it: dead, frozen, cut off from the server, starved. Never from a live one
+    because another session held the run's row."""
+    by_worker = {d.worker_id: d for d in model.daemons.values() if d.worker_id}
+    out = []
+    for row in model.attempts:
+        if row.get("error_type") != "lease_expired" or not row.get("finished"):
+            continue
+        reaped = int(row["finished"])
+        daemon = by_worker.get(row["worker"])
+        if daemon is None:
+            continue  # not a daemon of this run's (a leftover of a fixture): nothing to say
+        if daemon.died_at is not None and daemon.died_at <= reaped:
+            continue  # a crash: what leases are for
+        mine = [
+            e
+            for e in model.executions
+            if e.run == row["run"] and e.attempt == row["attempt"] and e.daemon == daemon.name
+        ]
+        since = reaped - 2 * model.lease_ns
+        context = model.context([row["run"]], since - 10 * NS, reaped, [daemon.name])
+        locked = lock_blamed(model, [row["run"]], [daemon.name], since, reaped)
+        excuse = "" if locked else trouble(model, daemon.name, since, reaped)
+        if not excuse and daemon.termed is not None and daemon.termed.t <= reaped:
+            excuse = "its daemon was stopping (SIGTERM): a result it could not write is reaped"
+        out.append(
+            Finding(
+                "lease-kept",
+                f"run {row['run']}",
+                f"attempt {row['attempt']} taken from {daemon.name}, alive (lease expired and"
+                f" reaped at {(reaped - model.t0) / NS:+.1f}s)",
+                unique([*(line for e in mine for line in e.events()), *context]),
+                attempts_of(model, [row["run"]]),
+                excuse,
+            )
+        )
+    return out
+
+
+# -- 3 limits --------------------------------------------------------------------------------------
+
+
+def over_limit(executions: Sequence[Execution], limit: int) -> list[tuple[int, list[Execution]]]:
+    """The moments a start made more than ``limit`` executions run at once, with them."""
+    out = []
+    for ex in sorted(executions, key=lambda e: e.begin):
+        active = [o for o in executions if o.begin <= ex.begin < o.finish]
+        if len(active) > limit:
+            active.sort(key=lambda o: (o is not ex, o.begin))
+            out.append((ex.begin, active[: limit + 1]))
+    return out
+
+
+def limit_findings(
+    model: Model, subject: str, limit_name: str, limit: int, executions: Sequence[Execution]
+) -> list[Finding]:
+    out: list[Finding] = []
+    shown: set[frozenset[tuple[int, int, str]]] = set()
+    moments = over_limit(executions, limit)
+    for t, group in moments:
+        ident = frozenset((e.run, e.attempt, e.process) for e in group)
+        if ident in shown:
+            continue
+        shown.add(ident)
+        if len(shown) > EPISODES_SHOWN:
+            break
+        runs = sorted({e.run for e in group})
+        context = model.context(runs, min(e.begin for e in group) - 70 * NS, t)
+        excuse = next((x for e in group if (x := trouble(model, e.daemon, e.begin, t))), "")
+        locked = lock_blamed(model, runs, [e.daemon for e in group], t - 2 * model.lease_ns, t)
+        excuse = "" if locked else excuse
+        out.append(
+            Finding(
+                "limits",
+                subject,
+                f"{len(group)} handlers at once with {limit_name} = {limit}: "
+                + "; ".join(e.describe() for e in group)
+                + (f" ({len(moments)} such starts in all)" if len(moments) > 1 else ""),
+                unique([*(line for e in group for line in e.events()), *context]),
+                attempts_of(model, runs),
+                excuse,
+            )
+        )
+    return out
+
+
+def rate_findings(
+    model: Model, subject: str, limit: tuple[int, float], executions: Sequence[Execution]
+) -> list[Finding]:
+    count, window = limit
+    claims = sorted(
+        (
+            (float(e.start.get("claimed")), e)
+            for e in executions
+            if e.start.get("claimed") is not None
+        ),
+        key=lambda p: p[0],
+    )
+    out = []
+    for i, (at, _) in enumerate(claims):
+        inside = [e for c, e in claims[i:] if c < at + window - RATE_SLACK_SECONDS]
+        if len(inside) > count:
+            out.append(
+                Finding(
+                    "limits",
+                    subject,
+                    f"{len(inside)} starts within {window - RATE_SLACK_SECONDS:g} s with rate"
+                    f" {count}/{window:g} s (claim times, database clock)",
+                    unique(e.start for e in inside),
+                )
+            )
+            break
+    return out
+
+
+def limits(model: Model) -> list[Finding]:
+    """Never more handlers of a job type at once than its max_running, per key than its
+    max_running_per_key, nor more starts in a window than its rate: from the handlers' own
+    start and end lines, not from the table."""
+    out: list[Finding] = []
+    for jt in model.world.job_types:
+        mine = [e for e in model.executions if e.job_type == jt.name]
+        if jt.max_running is not None:
+            out += limit_findings(model, f"job type {jt.name}", "max_running", jt.max_running, mine)
+        if jt.max_running_per_key is not None:
+            keys: dict[str, list[Execution]] = defaultdict(list)
+            for e in mine:
+                if e.key is not None:
+                    keys[e.key].append(e)
+            for key, group in sorted(keys.items()):
+                out += limit_findings(
+                    model,
+                    f"job type {jt.name} key {key}",
+                    "max_running_per_key",
+                    jt.max_running_per_key,
+                    group,
+                )
+        if jt.rate_limit is not None:
+            out += rate_findings(model, f"job type {jt.name}", jt.rate_limit, mine)
+    return out
+
+
+def holder_dead(model: Model, ex: Execution, at: int) -> bool:
+    """A command outlives its daemon: its run is no longer held once the daemon is gone."""
+    daemon = model.daemons.get(ex.daemon)
+    died = daemon.died_at if daemon is not None else None
+    return died is not None and died < at
+
+
+def held_run_kept(model: Model) -> list[Finding]:
+    """Retention and prune never remove a run that is held (its handler still running)."""
+    out = []
+    runs = by_run(model.executions)
+    daemon_of = {d.worker_id: d.name for d in model.daemons.values() if d.worker_id}
+    for run, s in sorted(model.sightings.items()):
+        if s.gone is None or s.gone_state is None or s.gone_state[3] is None or not s.last_seen:
+            continue
+        holder = daemon_of.get(str(s.gone_state[3]))
+        alive = [
+            e
+            for e in runs.get(run, [])
+            if e.daemon == holder
+            and e.begin < s.gone.t < e.finish
+            and not holder_dead(model, e, s.gone.t)
+        ]
+        if not alive:
+            continue
+        held = next(
+            (line for t, row, line in s.states if row[3] is not None and row[1] in TERMINAL), None
+        )
+        context = model.context([run], alive[0].begin, s.gone.t)
+        since = held.t if held is not None else s.last_seen - 70 * NS
+        prunes = [e for e in model.operations if e.f == "prune" and since <= e.t <= s.gone.t]
+        out.append(
+            Finding(
+                "held-run-kept",
+                f"run {run}",
+                f"removed while held ({s.gone_state[1]}, by {holder}) and its handler still"
+                f" running: {alive[0].describe()}",
+                unique([alive[0].start, held, *context, *prunes, s.gone]),
+            )
+        )
+    return out

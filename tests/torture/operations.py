@@ -1,0 +1,241 @@
+"""The clients: what applications and operators do, each call recorded before and after.
+
+An enqueue is a transaction of the application's own, at the isolation level the plan chose,
+through the SQL function or the Python API: it may read first (a REPEATABLE READ snapshot
+is then taken before the enqueue), pauses, enqueues one to three runs, pauses, and commits or
+rolls back. Its history line says what each enqueue answered (the run id, and whether this
+transaction created it: its payload carries the transaction's tag ``n``) and how the
+transaction ended: ``ok`` committed, ``fail`` rolled back or refused, ``info`` unknown (the
+connection broke during COMMIT). A key race is two to four such transactions at once on one
+fresh idempotency key. Cancel, retry and prune go through the `pgtick` CLI as an operator's do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import IsolationLevel
+from psycopg.types.json import Jsonb
+
+import pgtick
+from tests.torture.history import FAIL, INFO, INVOKE, OK, HistoryFile
+from tests.torture.plan import World
+
+ISOLATION = {
+    "read committed": IsolationLevel.READ_COMMITTED,
+    "repeatable read": IsolationLevel.REPEATABLE_READ,
+    "serializable": IsolationLevel.SERIALIZABLE,
+}
+CONNECT_TIMEOUT_SECONDS = 5
+CLI_TIMEOUT_SECONDS = 120.0  # a CLI call took 57 s on the 2-core machine at load 18
+SQL_ENQUEUE = (
+    "SELECT pgtick.enqueue(%(job_type)s, %(payload)s, now() + make_interval(secs => %(in)s),"
+    " %(key)s, NULL, %(priority)s, %(ck)s)"
+)
+
+
+def payload_of(run: Mapping[str, Any], tag: str, world: World) -> dict[str, Any]:
+    payload: dict[str, Any] = {"b": run["b"], "s": run["s"], "n": tag}
+    if "ck" in run:
+        payload["k"] = run["ck"]
+    job_type = world.job_type(run["job_type"])
+    if job_type is not None and job_type.rate is not None:
+        payload["claim_time"] = True
+    return payload
+
+
+def connect(dsn: str, name: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(dsn, application_name=name, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+
+
+@dataclass
+class Clients:
+    dsn: str
+    config: Path
+    world: World
+    history: HistoryFile
+
+    # -- enqueue ---------------------------------------------------------------------------------
+
+    def enqueue(self, step: int, args: Mapping[str, Any]) -> None:
+        self.transaction(f"client-{step}", f"{step}", args)
+
+    def key_race(self, step: int, args: Mapping[str, Any]) -> None:
+        transactions: Sequence[Mapping[str, Any]] = args["transactions"]
+        barrier = threading.Barrier(len(transactions))
+
+        def one(index: int, tx: Mapping[str, Any]) -> None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait(5)
+            self.transaction(f"client-{step}.{index}", f"{step}.{index}", tx, race=step)
+
+        threads = [
+            threading.Thread(target=one, args=(i, tx), daemon=True)
+            for i, tx in enumerate(transactions)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def transaction(
+        self, process: str, tag: str, tx: Mapping[str, Any], race: int | None = None
+    ) -> None:
+        runs = [
+            {**run, "n": f"{tag}.{i}", "payload": payload_of(run, f"{tag}.{i}", self.world)}
+            for i, run in enumerate(tx["runs"])
+        ]
+        shown = {k: v for k, v in tx.items() if k != "runs"}
+        described = [{k: v for k, v in r.items() if k != "payload"} for r in runs]
+        self.history.write(
+            INVOKE, "enqueue", {**shown, "race": race, "runs": described}, process=process
+        )
+        answers: list[dict[str, Any]] = []
+        committing = False
+        try:
+            with connect(self.dsn, "torture-client") as conn:
+                conn.isolation_level = ISOLATION[tx["isolation"]]
+                if tx["early_snapshot"]:
+                    conn.execute("SELECT count(*) FROM pgtick.runs WHERE id = 0")
+                time.sleep(tx["pause_before"])
+                for run in runs:
+                    run_id = self._enqueue_one(conn, tx["api"], run)
+                    row = conn.execute(
+                        "SELECT payload->>'n' FROM pgtick.runs WHERE id = %s", [run_id]
+                    ).fetchone()
+                    created = bool(row and row[0] == run["n"])
+                    answers.append(
+                        {"n": run["n"], "id": run_id, "created": created, "key": run["key"]}
+                    )
+                time.sleep(tx["pause_after"])
+                if tx["rollback"]:
+                    conn.rollback()
+                    self.history.write(
+                        FAIL,
+                        "enqueue",
+                        {"outcome": "rolled-back", "answers": answers},
+                        process=process,
+                    )
+                    return
+                committing = True
+                conn.commit()
+        except (psycopg.Error, pgtick.DatabaseError) as exc:
+            cause = exc.__cause__ if isinstance(exc, pgtick.DatabaseError) else exc
+            unknown = committing and isinstance(cause, psycopg.OperationalError)
+            self.history.write(
+                INFO if unknown else FAIL,
+                "enqueue",
+                {
+                    "outcome": "unknown" if unknown else "error",
+                    "error": type(cause).__name__,
+                    "sqlstate": getattr(cause, "sqlstate", None),
+                    "message": str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "",
+                    "answers": answers,
+                },
+                process=process,
+            )
+            return
+        self.history.write(
+            OK, "enqueue", {"outcome": "committed", "answers": answers}, process=process
+        )
+
+    def _enqueue_one(self, conn: psycopg.Connection[Any], api: str, run: Mapping[str, Any]) -> int:
+        ck = run.get("ck") if run.get("ck_arg") else None
+        if api == "python":
+            run_at = datetime.now(UTC) + timedelta(seconds=run["in"]) if run["in"] else None
+            return pgtick.enqueue(
+                conn,
+                run["job_type"],
+                run["payload"],
+                run_at=run_at,
+                idempotency_key=run["key"],
+                priority=run["priority"],
+                concurrency_key=ck,
+            )
+        row = conn.execute(
+            SQL_ENQUEUE,
+            {
+                "job_type": run["job_type"],
+                "payload": Jsonb(run["payload"]),
+                "in": float(run["in"]),
+                "key": run["key"],
+                "priority": run["priority"],
+                "ck": ck,
+            },
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    # -- the operator's CLI ----------------------------------------------------------------------
+
+    def pick(self, status: str, job_type: str | None, fraction: float) -> int | None:
+        """A run in ``status`` (of ``job_type``), the ``fraction``-th of them by start then id."""
+        try:
+            with connect(self.dsn, "torture-operator") as conn:
+                rows = conn.execute(
+                    "SELECT id FROM pgtick.runs WHERE status = %s"
+                    " AND (%s::text IS NULL OR job_type = %s) ORDER BY started_at NULLS LAST, id",
+                    [status, job_type, job_type],
+                ).fetchall()
+        except psycopg.Error:
+            return None
+        if not rows:
+            return None
+        return int(rows[min(len(rows) - 1, int(fraction * len(rows)))][0])
+
+    def cli(self, step: int, verb: str, arguments: list[str], value: Mapping[str, Any]) -> None:
+        process = f"operator-{step}"
+        self.history.write(INVOKE, verb, {**value, "argv": arguments}, process=process)
+        env = {**os.environ, "PGTICK_DSN": self.dsn}
+        command = [sys.executable, "-m", "pgtick", verb, "--config", str(self.config), *arguments]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, env=env, timeout=CLI_TIMEOUT_SECONDS
+            )
+        except subprocess.TimeoutExpired:
+            self.history.write(INFO, verb, {**value, "error": "timeout"}, process=process)
+            return
+        self.history.write(
+            OK if done.returncode == 0 else FAIL,
+            verb,
+            {
+                **value,
+                "exit": done.returncode,
+                "stdout": done.stdout.strip()[-300:],
+                "stderr": done.stderr.strip()[-300:],
+            },
+            process=process,
+        )
+
+    def cancel(self, step: int, args: Mapping[str, Any]) -> None:
+        run_id = self.pick(args["status"], args["job_type"], args["pick"])
+        if run_id is None:
+            self.history.write(
+                INFO, "cancel", {"skipped": "no such run", **args}, process=f"operator-{step}"
+            )
+            return
+        self.cli(step, "cancel", [str(run_id)], {"run": run_id, "seen": args["status"]})
+
+    def retry(self, step: int, args: Mapping[str, Any]) -> None:
+        run_id = self.pick(args["status"], args["job_type"], args["pick"])
+        if run_id is None:
+            self.history.write(
+                INFO, "retry", {"skipped": "no such run", **args}, process=f"operator-{step}"
+            )
+            return
+        self.cli(step, "retry", [str(run_id)], {"run": run_id, "seen": args["status"]})
+
+    def prune(self, step: int, args: Mapping[str, Any]) -> None:
+        older = ["--older-than", args["older_than"]] if args["older_than"] else []
+        self.cli(step, "prune", older, {"older_than": args["older_than"]})

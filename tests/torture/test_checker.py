@@ -1,0 +1,521 @@
+"""The checker on hand-made histories, no database: a checker that cannot fail proves nothing.
+Each guarantee gets a history that breaks it (the checker must name it) and one that keeps it
+(the checker must stay quiet), and the documented exceptions come out excused, not dropped."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tests.torture import checker, report
+from tests.torture.history import FAIL, INFO, INVOKE, OK, Event, sort_events
+from tests.torture.plan import JOB_TYPES, Schedule, World
+
+NS = 1_000_000_000
+WORLD = World(
+    job_types=JOB_TYPES,
+    schedules=(Schedule("every_minute_skip", "* * * * *", "skip", "latest", 70.0),),
+    retention={"succeeded": "1m", "dead": "1m", "skipped": "1m", "cancelled": "1m"},
+)
+
+
+@dataclass
+class Hand:
+    """A history written by hand: events at seconds after the start, and a final state."""
+
+    events: list[Event] = field(default_factory=list)
+    final: dict[str, list[Any]] = field(
+        default_factory=lambda: {
+            "runs": [],
+            "attempts": [],
+            "effects": [],
+            "workers": [],
+            "leftover_processes": [],
+        }
+    )
+
+    def at(self, when: float, process: str, type_: str, f: str, **value: Any) -> Event:
+        event = Event(
+            int(when * NS), process, type_, f, value, f"hand.jsonl:{len(self.events) + 1}"
+        )
+        self.events.append(event)
+        return event
+
+    def daemon(self, name: str, worker: str = "") -> None:
+        pid = 100 + len(self.events)
+        self.at(0.0, "harness", INVOKE, "daemon", daemon=name, pid=pid, slot=0)
+        self.at(0.1, "harness", OK, "daemon", daemon=name, pid=pid, worker_id=worker or f"w-{name}")
+
+    def execution(
+        self,
+        start: float,
+        end: float | None,
+        run: int,
+        attempt: int = 1,
+        daemon: str = "d0#1",
+        job_type: str = "free",
+        behaviour: str = "ok",
+        outcome: str = OK,
+        **extra: Any,
+    ) -> None:
+        value = {
+            "run": run,
+            "attempt": attempt,
+            "job_type": job_type,
+            "b": behaviour,
+            "daemon": daemon,
+            **extra,
+        }
+        self.at(start, f"{daemon}:1", INVOKE, "handler", **value)
+        if end is not None:
+            self.at(end, f"{daemon}:1", outcome, "handler", **value)
+
+    def enqueue(
+        self,
+        start: float,
+        end: float,
+        process: str,
+        isolation: str,
+        answers: list[dict[str, Any]],
+        outcome: str = OK,
+    ) -> None:
+        self.at(start, process, INVOKE, "enqueue", isolation=isolation, api="sql", runs=[])
+        done = {OK: "committed", FAIL: "rolled-back", INFO: "unknown"}[outcome]
+        self.at(end, process, outcome, "enqueue", outcome=done, answers=answers)
+
+    def run(self, run_id: int, status: str, job_type: str = "free", **extra: Any) -> None:
+        row = {"id": run_id, "status": status, "job_type": job_type, "key": None}
+        row.update({"schedule": None, "scheduled_for": None, "locked_by": None, "future": False})
+        self.final["runs"].append({**row, **extra})
+
+    def attempt(
+        self, run: int, attempt: int, outcome: str, worker: str = "w-d0#1", **extra: Any
+    ) -> None:
+        self.final["attempts"].append(
+            {
+                "run": run,
+                "attempt": attempt,
+                "worker": worker,
+                "outcome": outcome,
+                "error_type": None,
+                "error": None,
+                **extra,
+            }
+        )
+
+    def verdict(self) -> checker.Verdict:
+        self.at(0.0, "harness", INFO, "start", seed=0)
+        self.at(999.0, "harness", INVOKE, "stop", daemons=[])
+        world = json.loads(json.dumps(asdict(WORLD)))
+        return checker.check({"seed": 0, "world": world}, sort_events(self.events), self.final)
+
+
+def names(verdict: checker.Verdict) -> list[str]:
+    return [f.invariant for f in verdict.violations]
+
+
+def excuses(verdict: checker.Verdict) -> list[str]:
+    return [f.invariant for f in verdict.excused]
+
+
+# -- 1 idempotency ---------------------------------------------------------------------------------
+
+
+def test_two_runs_for_one_key_at_once_are_reported_with_the_transactions_that_made_them() -> None:
+    h = Hand()
+    h.enqueue(
+        1.0, 1.5, "client-1", "read committed", [{"id": 1, "key": "k", "created": True, "n": "1.0"}]
+    )
+    h.enqueue(
+        1.2,
+        1.8,
+        "client-2",
+        "repeatable read",
+        [{"id": 2, "key": "k", "created": True, "n": "2.0"}],
+    )
+    h.run(1, "queued", key="k")
+    h.run(2, "queued", key="k")
+    verdict = h.verdict()
+    assert names(verdict) == ["idempotency"]
+    found = verdict.violations[0]
+    assert found.subject == "key k"
+    assert "repeatable read" in found.summary
+    assert {e.process for e in found.lines} >= {"client-1", "client-2"}
+    text = report.text(verdict)
+    assert "VIOLATION [1 idempotency] key k" in text
+    assert "hand.jsonl:" in text
+
+
+def test_one_key_answered_with_one_id_is_not_a_violation() -> None:
+    h = Hand()
+    h.enqueue(1.0, 1.5, "client-1", "repeatable read", [{"id": 1, "key": "k", "created": True}])
+    h.enqueue(2.0, 2.5, "client-2", "serializable", [{"id": 1, "key": "k", "created": False}])
+    h.run(1, "succeeded", key="k")
+    assert names(h.verdict()) == []
+
+
+def test_a_key_reused_after_retention_removed_its_run_is_not_a_violation() -> None:
+    h = Hand()
+    h.enqueue(1.0, 1.5, "client-1", "read committed", [{"id": 1, "key": "k", "created": True}])
+    h.at(2.0, "observer", INFO, "observe", runs=[[1, "succeeded", "free", None, 1, "k"]], gone=[])
+    h.at(
+        90.0,
+        "observer",
+        INFO,
+        "observe",
+        runs=[],
+        gone=[[1, "succeeded", "free", None, 1, "k", int(89 * NS)]],
+    )
+    h.enqueue(100.0, 100.5, "client-2", "read committed", [{"id": 2, "key": "k", "created": True}])
+    h.run(2, "queued", key="k")
+    assert names(h.verdict()) == []
+
+
+# -- 2 single execution ------------------------------------------------------------------------
+
+
+def test_two_executions_of_one_run_at_once_are_a_violation() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.daemon("d1#1")
+    h.execution(10.0, 30.0, run=5, daemon="d0#1", behaviour="long")
+    h.at(12.0, "nemesis", INVOKE, "row-lock", run=5, seconds=8.0, step=3)
+    h.at(20.0, "nemesis", OK, "row-lock", run=5, seconds=8.0, step=3)
+    h.execution(22.0, 40.0, run=5, attempt=2, daemon="d1#1", behaviour="long")
+    h.run(5, "succeeded")
+    verdict = h.verdict()
+    assert names(verdict) == ["single-execution"]
+    assert any(e.f == "row-lock" for e in verdict.violations[0].lines), "the lock is in the slice"
+
+
+def test_an_overlap_behind_a_frozen_daemon_is_excused_and_counted() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.daemon("d1#1")
+    h.execution(10.0, 30.0, run=5, daemon="d0#1", behaviour="long")
+    h.at(11.0, "nemesis", INVOKE, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.at(20.0, "nemesis", OK, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.execution(18.0, 25.0, run=5, attempt=2, daemon="d1#1")
+    h.run(5, "succeeded")
+    verdict = h.verdict()
+    assert names(verdict) == []
+    assert excuses(verdict) == ["single-execution"]
+    assert "frozen" in verdict.excused[0].excuse
+    assert sum(verdict.counts["excused"].values()) == 1
+
+
+def test_a_row_lock_is_blamed_only_when_it_outlasted_a_lease_before_the_second_copy() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.daemon("d1#1")
+    h.execution(10.0, 60.0, run=5, daemon="d0#1", behaviour="linger")
+    h.at(11.0, "nemesis", INVOKE, "row-lock", run=5, seconds=3.0, step=2)
+    h.at(14.0, "nemesis", OK, "row-lock", run=5, seconds=3.0, step=2)
+    h.at(30.0, "nemesis", INVOKE, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.at(39.0, "nemesis", OK, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.execution(38.0, 45.0, run=5, attempt=2, daemon="d1#1", behaviour="linger")
+    verdict = h.verdict()
+    assert "single-execution" not in names(verdict)
+    assert "frozen" in next(f.excuse for f in verdict.excused if f.invariant == "single-execution")
+    h.at(26.0, "nemesis", INVOKE, "row-lock", run=5, seconds=11.0, step=9)
+    h.at(37.0, "nemesis", OK, "row-lock", run=5, seconds=11.0, step=9)
+    assert "single-execution" in names(h.verdict()), "a lock held a lease long: no excuse"
+
+
+def test_executions_one_after_the_other_are_not_a_violation() -> None:
+    h = Hand()
+    h.execution(10.0, 12.0, run=5, outcome=FAIL)
+    h.execution(13.0, 14.0, run=5, attempt=2, daemon="d1#1")
+    h.run(5, "succeeded")
+    assert names(h.verdict()) == []
+
+
+def test_a_python_handler_ends_when_its_daemon_is_killed() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.execution(10.0, None, run=5, daemon="d0#1")
+    h.at(11.0, "nemesis", OK, "kill", daemon="d0#1", pid=1)
+    h.execution(16.0, 17.0, run=5, attempt=2, daemon="d1#1")
+    h.run(5, "succeeded")
+    assert "single-execution" not in names(h.verdict())
+
+
+def test_a_lease_taken_from_a_live_holder_is_a_violation_whatever_row_was_locked() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.execution(10.0, 40.0, run=5, behaviour="long")
+    h.at(12.0, "nemesis", INVOKE, "row-lock", run=6, holder="w-d0#1", seconds=10.0, step=3)
+    h.at(22.0, "nemesis", OK, "row-lock", run=6, holder="w-d0#1", seconds=10.0, step=3)
+    h.attempt(5, 1, "lost", error_type="lease_expired", finished=int(23 * NS))
+    h.attempt(5, 2, "succeeded", worker="w-d1#1", finished=int(50 * NS))
+    verdict = h.verdict()
+    assert "lease-kept" in names(verdict)
+    kept = next(f for f in verdict.violations if f.invariant == "lease-kept")
+    assert any(e.f == "row-lock" and e.get("run") == 6 for e in kept.lines), "the other run's lock"
+
+
+def test_a_lease_lost_while_frozen_or_starved_is_excused_and_a_dead_holders_is_no_finding() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.daemon("d1#1")
+    h.daemon("d2#1")
+    h.execution(10.0, 40.0, run=5, behaviour="long")
+    h.at(12.0, "nemesis", INVOKE, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.at(21.0, "nemesis", OK, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.attempt(5, 1, "lost", error_type="lease_expired", finished=int(20 * NS))
+    h.execution(10.0, 40.0, run=6, behaviour="long", daemon="d1#1")
+    h.at(19.0, "stall-watch", INFO, "stall", seconds=5.0)
+    h.attempt(6, 1, "lost", error_type="lease_expired", worker="w-d1#1", finished=int(21 * NS))
+    h.execution(10.0, None, run=7, daemon="d2#1")
+    h.at(11.0, "nemesis", OK, "kill", daemon="d2#1", pid=1)
+    h.attempt(7, 1, "lost", error_type="lease_expired", worker="w-d2#1", finished=int(20 * NS))
+    verdict = h.verdict()
+    assert "lease-kept" not in names(verdict)
+    excused = sorted(f.excuse for f in verdict.excused if f.invariant == "lease-kept")
+    assert len(excused) == 2
+    assert "frozen" in excused[0]
+    assert "stalled" in excused[1]
+
+
+# -- 3 limits --------------------------------------------------------------------------------------
+
+
+def test_more_handlers_than_max_running_is_a_violation() -> None:
+    h = Hand()
+    h.execution(10.0, 20.0, run=1, job_type="capped", behaviour="overrun")
+    h.execution(13.0, 14.0, run=2, job_type="capped", daemon="d1#1")
+    h.run(1, "failed")
+    h.run(2, "succeeded")
+    verdict = h.verdict()
+    assert names(verdict) == ["limits"]
+    assert verdict.violations[0].subject == "job type capped"
+    assert "max_running = 1" in verdict.violations[0].summary
+
+
+def test_per_key_limits_count_by_key() -> None:
+    h = Hand()
+    h.execution(10.0, 20.0, run=1, job_type="keyed", ck="a")
+    h.execution(12.0, 14.0, run=2, job_type="keyed", daemon="d1#1", ck="b")
+    assert names(h.verdict()) == []
+    h.execution(15.0, 16.0, run=3, job_type="keyed", daemon="d2#1", ck="a")
+    verdict = h.verdict()
+    assert names(verdict) == ["limits"]
+    assert verdict.violations[0].subject == "job type keyed key a"
+
+
+def test_more_claims_in_a_window_than_the_rate_is_a_violation() -> None:
+    h = Hand()
+    for i in range(12):
+        h.execution(10.0 + i, 10.5 + i, run=i + 1, job_type="rated", claimed=1000.0 + 4 * i)
+    assert names(h.verdict()) == []  # 12 in 44 s: at the rate
+    h.execution(60.0, 60.5, run=99, job_type="rated", claimed=1000.0 + 50)
+    verdict = h.verdict()
+    assert names(verdict) == ["limits"]
+    assert "rate 12/60 s" in verdict.violations[0].summary
+
+
+def test_a_held_run_removed_while_its_handler_runs_is_a_violation() -> None:
+    h = Hand()
+    h.daemon("d0#1", worker="w1")
+    h.execution(10.0, 200.0, run=7, job_type="stubborn", behaviour="stubborn")
+    h.at(20.0, "operator-3", INVOKE, "cancel", run=7)
+    h.at(21.0, "operator-3", OK, "cancel", run=7, exit=0)
+    h.at(
+        21.5,
+        "observer",
+        INFO,
+        "observe",
+        runs=[[7, "cancelled", "stubborn", "w1", 1, None]],
+        gone=[],
+    )
+    gone = [
+        [7, "cancelled", "stubborn", "w1", 1, None, int(99 * NS)],
+        [8, "succeeded", "free", None, 1, None, int(99 * NS)],
+    ]
+    h.at(100.0, "observer", INFO, "observe", runs=[], gone=gone)
+    h.execution(101.0, 120.0, run=8, job_type="stubborn", behaviour="stubborn", daemon="d1#1")
+    verdict = h.verdict()
+    assert sorted(names(verdict)) == ["held-run-kept", "limits"]
+    held = next(f for f in verdict.violations if f.invariant == "held-run-kept")
+    assert held.subject == "run 7"
+    assert any(e.f == "cancel" for e in held.lines)
+    shown = "\n".join(report.block(held, 0, "VIOLATION"))
+    assert '{"gone":[[7,"cancelled","stubborn","w1",1,null,99000000000]]}' in shown
+    assert "[8," not in shown, "an observer's sample is cut to the finding's runs"
+
+
+# -- 4 nothing lost --------------------------------------------------------------------------------
+
+
+def test_a_committed_run_that_vanishes_before_it_ended_is_lost() -> None:
+    h = Hand()
+    h.enqueue(1.0, 1.5, "client-1", "read committed", [{"id": 9, "key": None, "created": True}])
+    h.at(2.0, "observer", INFO, "observe", runs=[[9, "queued", "free", None, 0, None]], gone=[])
+    h.at(
+        30.0,
+        "observer",
+        INFO,
+        "observe",
+        runs=[],
+        gone=[[9, "queued", "free", None, 0, None, int(29 * NS)]],
+    )
+    verdict = h.verdict()
+    assert names(verdict) == ["no-loss"]
+    assert "removed while queued" in verdict.violations[0].summary
+
+
+def test_a_run_that_ended_before_retention_took_it_is_not_lost() -> None:
+    h = Hand()
+    h.enqueue(1.0, 1.5, "client-1", "read committed", [{"id": 9, "key": None, "created": True}])
+    h.at(5.0, "observer", INFO, "observe", runs=[[9, "succeeded", "free", None, 1, None]], gone=[])
+    assert names(h.verdict()) == []
+
+
+def test_a_rolled_back_enqueue_whose_run_exists_is_a_violation() -> None:
+    h = Hand()
+    h.enqueue(
+        1.0,
+        1.5,
+        "client-1",
+        "repeatable read",
+        [{"id": 10, "key": None, "created": True}],
+        outcome=FAIL,
+    )
+    assert names(h.verdict()) == []
+    h.execution(3.0, 4.0, run=10)
+    verdict = h.verdict()
+    assert names(verdict) == ["no-loss"]
+    assert "did not commit" in verdict.violations[0].summary
+
+
+# -- 5 success recorded ----------------------------------------------------------------------------
+
+
+def test_a_normal_return_recorded_as_a_failure_is_a_violation() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.execution(900.0, 901.0, run=3)
+    h.attempt(3, 1, "failed", error_type="ValueError")
+    h.run(3, "failed")
+    assert names(h.verdict()) == ["success-recorded"]
+
+
+def test_a_return_after_the_timeout_is_excused() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.execution(900.0, 906.0, run=3, job_type="capped", behaviour="overrun")
+    h.attempt(3, 1, "failed", error_type="timeout")
+    h.run(3, "dead")
+    verdict = h.verdict()
+    assert names(verdict) == []
+    assert excuses(verdict) == ["success-recorded"]
+
+
+def test_a_lease_taken_from_a_healthy_daemon_is_not_excused() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.execution(900.0, 920.0, run=3, behaviour="long")
+    h.attempt(3, 1, "lost", error_type="lease_expired")
+    h.attempt(3, 2, "succeeded", worker="w-d1#1")
+    h.run(3, "succeeded")
+    assert names(h.verdict()) == ["success-recorded"]
+
+
+def test_a_success_recorded_for_a_handler_that_raised_is_a_violation() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.execution(900.0, 901.0, run=3, outcome=FAIL)
+    h.attempt(3, 1, "succeeded")
+    h.run(3, "succeeded")
+    verdict = h.verdict()
+    assert names(verdict) == ["success-recorded"]
+    assert "its handler raised" in verdict.violations[0].summary
+
+
+# -- 6 effects once --------------------------------------------------------------------------------
+
+
+def test_an_effect_committed_twice_or_without_success_is_a_violation() -> None:
+    h = Hand()
+    h.execution(10.0, 11.0, run=4, behaviour="tx")
+    h.run(4, "succeeded")
+    h.final["effects"].append({"run": 4, "attempt": 1, "rows": 1})
+    assert names(h.verdict()) == []
+    h.final["effects"].append({"run": 4, "attempt": 2, "rows": 1})
+    assert names(h.verdict()) == ["effects-once"]
+    h = Hand()
+    h.execution(10.0, 11.0, run=4, behaviour="tx", outcome=FAIL)
+    h.run(4, "dead")
+    h.final["effects"].append({"run": 4, "attempt": 1, "rows": 1})
+    assert names(h.verdict()) == ["effects-once"]
+
+
+# -- 7 schedule once -------------------------------------------------------------------------------
+
+
+def test_two_runs_of_one_occurrence_are_a_violation() -> None:
+    occurrence = "2026-12-01T10:00:00+00:00"
+    h = Hand()
+    h.execution(
+        10.0, 11.0, run=1, job_type="sched", sched="every_minute_skip", scheduled_for=occurrence
+    )
+    h.execution(
+        20.0, 21.0, run=2, job_type="sched", sched="every_minute_skip", scheduled_for=occurrence
+    )
+    assert names(h.verdict()) == ["schedule-once"]
+
+
+def test_two_runs_of_a_skip_schedule_at_once_are_a_violation() -> None:
+    h = Hand()
+    h.execution(
+        10.0, 80.0, run=1, job_type="sched", sched="every_minute_skip", scheduled_for="10:00"
+    )
+    h.execution(
+        70.0, 71.0, run=2, job_type="sched", sched="every_minute_skip", scheduled_for="10:01"
+    )
+    assert names(h.verdict()) == ["schedule-once"]
+
+
+# -- 8 daemons -------------------------------------------------------------------------------------
+
+
+def test_a_daemon_exiting_unprompted_and_a_run_left_running_are_violations() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.at(
+        50.0,
+        "harness",
+        FAIL,
+        "daemon-exit",
+        daemon="d0#1",
+        code=1,
+        told="",
+        started=True,
+        log_tail=["boom"],
+    )
+    h.run(6, "running", locked_by="w-d0#1")
+    h.final["leftover_processes"].append(4242)
+    verdict = h.verdict()
+    assert names(verdict) == ["daemon-lifecycle"] * 3
+    assert any("log: boom" in note for f in verdict.violations for note in f.notes)
+
+
+def test_exit_1_after_sigterm_with_results_unwritten_is_excused() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    tail = ['{"event": "results_not_written"}']
+    h.at(
+        50.0,
+        "harness",
+        OK,
+        "daemon-exit",
+        daemon="d0#1",
+        code=1,
+        told="SIGTERM",
+        started=True,
+        log_tail=tail,
+    )
+    verdict = h.verdict()
+    assert names(verdict) == []
+    assert excuses(verdict) == ["daemon-lifecycle"]
