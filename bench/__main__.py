@@ -1,5 +1,6 @@
 """``python -m bench <part> [options]``: run one benchmark part on a throwaway PostgreSQL
-(embedded, or $PGTICK_BENCH_DSN / --dsn), print its table, write bench/results/<part>-<date>.json.
+(embedded, or --server N: the distribution's PostgreSQL N), or on $PGTICK_BENCH_DSN / --dsn,
+print its table, write bench/results/<part>-<date>.json.
 
 Exit codes: 0 ok, 1 a part failed (a check, a daemon, a peer), 2 usage or a missing package,
 3 database unreachable.
@@ -58,14 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
             description=module.__doc__,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        sub.add_argument("--dsn", help=f"admin DSN of the server (default: ${common.DSN_ENV}, "
-                         "else an embedded throwaway PostgreSQL)")  # fmt: skip
+        common.add_server_options(sub)
         module.add_arguments(sub)
     return parser
 
 
 def run_part(args: argparse.Namespace) -> None:
     module = load(args.part)
+    common.check_server_option(args)
     if hasattr(module, "check"):
         module.check(args)
     tmp = Path(tempfile.mkdtemp(prefix=f"pgtick-bench-{args.part}-"))
@@ -75,12 +76,13 @@ def run_part(args: argparse.Namespace) -> None:
             # line itself (torture: the seed).
             record = common.Record(args.part)
             module.run(args, args.dsn, tmp, record)
+            path = record.write()
         else:
-            with common.server(args.dsn) as admin_dsn:
+            with common.server(common.given_dsn(args), args.server) as admin_dsn:
                 record = common.Record(args.part, postgres=common.server_version(admin_dsn))
                 print(common.header(args.part, record.postgres), flush=True)
                 module.run(args, admin_dsn, tmp, record)
-        path = record.write()
+                path = record.write()
         print(f"[{args.part}] results: {path}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -26,13 +26,27 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgtick.embedded import EmbeddedPostgres
+from pgtick.embedded import (
+    THROWAWAY_SETTINGS,
+    EmbeddedPostgres,
+    InstalledPostgres,
+    installed_versions,
+)
+from pgtick.errors import ConfigError
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 RESULTS_ENV = "PGTICK_BENCH_RESULTS"  # another directory for the JSON (the tests use it)
 DSN_ENV = "PGTICK_BENCH_DSN"
+# --server: the embedded PostgreSQL 18 (the default), or a major version the distribution
+# installed (/usr/lib/postgresql/N), started as a throwaway cluster with the settings the
+# embedded server gets here: pgtick.embedded's throwaway ones, and its initdb defaults
+# (max_connections 100, shared_buffers 128MB, autovacuum's) left as they are; a Unix socket
+# only. The distribution's build may differ otherwise (Debian's has JIT; pgtick's hot path
+# turns it off for its statements).
+EMBEDDED = "embedded"
+INSTALLED_SETTINGS = {**THROWAWAY_SETTINGS, "listen_addresses": ""}
 SCHEMA = "pgtick"
 START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 60.0
@@ -80,21 +94,81 @@ class BenchError(Exception):
 # -- the server and its databases ---------------------------------------------------------------
 
 
+def add_server_options(parser: Any) -> None:
+    """--dsn and --server, which every part takes."""
+    parser.add_argument("--dsn", help=f"admin DSN of the server (default: ${DSN_ENV}, "
+                        "else a throwaway PostgreSQL: --server)")  # fmt: skip
+    installed = ", ".join(str(v) for v in installed_versions()) or "none"
+    parser.add_argument(
+        "--server",
+        default=EMBEDDED,
+        metavar="embedded|N",
+        help="the throwaway server when no DSN is given: the embedded PostgreSQL 18 (default), "
+        f"or a cluster of the major version N the distribution installed under "
+        f"/usr/lib/postgresql (installed: {installed}); wins over ${DSN_ENV}",
+    )
+
+
+def given_dsn(args: Any) -> tuple[str, str] | None:
+    """The server the part was pointed at and where it was named: (--dsn, "--dsn"), else
+    ($PGTICK_BENCH_DSN, its name) unless --server names one to start; None: the bench starts
+    its own."""
+    dsn: str | None = getattr(args, "dsn", None)
+    if dsn:
+        return dsn, "--dsn"
+    env = os.environ.get(DSN_ENV)
+    if env and getattr(args, "server", EMBEDDED) == EMBEDDED:
+        return env, DSN_ENV
+    return None
+
+
+def check_server_option(args: Any) -> None:
+    """Usage errors of --dsn and --server, found before anything starts."""
+    choice = getattr(args, "server", EMBEDDED)
+    if choice == EMBEDDED:
+        return
+    if getattr(args, "dsn", None):
+        raise BenchError("--dsn and --server: one or the other", 2)
+    if not re.fullmatch(r"\d+", choice):
+        raise BenchError(f"--server {choice!r}: expected embedded or a major version", 2)
+    if int(choice) not in installed_versions():
+        raise BenchError(
+            f"--server {choice}: no PostgreSQL {choice} under /usr/lib/postgresql "
+            f"(apt-get install postgresql-{choice})",
+            2,
+        )
+
+
 @contextlib.contextmanager
-def server(dsn: str | None) -> Iterator[str]:
-    """The admin DSN of the bench server: ``dsn``/$PGTICK_BENCH_DSN, else a throwaway
-    embedded PostgreSQL (fsync off) that is removed afterwards."""
-    given = dsn or os.environ.get(DSN_ENV)
+def server(given: tuple[str, str] | None, choice: str = EMBEDDED) -> Iterator[str]:
+    """The admin DSN of the bench server: a given one (``given_dsn``), else a throwaway one
+    removed afterwards: the embedded PostgreSQL, or (``choice`` a major version) a cluster of
+    the installed one, both with the throwaway settings (fsync off)."""
     if given:
-        check_reachable(given, "--dsn" if dsn else DSN_ENV)
-        yield given
+        dsn, source = given
+        check_reachable(dsn, source)
+        yield dsn
         return
     data_dir = Path(tempfile.mkdtemp(prefix="pgtick-bench-pg-"))
-    embedded = EmbeddedPostgres(data_dir / "pg", throwaway=True)
     try:
-        yield embedded.dsn
+        if choice == EMBEDDED:
+            embedded = EmbeddedPostgres(data_dir / "pg", throwaway=True)
+            try:
+                yield embedded.dsn
+            finally:
+                embedded.close()
+            return
+        try:
+            installed = InstalledPostgres(
+                installed_versions()[int(choice)], data_dir, INSTALLED_SETTINGS
+            )
+        except ConfigError as exc:
+            raise BenchError(f"--server {choice}: {exc}") from exc
+        try:
+            yield installed.dsn
+        finally:
+            installed.close()
     finally:
-        embedded.close()
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

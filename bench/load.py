@@ -72,8 +72,9 @@ LEDGER_ENV = "PGTICK_BENCH_LEDGER"
 
 
 def external(args: argparse.Namespace) -> bool:
-    """Whether the server was given (--dsn, $PGTICK_BENCH_DSN): never restarted then."""
-    return bool(getattr(args, "dsn", None) or os.environ.get(common.DSN_ENV))
+    """Whether the server was given (--dsn, $PGTICK_BENCH_DSN): never restarted then. The
+    bench's own servers (embedded, --server N) are."""
+    return common.given_dsn(args) is not None
 
 
 @contextlib.contextmanager
@@ -230,15 +231,38 @@ def as_role(dsn: str, role: str) -> str:
     return make_conninfo(dsn, user=role)
 
 
+def add_setup_sql_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--setup-sql",
+        type=Path,
+        metavar="FILE",
+        help="SQL run in the bench database once it is migrated, before the daemon starts, "
+        "as the admin role with pgtick's schema first on the search_path: a schema change "
+        "(storage parameters, an index) tried before its migration exists",
+    )
+
+
+def check_setup_sql(args: argparse.Namespace) -> None:
+    path: Path | None = getattr(args, "setup_sql", None)
+    if path is not None and not path.is_file():
+        raise common.BenchError(f"--setup-sql {path}: no such file", 2)
+
+
 @contextlib.contextmanager
-def database(admin_dsn: str, prefix: str, *, pgtick_schema: bool) -> Iterator[str]:
-    """A new database, migrated with ``pgtick migrate`` when asked, dropped afterwards."""
+def database(
+    admin_dsn: str, prefix: str, *, pgtick_schema: bool, setup_sql: Path | None = None
+) -> Iterator[str]:
+    """A new database, migrated with ``pgtick migrate`` when asked (then ``setup_sql``'s
+    statements run in it), dropped afterwards."""
     name = f"bench_{prefix}_{uuid.uuid4().hex[:8]}"
     common.admin_execute(admin_dsn, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     dsn = make_conninfo(admin_dsn, dbname=name)
     try:
         if pgtick_schema:
             pgtick_cli(dsn, "migrate")
+        if setup_sql is not None:
+            with common.connect(dsn) as conn:
+                conn.execute(setup_sql.read_text().encode())
         yield dsn
     finally:
         common.admin_execute(
@@ -495,6 +519,7 @@ class Statement:
     total_ms: float
     rows: int
     max_ms: float
+    buffers: int = 0  # shared buffers hit or read
 
 
 @dataclass(frozen=True)
@@ -505,6 +530,7 @@ class StatementDelta:
     calls: int
     total_ms: float
     rows: int
+    buffers: int = 0
 
     @property
     def mean_ms(self) -> float | None:
@@ -516,7 +542,8 @@ class StatementDelta:
 
 
 STATEMENTS = """
-SELECT queryid, query, calls, total_exec_time, rows, max_exec_time
+SELECT queryid, query, calls, total_exec_time, rows, max_exec_time,
+       shared_blks_hit + shared_blks_read
 FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)
   AND userid = (SELECT oid FROM pg_roles WHERE rolname = %s)
@@ -527,9 +554,13 @@ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)
 def statements(admin: psycopg.Connection[Any], dbname: str, role: str) -> dict[int, Statement]:
     """The role's statements in the database, utility statements left out; by queryid."""
     out: dict[int, Statement] = {}
-    for queryid, query, calls, total, rows, max_ms in admin.execute(STATEMENTS, [dbname, role]):
+    for queryid, query, calls, total, rows, max_ms, buffers in admin.execute(
+        STATEMENTS, [dbname, role]
+    ):
         if queryid is not None and not UTILITY.match(query):
-            out[int(queryid)] = Statement(query, int(calls), float(total), int(rows), float(max_ms))
+            out[int(queryid)] = Statement(
+                query, int(calls), float(total), int(rows), float(max_ms), int(buffers)
+            )
     return out
 
 
@@ -558,6 +589,7 @@ def statement_deltas(
                 calls,
                 now.total_ms - (then.total_ms if then else 0.0),
                 now.rows - (then.rows if then else 0),
+                now.buffers - (then.buffers if then else 0),
             )
     return out
 
@@ -578,6 +610,7 @@ def combined(deltas: Mapping[int, StatementDelta], pattern: re.Pattern[str]) -> 
         sum(d.calls for d in hits),
         sum(d.total_ms for d in hits),
         sum(d.rows for d in hits),
+        sum(d.buffers for d in hits),
     )
 
 

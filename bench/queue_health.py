@@ -4,7 +4,7 @@ holds a REPEATABLE READ snapshot on an unrelated table, so vacuum can remove no 
 One daemon at default settings (role pgtick_bench_worker) and a producer enqueueing --rate runs a
 second through ``pgtick.enqueue`` in small batches every 10 ms. After --baseline seconds another
 session runs ``BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM bench_unrelated`` and
-holds it for --pin seconds; then the producer stops and the queue drains.
+holds it for --pin seconds (or --minutes); then the producer stops and the queue drains.
 
 Windows of --window seconds: the baseline window is the last one before the pin, the pinned
 windows tile the pin backwards from its release (the last one is "the last minute of the pin").
@@ -17,9 +17,13 @@ so that every window has one: without it, the server's timed checkpoint (every 5
 lands in whichever window it falls in, and raised that window's pickup p99 from 1.3 to
 3.4 ms in a run where it fell into the last pinned minute (2026-11-26); the checkpoints column
 shows them.
+Every statement is also named by the queries.sql block it comes from (bench/statements.py) and
+compared by block, baseline against the last pinned window: time per call, time per claimed
+run, shared buffers per call.
 Bars: pickup p99 of the last pinned window < 3x baseline and < 50 ms, claim time per run < 3x,
-every statement's mean < 3x (statements with at least --min-calls calls in both windows), and
-nothing left behind (every run succeeded exactly once). The trend line compares the later half
+every statement's mean < 3x and every block's time per claimed run < 3x (statements with at
+least --min-calls calls in both windows), and nothing left behind (every run succeeded exactly
+once). The trend line compares the later half
 of the pinned windows with the earlier half: flat, or rising with the hold.
 
 --system pgqueuer runs the same shape against pgqueuer (asyncpg, batch 10: its defaults; enqueue
@@ -47,7 +51,7 @@ from typing import Any
 
 import psycopg
 
-from bench import common, load
+from bench import common, load, statements
 
 DEFAULT_RATE = 400.0
 DEFAULT_BASELINE_SECONDS = 60.0
@@ -70,7 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds before the pin (60)",
     )
     parser.add_argument(
-        "--pin", type=float, default=DEFAULT_PIN_SECONDS, help="seconds the snapshot is held (240)"
+        "--pin", type=float, default=None, help="seconds the snapshot is held (240)"
+    )
+    parser.add_argument(
+        "--minutes", type=float, help="minutes the snapshot is held (instead of --pin)"
     )
     parser.add_argument(
         "--window", type=float, default=DEFAULT_WINDOW_SECONDS, help="seconds per window (60)"
@@ -91,15 +98,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peer-batch-size", type=int, default=10, help="pgqueuer batch size (10)")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     common.add_settings_option(parser)
+    load.add_setup_sql_option(parser)
 
 
 def check(args: argparse.Namespace) -> None:
-    """Usage errors, found before a server is started."""
+    """Usage errors, found before a server is started (and --minutes made --pin)."""
+    if args.minutes is not None and args.pin is not None:
+        raise common.BenchError("--pin or --minutes, not both", 2)
+    if args.minutes is not None:
+        args.pin = args.minutes * 60
+    elif args.pin is None:
+        args.pin = DEFAULT_PIN_SECONDS
     if args.rate <= 0 or args.window <= 0:
         raise common.BenchError("--rate and --window must be positive", 2)
     if args.baseline < args.window or args.pin < args.window:
         raise common.BenchError("--baseline and --pin must each be at least one --window", 2)
     load.check_settings(args.set)
+    load.check_setup_sql(args)
     if args.system != "pgtick":
         from bench.peer_worker import require
 
@@ -189,7 +204,7 @@ def pgtick_target(
     args: argparse.Namespace, admin_dsn: str, tmp: Path, role: str
 ) -> Iterator[Target]:
     settings = load.check_settings(args.set)
-    with load.database(admin_dsn, "qh", pgtick_schema=True) as dsn:
+    with load.database(admin_dsn, "qh", pgtick_schema=True, setup_sql=args.setup_sql) as dsn:
         config = load.daemon_config(tmp / "queue-health.toml", settings=settings)
         daemon = common.start_daemon(
             load.as_role(dsn, role), config, tmp / "queue-health-daemon.log"
@@ -443,6 +458,7 @@ def window_figures(
             "runs_per_second": round(claim.rows / seconds, 1),
         },
         "statements": statement_figures(deltas),
+        "blocks": statements.window_figures(deltas),
         "producer_statements": statement_figures(load.statement_deltas(a.producer, b.producer)),
         "autovacuum": autovacuum_delta(a.tables, b.tables),
         "checkpoints": b.checkpoints - a.checkpoints,
@@ -521,6 +537,10 @@ def verdicts(rows: list[dict[str, Any]], left: dict[str, Any], min_calls: int) -
     judged = [s for s in stmts if s["ok"] is not None]
     worst = max((s["ratio"] or 0.0 for s in judged), default=None)
     last_p99 = last["pickup_ms"].get("p99")
+    blocks = statements.compare(
+        base.get("blocks", statements.NONE), last.get("blocks", statements.NONE),
+        load.BAR_RATIO, min_calls,
+    )  # fmt: skip
     return {
         "pickup_p99_ratio": p99,
         "pickup_p99_ok": None
@@ -537,6 +557,7 @@ def verdicts(rows: list[dict[str, Any]], left: dict[str, Any], min_calls: int) -
         "worst_statement_ratio": worst,
         "statements_ok": None if not judged else all(s["ok"] for s in judged),
         "nothing_left_behind": bool(left.get("ok")),
+        "blocks": {"rows": blocks, **statements.verdict(blocks)},
         "pickup_p99_growth": load.growth([r["pickup_ms"].get("p99") for r in pinned]),
         "claim_per_run_growth": load.growth([r["claim"]["per_run_us"] for r in pinned]),
         "pickup_p99_flat": load.flat([r["pickup_ms"].get("p99") for r in pinned]),
@@ -665,6 +686,12 @@ def bars_table(result: dict[str, Any]) -> str:
             load.verdict(v["statements_ok"]),
         ],
         [
+            "every block's time per claimed run < 3x",
+            f"{v['blocks']['judged']} judged",
+            load.fmt(v["blocks"]["worst_per_run_ratio"], 1, "x"),
+            load.verdict(v["blocks"]["ok"]),
+        ],
+        [
             "nothing left behind",
             result["left_behind"]["summary"],
             "",
@@ -738,6 +765,8 @@ def report(result: dict[str, Any]) -> None:
             )
         )
     print()
+    print(statements.table(result["verdicts"]["blocks"]["rows"], "base", "last"))
+    print()
     print(bars_table(result))
 
 
@@ -751,6 +780,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         "baseline": args.baseline,
         "pin": args.pin,
         "window": args.window,
+        "setup_sql": str(args.setup_sql) if args.setup_sql else None,
         "system": args.system,
         "min_calls": args.min_calls,
         "set": args.set,

@@ -1,6 +1,6 @@
-"""Sustained load: --rate runs a second for --duration seconds into one daemon whose succeeded
-runs are kept only --retention (``[retention] succeeded``), so the tables should reach a
-steady size.
+"""Sustained load: --rate runs a second for --duration seconds (or --minutes) into one daemon
+whose succeeded runs are kept only --retention (``[retention] succeeded``), so the tables should
+reach a steady size.
 
 The daemon (defaults otherwise, role pgtick_bench_worker) runs the ``ledger`` handler, which
 appends each run's id to a file: retention deletes succeeded runs with their attempts, so that
@@ -13,7 +13,11 @@ the daemon's ``runs_pruned`` log lines, the claim statement's calls, mean, max (
 max reset every sample on PostgreSQL 17+) and time per claimed run, the claim's p99 round trip in
 the interval from the daemon's own histogram (pgtick_claim_duration_seconds, scraped each
 sample), and pickup p50/p99 of runs claimed in the interval (started_at - created_at, database
-clock).
+clock); and every statement of the daemon's role, by the queries.sql block it comes from
+(bench/statements.py): calls, time, rows and shared buffers in the interval. At the end, each
+statement's time per call and per claimed run in the reference interval (the first one that
+starts a minute in: minute 2 at the default --sample; the first minute starts from empty tables)
+against the last, with the ratios.
 
 Bars: size at the middle sample (minute 5 of 10) and the last within 10 %; the claim's mean (the
 server's) and p99 (the daemon's) flat (the later half of the samples' median at most 1.5x the
@@ -22,7 +26,8 @@ succeeded exactly once (each enqueued id in the ledger once, what is left in ``r
 with one attempt, pgtick_run_attempts_total{outcome="succeeded"} equal to the runs enqueued and
 no other outcome); retention deleted no rows (n_tup_del of the tables that hold runs, attempts
 and output, but for the rows a finish moves out of runs_live, which PostgreSQL counts as
-deleted there: 0 when retention drops whole partitions).
+deleted there: 0 when retention drops whole partitions); every statement's time per claimed run
+in the last interval under 2x the reference's (the statements with at least 10 calls in both).
 The daemon prunes every eighth of the retention (every 15 s at 2 minutes; at least every 10 s,
 at most every 5 minutes), its first prune that long after it starts.
 """
@@ -30,6 +35,7 @@ at most every 5 minutes), its first prune that long after it starts.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from pathlib import Path
@@ -37,13 +43,17 @@ from typing import Any
 
 import psycopg
 
-from bench import common, load
+from bench import common, load, statements
 
 DEFAULT_RATE = 1000.0
 DEFAULT_DURATION_SECONDS = 600.0
 DEFAULT_RETENTION = "2m"
 DEFAULT_SAMPLE_SECONDS = 60.0
 SIZE_TOLERANCE = 0.10
+# Each statement's time per claimed run, last interval against the reference one.
+STATEMENT_BAR_RATIO = 2.0
+# The reference interval is the first starting this long after the load began.
+REFERENCE_AFTER_SECONDS = 60.0
 # The daemon prunes every eighth of its shortest retention, within these bounds, the first
 # time that long after it starts (docs/concepts.md, the reaper); a shorter soak sees none.
 DAEMON_PRUNE_MIN_SECONDS = 10.0
@@ -68,9 +78,8 @@ GROUP BY r.status
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=DEFAULT_RATE, help="runs/s (1000)")
-    parser.add_argument(
-        "--duration", type=float, default=DEFAULT_DURATION_SECONDS, help="seconds of load (600)"
-    )
+    parser.add_argument("--duration", type=float, default=None, help="seconds of load (600)")
+    parser.add_argument("--minutes", type=float, help="minutes of load (instead of --duration)")
     parser.add_argument(
         "--retention",
         default=DEFAULT_RETENTION,
@@ -81,6 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     common.add_settings_option(parser)
+    load.add_setup_sql_option(parser)
 
 
 def duration_seconds(text: str) -> float:
@@ -96,7 +106,13 @@ def daemon_prune_every(args: argparse.Namespace) -> float:
 
 
 def check(args: argparse.Namespace) -> None:
-    """Usage errors, found before a server is started."""
+    """Usage errors, found before a server is started (and --minutes made --duration)."""
+    if args.minutes is not None and args.duration is not None:
+        raise common.BenchError("--duration or --minutes, not both", 2)
+    if args.minutes is not None:
+        args.duration = args.minutes * 60
+    elif args.duration is None:
+        args.duration = DEFAULT_DURATION_SECONDS
     if args.rate <= 0 or args.duration <= 0 or args.sample <= 0:
         raise common.BenchError("--rate, --duration and --sample must be positive", 2)
     if args.sample > args.duration:
@@ -105,6 +121,7 @@ def check(args: argparse.Namespace) -> None:
         # The pickups of an interval are read from runs at its end: none may be pruned yet.
         raise common.BenchError("--sample must be shorter than --retention", 2)
     load.check_settings(args.set)
+    load.check_setup_sql(args)
 
 
 def sample_offsets(duration: float, sample: float) -> list[float]:
@@ -186,6 +203,7 @@ def take_sample(
         return sample
     delta = load.combined(load.statement_deltas(previous["_statements"], stmts), claim)
     sample.update(
+        interval_s=t - previous["t_s"],
         deleted=sample["deleted_total"] - previous["deleted_total"],
         retention_deleted=sample["retention_deleted_total"] - previous["retention_deleted_total"],
         pruned=sample["pruned_total"] - previous["pruned_total"],
@@ -195,6 +213,7 @@ def take_sample(
         claim_max_since_start_ms=max_ms,
         claim_per_run_us=delta.per_row_us,
         claim_p99_ms=ms(load.quantile(0.99, sample["_claim_buckets"], previous["_claim_buckets"])),
+        statements=statements.window_figures(load.statement_deltas(previous["_statements"], stmts)),
         pickup_ms=common.distribution(
             [float(r[0]) for r in conn.execute(PICKUPS, [previous["at"], at])]
         ),
@@ -210,13 +229,14 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         "retention": args.retention,
         "sample": args.sample,
         "set": args.set,
+        "setup_sql": str(args.setup_sql) if args.setup_sql else None,
     }
     ledger = tmp / "soak-ledger.txt"
     claim = load.CLAIM
     with (
         load.statements_server(admin_dsn, restartable=not load.external(args)),
         load.worker_role(admin_dsn) as role,
-        load.database(admin_dsn, "soak", pgtick_schema=True) as dsn,
+        load.database(admin_dsn, "soak", pgtick_schema=True, setup_sql=args.setup_sql) as dsn,
     ):
         config = load.daemon_config(
             tmp / "soak.toml", settings=settings, retention={"succeeded": args.retention}
@@ -278,6 +298,13 @@ def soak(
         s.pop("_statements", None)
         s.pop("_claim_buckets", None)
     prune_every = daemon_prune_every(args)
+    reference = reference_sample(samples)
+    compared = statements.compare(
+        reference["statements"],
+        samples[-1]["statements"],
+        STATEMENT_BAR_RATIO,
+        statements.DEFAULT_MIN_CALLS,
+    )
     return {
         "rate": args.rate,
         "achieved_rate": round(producer.achieved_rate(), 1),
@@ -301,7 +328,26 @@ def soak(
         "prune_every": prune_every,
         "prune_expected": args.duration >= prune_every,
         "checks": checks,
+        "statements": {
+            "first": interval_label(reference),
+            "last": interval_label(samples[-1]),
+            "rows": compared,
+            **statements.verdict(compared),
+        },
     }
+
+
+def reference_sample(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The interval the statements' last one is compared with: the first that starts a
+    minute in (or later), unless that is the last, then the first."""
+    for previous, sample in itertools.pairwise(samples[:-1]):
+        if previous["t_s"] >= REFERENCE_AFTER_SECONDS - 1e-6:
+            return sample
+    return samples[0]
+
+
+def interval_label(sample: dict[str, Any]) -> str:
+    return f"{sample['t_s'] - sample['interval_s']:.0f}-{sample['t_s']:.0f}s"
 
 
 def final_checks(
@@ -389,7 +435,9 @@ def report(result: dict[str, Any]) -> None:
             rows,
         )
     )
-    size, checks = result["size"], result["checks"]
+    size, checks, st = result["size"], result["checks"], result["statements"]
+    print()
+    print(statements.table(st["rows"], st["first"], st["last"]))
     bars = [
         [
             f"size at {size['middle_t_s']:.0f} s vs {size['end_t_s']:.0f} s within 10 %",
@@ -434,6 +482,13 @@ def report(result: dict[str, Any]) -> None:
             f"(and {result['moves_out_of_live']:,} rows moved out of runs_live)",
             "",
             load.verdict(result["retention_deletes"] == 0 if result["prune_expected"] else None),
+        ],
+        [
+            f"every statement's time per claimed run < {STATEMENT_BAR_RATIO:.0f}x",
+            f"{st['last']} against {st['first']}, {st['judged']} judged "
+            f"(>= {statements.DEFAULT_MIN_CALLS} calls in both)",
+            load.fmt(st["worst_per_run_ratio"], 1, "x"),
+            load.verdict(st["ok"]),
         ],
     ]
     print()

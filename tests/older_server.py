@@ -6,7 +6,8 @@ statement runs on them: before 18, a plan node the planner hints disable adds 1e
 plan's cost, and a server built with LLVM then JIT-compiled every claim (seconds each on
 PostgreSQL 15, where 18 took milliseconds). The embedded server has no JIT; Debian's
 packages have it. This starts a throwaway cluster from ``/usr/lib/postgresql/N/bin`` (the
-lowest N from 13 to 17; ``.ci/run`` installs ``postgresql-15``), runs ``pytest
+lowest N from 13 to 17; ``.ci/run`` installs ``postgresql-15``; ``pgtick.embedded``'s
+``InstalledPostgres``, which ``python -m bench PART --server 15`` starts too), runs ``pytest
 tests/integration`` against it with ``PGTICK_TEST_DSN``, stops it and returns pytest's
 status. Extra arguments go to pytest.
 """
@@ -14,24 +15,24 @@ status. Extra arguments go to pytest.
 from __future__ import annotations
 
 import os
-import pwd
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from pgtick.embedded import (
+    INSTALLED_ROOT,
+    THROWAWAY_SETTINGS,
+    InstalledPostgres,
+    installed_versions,
+)
+from pgtick.errors import ConfigError
+
 PACKAGE = "postgresql-15"
-# No TCP (listen_addresses is empty): the port only names the socket file, in a directory
-# of this run's own, so the default will do.
-PORT = 5432
-ROOT = Path("/usr/lib/postgresql")
 VERSIONS = range(13, 18)
 SETTINGS = {
-    "fsync": "off",
-    "synchronous_commit": "off",
-    "full_page_writes": "off",
+    **THROWAWAY_SETTINGS,
     "max_connections": "300",
     "listen_addresses": "",
 }
@@ -39,88 +40,36 @@ SETTINGS = {
 
 def bin_dir() -> Path | None:
     """The bin directory of the oldest supported server before 18 that is installed."""
-    found = []
-    for entry in ROOT.glob("*/bin/postgres") if ROOT.is_dir() else []:
-        version = entry.parent.parent.name
-        if re.fullmatch(r"\d+", version) and int(version) in VERSIONS:
-            found.append((int(version), entry.parent))
-    return min(found)[1] if found else None
-
-
-def as_owner(owner: str | None, command: list[str]) -> list[str]:
-    """``command`` as ``owner`` (PostgreSQL refuses to run as root)."""
-    return ["runuser", "-u", owner, "--", *command] if owner else command
+    found = [path for version, path in installed_versions().items() if version in VERSIONS]
+    return found[0] if found else None
 
 
 def main(args: list[str]) -> int:
     binaries = bin_dir()
     if binaries is None:
         print(
-            f"tests/older_server.py: no PostgreSQL {VERSIONS[0]}-{VERSIONS[-1]} under {ROOT}:"
-            f" apt-get install {PACKAGE}",
+            f"tests/older_server.py: no PostgreSQL {VERSIONS[0]}-{VERSIONS[-1]} under "
+            f"{INSTALLED_ROOT}: apt-get install {PACKAGE}",
             file=sys.stderr,
         )
         return 1
-    owner = None
-    if os.geteuid() == 0:
-        try:
-            owner = pwd.getpwnam("postgres").pw_name
-        except KeyError:
-            print(
-                f"tests/older_server.py: no 'postgres' user (it comes with {PACKAGE})",
-                file=sys.stderr,
-            )
-            return 1
     work = Path(tempfile.mkdtemp(prefix="pgtick-older-pg-"))
-    data, sockets = work / "data", work / "sockets"
-    sockets.mkdir()
-    if owner:
-        shutil.chown(work, owner)
-        shutil.chown(sockets, owner)
-    options = " ".join(f"-c {k}={v}" for k, v in SETTINGS.items())
-    pg_ctl = [str(binaries / "pg_ctl"), "-w", "-D", str(data)]
+    server = None
     try:
-        subprocess.run(
-            as_owner(
-                owner, [str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]
-            ),
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        subprocess.run(
-            as_owner(
-                owner,
-                [
-                    *pg_ctl,
-                    "-l",
-                    str(work / "log"),
-                    "-o",
-                    f"-p {PORT} -k {sockets} {options}",
-                    "start",
-                ],
-            ),
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        version = subprocess.run(
-            [str(binaries / "postgres"), "--version"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        print(f"tests/older_server.py: tests/integration on {version}", flush=True)
-        env = {
-            **os.environ,
-            "PGTICK_TEST_DSN": f"host={sockets} port={PORT} user=postgres dbname=postgres",
-        }
+        try:
+            server = InstalledPostgres(binaries, work, SETTINGS)
+        except ConfigError as exc:
+            print(f"tests/older_server.py: {exc}", file=sys.stderr)
+            return 1
+        print(f"tests/older_server.py: tests/integration on {server.version()}", flush=True)
+        env = {**os.environ, "PGTICK_TEST_DSN": server.dsn}
         tests = Path(__file__).resolve().parent / "integration"
         return subprocess.run(
             [sys.executable, "-m", "pytest", "-q", str(tests), *args], env=env, check=False
         ).returncode
     finally:
-        subprocess.run(
-            as_owner(owner, [*pg_ctl, "-m", "immediate", "stop"]),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=False,
-        )
+        if server is not None:
+            server.close()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -10,11 +10,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from pgtick.embedded import installed_versions
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_part(admin_dsn: str | None, results: Path, *args: str) -> dict[str, Any]:
-    """``python -m bench ARGS`` on the test server, or (None) on an embedded one of its own."""
+def run_part(
+    admin_dsn: str | None, results: Path, *args: str, timeout: float = 100
+) -> dict[str, Any]:
+    """``python -m bench ARGS`` on the test server, or (None) on a throwaway one of its own
+    (embedded, or the one ``--server`` names)."""
     env = {**os.environ, "PGTICK_BENCH_RESULTS": str(results)}
     env.pop("PGTICK_BENCH_DSN", None)
     result = subprocess.run(
@@ -23,7 +30,7 @@ def run_part(admin_dsn: str | None, results: Path, *args: str) -> dict[str, Any]
         env=env,
         capture_output=True,
         text=True,
-        timeout=100,
+        timeout=timeout,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -57,3 +64,25 @@ def test_scale_reads_the_daemons_claims_from_pg_stat_statements(tmp_path: Path) 
     assert results["runs_seq_scans"] == 0 and results["expired_runs_recovered"] == 100
     reaper = [s for s in results["statements"] if "locked_until < now()" in s["query"]]
     assert reaper and all(s["calls"] >= 1 for s in reaper)
+
+
+@pytest.mark.skipif(
+    15 not in installed_versions(),
+    reason="no PostgreSQL 15 installed (apt-get install postgresql-15)",
+)
+def test_soak_on_postgresql_15_reports_each_statement_by_block(tmp_path: Path) -> None:
+    # A throwaway cluster of the distribution's PostgreSQL 15, restarted with
+    # pg_stat_statements preloaded as the embedded server is.
+    record = run_part(
+        None, tmp_path, "soak", "--server", "15", "--duration", "16", "--sample", "8",
+        "--rate", "200", "--retention", "1m", timeout=240,
+    )  # fmt: skip
+    assert record["postgresql"].startswith("15.")
+    results = record["results"]
+    assert results["checks"]["ok"] is True
+    rows = {r["statement"]: r for r in results["statements"]["rows"]}
+    assert {"claim", "succeed", "planner_hints"} <= set(rows)
+    for name in ("claim", "succeed"):
+        assert rows[name]["calls_first"] > 0 and rows[name]["calls_last"] > 0
+        assert rows[name]["us_per_call_last"] > 0 and rows[name]["us_per_run_last"] > 0
+    assert results["statements"]["first"] == "0-8s" and results["statements"]["last"] == "8-16s"

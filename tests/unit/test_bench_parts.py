@@ -1,6 +1,7 @@
 """The queue-health and soak parts without a database: their timelines, the report math (ratios,
-bars, trends, exactly-once), the claim's recognition in pg_stat_statements text. Their usage
-errors are with the others in test_bench."""
+bars, trends, exactly-once), the claim's recognition in pg_stat_statements text, each
+statement named by its queries.sql block. Their usage errors are with the others in
+test_bench."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench import common, load, queue_health, soak
+from bench import common, load, queue_health, soak, statements
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -319,3 +320,88 @@ def test_a_failing_producer_reports_its_error() -> None:
     producer.join(5)
     with pytest.raises(common.BenchError, match="connection lost"):
         producer.check()
+
+
+# -- statements by block ------------------------------------------------------------------------
+
+# As PostgreSQL 15's pg_stat_statements showed them (a daemon's, psycopg's $n parameters): the
+# field of extract() and every literal are constants there.
+PLANNER_HINTS = """SELECT set_config($1, $2, $3), set_config($4, $5, $6),
+       set_config($7, $8, $9), set_config($10, $11, $12)"""
+NEXT_DUE = """SELECT extract($3 FROM min(n.run_at) - now())::float8
+FROM unnest($1::text[], $2::timestamptz[]) AS t(job_type, low)
+CROSS JOIN LATERAL (
+    (SELECT r.run_at
+     FROM "pgtick".runs r
+     WHERE r.job_type = t.job_type AND r.status IN ($4, $5) AND r.priority = $6
+       AND r.run_at >= coalesce(t.low, $7)
+     ORDER BY r.run_at
+     LIMIT $8)
+    UNION ALL
+    (SELECT min(p.run_at)
+     FROM (SELECT r.run_at
+           FROM "pgtick".runs r
+           WHERE r.job_type = t.job_type AND r.status IN ($9, $10) AND r.priority > $11
+           ORDER BY r.priority DESC, r.run_at, r.id) p)
+    UNION ALL
+    (SELECT min(p.run_at)
+     FROM (SELECT r.run_at
+           FROM "pgtick".runs r
+           WHERE r.job_type = t.job_type AND r.status IN ($12, $13) AND r.priority < $14
+           ORDER BY r.priority DESC, r.run_at, r.id) p)
+) n"""
+
+
+def test_statements_are_named_by_their_block_whatever_their_constants() -> None:
+    assert statements.name_of(PLANNER_HINTS) == "planner_hints"
+    assert statements.name_of(NEXT_DUE) == "next_due"
+    assert statements.name_of("SELECT pg_backend_pid()") == "backend_pid"
+    # NULL, true and false are constants to pg_stat_statements; IS NULL and a typed literal's
+    # type name come out the same either way.
+    a = "SELECT NULL, x IS NULL, interval '1 second', true FROM t WHERE y = %(y)s"
+    b = "SELECT $1, x IS NULL, $2, $3 FROM t WHERE y = $4"
+    c = "SELECT $1, x IS $2, interval $3, $4 FROM t WHERE y = $5"
+    assert statements.signature(a) == statements.signature(b) == statements.signature(c)
+    assert statements.name_of("SELECT count(*) FROM pgqueuer WHERE status = $1") == (
+        "sql: SELECT count(*) FROM pgqueuer WHERE status = $1"
+    )
+
+
+def test_blocks_are_compared_per_call_and_per_claimed_run() -> None:
+    def deltas(claimed: int, finish_ms: float, finishes: int) -> dict[int, load.StatementDelta]:
+        return {
+            1: load.StatementDelta(PGTICK_CLAIM, 100, 50.0, claimed, 3000),
+            2: load.StatementDelta(PLANNER_HINTS, 200, claimed / 500, 200, 0),  # 2 us a run
+            3: load.StatementDelta(NEXT_DUE, 5, 1.0, 5, 50),
+            4: load.StatementDelta(NEXT_DUE.replace("\n", " "), 5, 1.0, 5, 50),  # a second id
+            5: load.StatementDelta(SUCCEED, finishes, finish_ms, claimed, 900),
+        }
+
+    first = statements.window_figures(deltas(claimed=1000, finish_ms=20.0, finishes=100))
+    last = statements.window_figures(deltas(claimed=500, finish_ms=30.0, finishes=50))
+    assert first["claimed_runs"] == 1000
+    assert first["blocks"]["next_due"]["calls"] == 10  # both queryids, one block
+    rows = {r["statement"]: r for r in statements.compare(first, last, 2.0, min_calls=20)}
+    claim = rows[statements.name_of(PGTICK_CLAIM)]
+    assert claim["us_per_call_first"] == pytest.approx(500.0)
+    assert claim["us_per_run_first"] == pytest.approx(50.0)
+    assert claim["us_per_run_last"] == pytest.approx(100.0)  # half the runs for the same time
+    assert claim["per_run_ratio"] == pytest.approx(2.0) and claim["ok"] is False
+    finish = rows[statements.name_of(SUCCEED)]
+    assert finish["per_call_ratio"] == pytest.approx(3.0)
+    assert finish["per_run_ratio"] == pytest.approx(3.0) and finish["ok"] is False
+    assert finish["buffers_per_call_first"] == pytest.approx(9.0)
+    assert rows["planner_hints"]["ok"] is True
+    assert rows["next_due"]["ok"] is None  # 10 calls: not judged
+    v = statements.verdict(list(rows.values()))
+    assert v == {"judged": 3, "worst_per_run_ratio": pytest.approx(3.0), "ok": False}
+
+
+def test_the_soak_compares_its_last_interval_with_the_first_a_minute_in() -> None:
+    samples = [{"t_s": 60.0 * i, "interval_s": 60.0} for i in range(1, 6)]
+    assert soak.reference_sample(samples)["t_s"] == 120.0  # minute 2
+    assert soak.interval_label(soak.reference_sample(samples)) == "60-120s"
+    thirty = [{"t_s": 30.0 * i, "interval_s": 30.0} for i in range(1, 5)]
+    assert soak.reference_sample(thirty)["t_s"] == 90.0  # 60-90 s
+    short = [{"t_s": 60.0, "interval_s": 60.0}, {"t_s": 120.0, "interval_s": 60.0}]
+    assert soak.reference_sample(short)["t_s"] == 60.0  # the only one before the last
