@@ -45,7 +45,7 @@ def single_execution(model: Model) -> list[Finding]:
                 f"run {run}",
                 f"two executions at once: {a.describe()} and {b.describe()}, overlapping"
                 f" {(min(a.finish, b.finish) - b.begin) / NS:.1f} s{more}",
-                unique([*a.events(), *b.events(), *context]),
+                unique([*a.events(), *b.events(), *context, locked]),
                 attempts_of(model, [run]),
                 excuse,
             )
@@ -85,7 +85,7 @@ def lease_kept(model: Model) -> list[Finding]:
                 f"run {row['run']}",
                 f"attempt {row['attempt']} taken from {daemon.name}, alive (lease expired and"
                 f" reaped at {(reaped - model.t0) / NS:+.1f}s)",
-                unique([*(line for e in mine for line in e.events()), *context]),
+                unique([*(line for e in mine for line in e.events()), *context, locked]),
                 attempts_of(model, [row["run"]]),
                 excuse,
             )
@@ -121,9 +121,13 @@ def limit_findings(
         if len(shown) > EPISODES_SHOWN:
             break
         runs = sorted({e.run for e in group})
-        context = model.context(runs, min(e.begin for e in group) - 70 * NS, t)
-        excuse = next((x for e in group if (x := trouble(model, e.daemon, e.begin, t))), "")
-        locked = lock_blamed(model, runs, [e.daemon for e in group], t - 2 * model.lease_ns, t)
+        # The executions that should have kept their slots: all but the one that started.
+        holders = group[1:]
+        since = min(e.begin for e in group) - 70 * NS
+        context = model.context(runs, since, t, [e.daemon for e in holders])
+        excuse = next((x for e in holders if (x := trouble(model, e.daemon, e.begin, t))), "")
+        daemons = [e.daemon for e in holders]
+        locked = lock_blamed(model, runs, daemons, t - 2 * model.lease_ns, t)
         excuse = "" if locked else excuse
         out.append(
             Finding(
@@ -132,7 +136,7 @@ def limit_findings(
                 f"{len(group)} handlers at once with {limit_name} = {limit}: "
                 + "; ".join(e.describe() for e in group)
                 + (f" ({len(moments)} such starts in all)" if len(moments) > 1 else ""),
-                unique([*(line for e in group for line in e.events()), *context]),
+                unique([*(line for e in group for line in e.events()), *context, locked]),
                 attempts_of(model, runs),
                 excuse,
             )
