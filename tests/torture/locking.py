@@ -96,14 +96,16 @@ def lease_kept(model: Model) -> list[Finding]:
 # -- 3 limits --------------------------------------------------------------------------------------
 
 
-def over_limit(executions: Sequence[Execution], limit: int) -> list[tuple[int, list[Execution]]]:
-    """The moments a start made more than ``limit`` executions run at once, with them."""
+def over_limit(
+    executions: Sequence[Execution], limit: int
+) -> list[tuple[Execution, list[Execution]]]:
+    """The starts that made more than ``limit`` executions run at once: each start, with the
+    executions running when it came."""
     out = []
     for ex in sorted(executions, key=lambda e: e.begin):
-        active = [o for o in executions if o.begin <= ex.begin < o.finish]
-        if len(active) > limit:
-            active.sort(key=lambda o: (o is not ex, o.begin))
-            out.append((ex.begin, active[: limit + 1]))
+        others = [o for o in executions if o is not ex and o.begin <= ex.begin < o.finish]
+        if len(others) >= limit:
+            out.append((ex, others))
     return out
 
 
@@ -113,7 +115,13 @@ def limit_findings(
     out: list[Finding] = []
     shown: set[frozenset[tuple[int, int, str]]] = set()
     moments = over_limit(executions, limit)
-    for t, group in moments:
+    for starter, running in moments:
+        t = starter.begin
+        # The slots' holders it is judged against: first those with no documented reason to
+        # have lost their slot (frozen, cut off) before it started.
+        reasons = {id(o): trouble(model, o.daemon, o.begin, t) for o in running}
+        holders = sorted(running, key=lambda o: (bool(reasons[id(o)]), o.begin))[:limit]
+        group = [starter, *holders]
         ident = frozenset((e.run, e.attempt, e.process) for e in group)
         if ident in shown:
             continue
@@ -121,14 +129,10 @@ def limit_findings(
         if len(shown) > EPISODES_SHOWN:
             break
         runs = sorted({e.run for e in group})
-        # The executions that should have kept their slots: all but the one that started.
-        holders = group[1:]
         since = min(e.begin for e in group) - 70 * NS
         context = model.context(runs, since, t, [e.daemon for e in holders])
-        excuse = next((x for e in holders if (x := trouble(model, e.daemon, e.begin, t))), "")
-        daemons = [e.daemon for e in holders]
-        locked = lock_blamed(model, runs, daemons, t - 2 * model.lease_ns, t)
-        excuse = "" if locked else excuse
+        excuse = next((reasons[id(o)] for o in holders if reasons[id(o)]), "")
+        locked = lock_blamed(model, runs, [e.daemon for e in holders], t - 2 * model.lease_ns, t)
         out.append(
             Finding(
                 "limits",
@@ -138,7 +142,7 @@ def limit_findings(
                 + (f" ({len(moments)} such starts in all)" if len(moments) > 1 else ""),
                 unique([*(line for e in group for line in e.events()), *context, locked]),
                 attempts_of(model, runs),
-                excuse,
+                "" if locked else excuse,
             )
         )
     return out
