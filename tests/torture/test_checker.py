@@ -293,6 +293,22 @@ def test_more_handlers_than_max_running_is_a_violation() -> None:
     assert "max_running = 1" in verdict.violations[0].summary
 
 
+def test_a_start_is_judged_against_the_holder_that_had_no_reason_to_lose_its_slot() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.daemon("d1#1")
+    h.execution(10.0, 90.0, run=1, job_type="stubborn", behaviour="stubborn", daemon="d0#1")
+    h.at(15.0, "nemesis", INVOKE, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.at(24.0, "nemesis", OK, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.execution(30.0, 90.0, run=1, attempt=2, job_type="stubborn", daemon="d1#1")
+    verdict = h.verdict()
+    assert excuses(verdict) == ["single-execution", "limits"], "the frozen copy: excused"
+    h.execution(60.0, 70.0, run=2, job_type="stubborn", daemon="d2#1")
+    verdict = h.verdict()
+    found = next(f for f in verdict.violations if f.invariant == "limits")
+    assert "run 1 attempt 2 on d1#1" in found.summary, "judged against the live holder"
+
+
 def test_per_key_limits_count_by_key() -> None:
     h = Hand()
     h.execution(10.0, 20.0, run=1, job_type="keyed", ck="a")
