@@ -39,6 +39,8 @@ def single_execution(model: Model) -> list[Finding]:
         more = f" ({len(pairs) - 1} more overlapping pairs)" if len(pairs) > 1 else ""
         if a.command and holder_dead(model, a, b.begin):
             more += "; the first is a command that outlived its daemon"
+        if released_under(model, a, b.begin):
+            more += "; its daemon's shutdown released the run while the first still ran"
         out.append(
             Finding(
                 "single-execution",
@@ -51,6 +53,22 @@ def single_execution(model: Model) -> list[Finding]:
             )
         )
     return out
+
+
+def released_under(model: Model, ex: Execution, before: int) -> bool:
+    """Whether ``ex``'s daemon, stopping, gave its run back (attempt ``released``) before
+    ``before`` while ``ex`` still ran."""
+    daemon = model.daemons.get(ex.daemon)
+    if daemon is None or daemon.termed is None:
+        return False
+    return any(
+        a["run"] == ex.run
+        and a["attempt"] == ex.attempt
+        and a["outcome"] == "released"
+        and a["worker"] == daemon.worker_id
+        and ex.begin <= int(a.get("finished") or 0) <= before
+        for a in model.attempts
+    )
 
 
 def lease_kept(model: Model) -> list[Finding]:

@@ -223,6 +223,20 @@ def test_a_row_lock_is_blamed_only_when_it_outlasted_a_lease_before_the_second_c
     assert "single-execution" in names(h.verdict()), "a lock held a lease long: no excuse"
 
 
+def test_a_run_released_by_a_shutdown_while_its_handler_still_runs_is_a_violation() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.daemon("d1#1")
+    h.execution(10.0, None, run=5, daemon="d0#1", job_type="stubborn", behaviour="stubborn")
+    h.at(20.0, "nemesis", INVOKE, "term", daemon="d0#1", pid=1, step=7)
+    h.attempt(5, 1, "released", finished=int(23 * NS))
+    h.at(35.0, "harness", OK, "daemon-exit", daemon="d0#1", code=0, told="SIGTERM", started=True)
+    h.execution(33.0, 40.0, run=5, daemon="d1#1", job_type="stubborn", behaviour="stubborn")
+    verdict = h.verdict()
+    found = next(f for f in verdict.violations if f.invariant == "single-execution")
+    assert "shutdown released the run while the first still ran" in found.summary
+
+
 def test_executions_one_after_the_other_are_not_a_violation() -> None:
     h = Hand()
     h.execution(10.0, 12.0, run=5, outcome=FAIL)
