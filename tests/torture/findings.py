@@ -84,6 +84,29 @@ def lock_blamed(
     return None
 
 
+def taken(model: Model, ex: Execution, before: int) -> tuple[str, Event | None]:
+    """Whether ``ex``'s lease was taken (its attempt written lost, lease_expired) before
+    ``before`` for a documented reason: (the reason, or "" when it was not taken or nothing
+    documented explains it; the row lock to blame, if one was held for a lease then). A slot or
+    a run freed any other way (a timeout, a release, retention) has no excuse."""
+    daemon = model.daemons.get(ex.daemon)
+    if daemon is None:
+        return "", None
+    for a in model.attempts:
+        if (
+            a["run"] == ex.run
+            and a["attempt"] == ex.attempt
+            and a["worker"] == daemon.worker_id
+            and a.get("error_type") == "lease_expired"
+            and 0 < int(a.get("finished") or 0) <= before
+        ):
+            reaped = int(a["finished"])
+            since = reaped - 2 * model.lease_ns
+            locked = lock_blamed(model, [ex.run], [ex.daemon], since, reaped)
+            return ("" if locked else trouble(model, ex.daemon, since, reaped)), locked
+    return "", None
+
+
 def by_run(executions: Iterable[Execution]) -> dict[int, list[Execution]]:
     out: dict[int, list[Execution]] = defaultdict(list)
     for ex in executions:

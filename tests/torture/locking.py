@@ -15,6 +15,7 @@ from tests.torture.findings import (
     attempts_of,
     by_run,
     lock_blamed,
+    taken,
     trouble,
     unique,
 )
@@ -24,8 +25,8 @@ from tests.torture.model import NS, Execution, Model
 
 
 def single_execution(model: Model) -> list[Finding]:
-    """No two executions of one run overlap in time (a daemon frozen past its lease, and the
-    server restarted under a holder, excepted and counted)."""
+    """No two executions of one run overlap in time (the first copy's lease taken because its
+    daemon was frozen, cut off from the server or starved, excepted and counted)."""
     out = []
     for run, exs in sorted(by_run(model.executions).items()):
         pairs = [(a, b) for i, a in enumerate(exs) for b in exs[i + 1 :] if b.begin < a.finish]
@@ -33,9 +34,7 @@ def single_execution(model: Model) -> list[Finding]:
             continue
         a, b = pairs[0]
         context = model.context([run], a.begin - model.lease_ns - 10 * NS, b.begin, [a.daemon])
-        window = b.begin - 2 * model.lease_ns
-        locked = lock_blamed(model, [run], [a.daemon], window, b.begin)
-        excuse = "" if locked else trouble(model, a.daemon, a.begin, b.begin)
+        excuse, locked = taken(model, a, b.begin)
         more = f" ({len(pairs) - 1} more overlapping pairs)" if len(pairs) > 1 else ""
         if a.command and holder_dead(model, a, b.begin):
             more += "; the first is a command that outlived its daemon"
@@ -135,10 +134,10 @@ def limit_findings(
     moments = over_limit(executions, limit)
     for starter, running in moments:
         t = starter.begin
-        # The slots' holders it is judged against: first those with no documented reason to
-        # have lost their slot (frozen, cut off) before it started.
-        reasons = {id(o): trouble(model, o.daemon, o.begin, t) for o in running}
-        holders = sorted(running, key=lambda o: (bool(reasons[id(o)]), o.begin))[:limit]
+        # The slots' holders it is judged against: first those whose lease was not taken
+        # before it started for a documented reason (frozen, cut off).
+        reasons = {id(o): taken(model, o, t) for o in running}
+        holders = sorted(running, key=lambda o: (bool(reasons[id(o)][0]), o.begin))[:limit]
         group = [starter, *holders]
         ident = frozenset((e.run, e.attempt, e.process) for e in group)
         if ident in shown:
@@ -149,8 +148,8 @@ def limit_findings(
         runs = sorted({e.run for e in group})
         since = min(e.begin for e in group) - 70 * NS
         context = model.context(runs, since, t, [e.daemon for e in holders])
-        excuse = next((reasons[id(o)] for o in holders if reasons[id(o)]), "")
-        locked = lock_blamed(model, runs, [e.daemon for e in holders], t - 2 * model.lease_ns, t)
+        excuse = next((reasons[id(o)][0] for o in holders if reasons[id(o)][0]), "")
+        locked = next((reasons[id(o)][1] for o in holders if reasons[id(o)][1]), None)
         out.append(
             Finding(
                 "limits",
@@ -160,7 +159,7 @@ def limit_findings(
                 + (f" ({len(moments)} such starts in all)" if len(moments) > 1 else ""),
                 unique([*(line for e in group for line in e.events()), *context, locked]),
                 attempts_of(model, runs),
-                "" if locked else excuse,
+                excuse,
             )
         )
     return out

@@ -196,13 +196,17 @@ def test_an_overlap_behind_a_frozen_daemon_is_excused_and_counted() -> None:
     h.execution(10.0, 30.0, run=5, daemon="d0#1", behaviour="long")
     h.at(11.0, "nemesis", INVOKE, "freeze", daemon="d0#1", seconds=9.0, step=4)
     h.at(20.0, "nemesis", OK, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.attempt(5, 1, "lost", error_type="lease_expired", finished=int(17.5 * NS))  # the reaper
     h.execution(18.0, 25.0, run=5, attempt=2, daemon="d1#1")
+    h.attempt(5, 2, "succeeded", worker="w-d1#1", finished=int(25 * NS))
     h.run(5, "succeeded")
     verdict = h.verdict()
     assert names(verdict) == []
-    assert excuses(verdict) == ["single-execution"]
-    assert "frozen" in verdict.excused[0].excuse
-    assert sum(verdict.counts["excused"].values()) == 1
+    assert excuses(verdict) == ["single-execution", "lease-kept", "success-recorded"]
+    assert all("frozen" in f.excuse for f in verdict.excused)
+    assert sum(verdict.counts["excused"].values()) == 3
+    h.final["attempts"].pop(0)
+    assert "single-execution" in names(h.verdict()), "no lease was taken: no excuse"
 
 
 def test_a_row_lock_is_blamed_only_when_it_outlasted_a_lease_before_the_second_copy() -> None:
@@ -214,6 +218,7 @@ def test_a_row_lock_is_blamed_only_when_it_outlasted_a_lease_before_the_second_c
     h.at(14.0, "nemesis", OK, "row-lock", run=5, seconds=3.0, step=2)
     h.at(30.0, "nemesis", INVOKE, "freeze", daemon="d0#1", seconds=9.0, step=4)
     h.at(39.0, "nemesis", OK, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.attempt(5, 1, "lost", error_type="lease_expired", finished=int(37 * NS))
     h.execution(38.0, 45.0, run=5, attempt=2, daemon="d1#1", behaviour="linger")
     verdict = h.verdict()
     assert "single-execution" not in names(verdict)
@@ -314,9 +319,11 @@ def test_a_start_is_judged_against_the_holder_that_had_no_reason_to_lose_its_slo
     h.execution(10.0, 90.0, run=1, job_type="stubborn", behaviour="stubborn", daemon="d0#1")
     h.at(15.0, "nemesis", INVOKE, "freeze", daemon="d0#1", seconds=9.0, step=4)
     h.at(24.0, "nemesis", OK, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.attempt(1, 1, "lost", error_type="lease_expired", finished=int(22 * NS))
     h.execution(30.0, 90.0, run=1, attempt=2, job_type="stubborn", daemon="d1#1")
     verdict = h.verdict()
-    assert excuses(verdict) == ["single-execution", "limits"], "the frozen copy: excused"
+    assert names(verdict) == []
+    assert {"single-execution", "lease-kept", "limits"} <= set(excuses(verdict))
     h.execution(60.0, 70.0, run=2, job_type="stubborn", daemon="d2#1")
     verdict = h.verdict()
     found = next(f for f in verdict.violations if f.invariant == "limits")
