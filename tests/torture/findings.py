@@ -100,11 +100,23 @@ def taken(model: Model, ex: Execution, before: int) -> tuple[str, Event | None]:
             and a.get("error_type") == "lease_expired"
             and 0 < int(a.get("finished") or 0) <= before
         ):
-            reaped = int(a["finished"])
-            since = reaped - 2 * model.lease_ns
-            locked = lock_blamed(model, [ex.run], [ex.daemon], since, reaped)
-            return ("" if locked else trouble(model, ex.daemon, since, reaped)), locked
+            return lease_taken_by(model, ex.run, ex.daemon, int(a["finished"]))
     return "", None
+
+
+def lease_taken_by(model: Model, run: int, daemon: str, reaped: int) -> tuple[str, Event | None]:
+    """Why ``daemon``'s lease on ``run`` was reaped at ``reaped``: a row lock held on the run
+    itself for a lease before is to blame whatever else happened; else a documented reason
+    (frozen, cut off, starved) excuses it; else a lock held on another run of the daemon's
+    (which stalled its heartbeat) is to blame."""
+    since = reaped - 2 * model.lease_ns
+    own = lock_blamed(model, [run], [], since, reaped)
+    if own is not None:
+        return "", own
+    reason = trouble(model, daemon, since, reaped)
+    if reason:
+        return reason, None
+    return "", lock_blamed(model, [], [daemon], since, reaped)
 
 
 def by_run(executions: Iterable[Execution]) -> dict[int, list[Execution]]:

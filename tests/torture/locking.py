@@ -14,9 +14,8 @@ from tests.torture.findings import (
     Finding,
     attempts_of,
     by_run,
-    lock_blamed,
+    lease_taken_by,
     taken,
-    trouble,
     unique,
 )
 from tests.torture.model import NS, Execution, Model
@@ -92,9 +91,8 @@ def lease_kept(model: Model) -> list[Finding]:
         ]
         since = reaped - 2 * model.lease_ns
         context = model.context([row["run"]], since - 10 * NS, reaped, [daemon.name])
-        locked = lock_blamed(model, [row["run"]], [daemon.name], since, reaped)
-        excuse = "" if locked else trouble(model, daemon.name, since, reaped)
-        if not excuse and daemon.termed is not None and daemon.termed.t <= reaped:
+        excuse, locked = lease_taken_by(model, row["run"], daemon.name, reaped)
+        if not excuse and locked is None and daemon.termed and daemon.termed.t <= reaped:
             excuse = "its daemon was stopping (SIGTERM): a result it could not write is reaped"
         out.append(
             Finding(
