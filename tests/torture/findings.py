@@ -71,8 +71,8 @@ def lock_blamed(
     model: Model, runs: Iterable[int], daemons: Iterable[str], begin: int, end: int
 ) -> Event | None:
     """An operator's row lock, on one of ``runs`` or on any run one of ``daemons`` held, held
-    for a whole lease within [begin, end]: what cost the lease then, whatever else happened
-    (never an excuse: SPEC rule 11)."""
+    for a whole lease within [begin, end]: what cost the lease then (never an excuse: SPEC
+    rule 11)."""
     wanted = set(runs)
     names = set(daemons)
     workers = {d.worker_id for d in model.daemons.values() if d.name in names and d.worker_id}
@@ -105,18 +105,16 @@ def taken(model: Model, ex: Execution, before: int) -> tuple[str, Event | None]:
 
 
 def lease_taken_by(model: Model, run: int, daemon: str, reaped: int) -> tuple[str, Event | None]:
-    """Why ``daemon``'s lease on ``run`` was reaped at ``reaped``: a row lock held on the run
-    itself for a lease before is to blame whatever else happened; else a documented reason
-    (frozen, cut off, starved) excuses it; else a lock held on another run of the daemon's
-    (which stalled its heartbeat) is to blame."""
+    """Why ``daemon``'s lease on ``run`` was reaped at ``reaped``: a documented reason (frozen,
+    cut off, starved) excuses it, whatever else happened (a fault that alone explains it must
+    not turn into a violation once row locks are fixed); else the row lock held for a lease
+    before on the run, or on another run of the daemon's (it stalled the heartbeat), is to
+    blame, if there was one."""
     since = reaped - 2 * model.lease_ns
-    own = lock_blamed(model, [run], [], since, reaped)
-    if own is not None:
-        return "", own
     reason = trouble(model, daemon, since, reaped)
     if reason:
         return reason, None
-    return "", lock_blamed(model, [], [daemon], since, reaped)
+    return "", lock_blamed(model, [run], [daemon], since, reaped)
 
 
 def by_run(executions: Iterable[Execution]) -> dict[int, list[Execution]]:

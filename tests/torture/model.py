@@ -225,7 +225,10 @@ def build(raw_plan: Mapping[str, Any], events: Sequence[Event], final: Mapping[s
         daemons=daemons,
         frozen=read_intervals(events, "freeze", by="daemon"),
         outages=read_intervals(events, "pg-restart", by=None).get("", []),
-        row_locks=read_intervals(events, "row-lock", by=None).get("", []),
+        row_locks=clipped(
+            read_intervals(events, "row-lock", by=None).get("", []),
+            read_intervals(events, "pg-restart", by=None).get("", []),
+        ),
         stalls=[
             (e.t - int(float(e.get("seconds", 0)) * NS), e.t, e) for e in events if e.f == "stall"
         ],
@@ -351,6 +354,18 @@ def read_sightings(events: Sequence[Event]) -> dict[int, Sightings]:
                     s.times.append(s.last_seen)
         elif e.f == "handler" and e.get("run") is not None:
             of(int(e.get("run"))).times.append(e.t)
+    return out
+
+
+def clipped(
+    locks: Sequence[tuple[int, int, Event]], outages: Sequence[tuple[int, int, Event]]
+) -> list[tuple[int, int, Event]]:
+    """Row locks end at the latest when the server goes down (its sessions end with it), not
+    when the harness noticed its transaction was gone."""
+    out = []
+    for start, stop, line in locks:
+        ends = [o for o, _, _ in outages if start <= o < stop]
+        out.append((start, min([stop, *ends]), line))
     return out
 
 

@@ -223,9 +223,16 @@ def test_a_row_lock_is_blamed_only_when_it_outlasted_a_lease_before_the_second_c
     verdict = h.verdict()
     assert "single-execution" not in names(verdict)
     assert "frozen" in next(f.excuse for f in verdict.excused if f.invariant == "single-execution")
+    h = Hand()
+    h.daemon("d0#1")
+    h.daemon("d1#1")
+    h.execution(10.0, 60.0, run=5, daemon="d0#1", behaviour="linger")
     h.at(26.0, "nemesis", INVOKE, "row-lock", run=5, seconds=11.0, step=9)
     h.at(37.0, "nemesis", OK, "row-lock", run=5, seconds=11.0, step=9)
-    assert "single-execution" in names(h.verdict()), "a lock held a lease long: no excuse"
+    h.attempt(5, 1, "lost", error_type="lease_expired", finished=int(37 * NS))
+    h.execution(38.0, 45.0, run=5, attempt=2, daemon="d1#1", behaviour="linger")
+    found = next(f for f in h.verdict().violations if f.invariant == "single-execution")
+    assert any(e.f == "row-lock" for e in found.lines), "a lock held a lease long: no excuse"
 
 
 def test_a_run_released_by_a_shutdown_while_its_handler_still_runs_is_a_violation() -> None:
