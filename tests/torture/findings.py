@@ -71,8 +71,8 @@ def lock_blamed(
     model: Model, runs: Iterable[int], daemons: Iterable[str], begin: int, end: int
 ) -> Event | None:
     """An operator's row lock, on one of ``runs`` or on any run one of ``daemons`` held, held
-    for a whole lease within [begin, end]: what cost the lease then (never an excuse: SPEC
-    rule 11)."""
+    for a whole lease within [begin, end]: what cost the lease then (never an excuse: a live
+    holder keeps its lease whoever holds its row)."""
     wanted = set(runs)
     names = set(daemons)
     workers = {d.worker_id for d in model.daemons.values() if d.name in names and d.worker_id}
