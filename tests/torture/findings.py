@@ -85,10 +85,11 @@ def lock_blamed(
 
 
 def taken(model: Model, ex: Execution, before: int) -> tuple[str, Event | None]:
-    """Whether ``ex``'s lease was taken (its attempt written lost, lease_expired) before
-    ``before`` for a documented reason: (the reason, or "" when it was not taken or nothing
-    documented explains it; the row lock to blame, if one was held for a lease then). A slot or
-    a run freed any other way (a timeout, a release, retention) has no excuse."""
+    """Whether ``ex``'s lease was taken (its attempt written lost: reaped, or a cancelled run
+    let go of once its lease ended) before ``before`` for a documented reason: (the reason, or
+    "" when it was not taken or nothing documented explains it; the row lock to blame, if one
+    was held for a lease then). A slot or a run freed any other way (a timeout, a release,
+    retention) has no excuse."""
     daemon = model.daemons.get(ex.daemon)
     if daemon is None:
         return "", None
@@ -97,7 +98,7 @@ def taken(model: Model, ex: Execution, before: int) -> tuple[str, Event | None]:
             a["run"] == ex.run
             and a["attempt"] == ex.attempt
             and a["worker"] == daemon.worker_id
-            and a.get("error_type") == "lease_expired"
+            and a["outcome"] == "lost"
             and 0 < int(a.get("finished") or 0) <= before
         ):
             return lease_taken_by(model, ex.run, ex.daemon, int(a["finished"]))

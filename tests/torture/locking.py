@@ -76,7 +76,7 @@ def lease_kept(model: Model) -> list[Finding]:
     by_worker = {d.worker_id: d for d in model.daemons.values() if d.worker_id}
     out = []
     for row in model.attempts:
-        if row.get("error_type") != "lease_expired" or not row.get("finished"):
+        if row["outcome"] != "lost" or not row.get("finished"):
             continue
         reaped = int(row["finished"])
         daemon = by_worker.get(row["worker"])
@@ -89,6 +89,11 @@ def lease_kept(model: Model) -> list[Finding]:
             for e in model.executions
             if e.run == row["run"] and e.attempt == row["attempt"] and e.daemon == daemon.name
         ]
+        # A cancelled run is let go of by its holder once its handler stopped (no finding),
+        # or by a reaper once its lease ended (a finding if its handler still ran).
+        let_go = row.get("error_type") != "lease_expired"
+        if let_go and not any(e.finish > reaped + NS for e in mine):
+            continue
         since = reaped - 2 * model.lease_ns
         context = model.context([row["run"]], since - 10 * NS, reaped, [daemon.name])
         excuse, locked = lease_taken_by(model, row["run"], daemon.name, reaped)
@@ -98,8 +103,13 @@ def lease_kept(model: Model) -> list[Finding]:
             Finding(
                 "lease-kept",
                 f"run {row['run']}",
-                f"attempt {row['attempt']} taken from {daemon.name}, alive (lease expired and"
-                f" reaped at {(reaped - model.t0) / NS:+.1f}s)",
+                f"attempt {row['attempt']} taken from {daemon.name}, alive ("
+                + (
+                    "its cancelled run let go of while its handler ran, lease ended"
+                    if let_go
+                    else "lease expired and reaped"
+                )
+                + f" at {(reaped - model.t0) / NS:+.1f}s)",
                 unique([*(line for e in mine for line in e.events()), *context, locked]),
                 attempts_of(model, [row["run"]]),
                 excuse,

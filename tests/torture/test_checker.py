@@ -337,6 +337,25 @@ def test_a_start_is_judged_against_the_holder_that_had_no_reason_to_lose_its_slo
     assert "run 1 attempt 2 on d1#1" in found.summary, "judged against the live holder"
 
 
+def test_a_cancelled_run_let_go_of_under_its_running_handler_is_excused_only_by_a_fault() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.execution(10.0, 90.0, run=1, job_type="stubborn", behaviour="stubborn", daemon="d0#1")
+    h.at(20.0, "nemesis", INVOKE, "pg-restart", mode="fast", down=6.0, step=5)
+    h.at(27.0, "nemesis", OK, "pg-restart", mode="fast", down=6.0, step=5)
+    h.attempt(1, 1, "lost", error="cancelled by operator", finished=int(26 * NS))
+    h.execution(30.0, 40.0, run=2, job_type="stubborn", daemon="d1#1")
+    verdict = h.verdict()
+    assert names(verdict) == []
+    assert {"lease-kept", "limits"} <= set(excuses(verdict))
+    h = Hand()
+    h.daemon("d0#1")
+    h.execution(10.0, 90.0, run=1, job_type="stubborn", behaviour="stubborn", daemon="d0#1")
+    h.attempt(1, 1, "lost", error="cancelled by operator", finished=int(26 * NS))
+    h.execution(30.0, 40.0, run=2, job_type="stubborn", daemon="d1#1")
+    assert {"lease-kept", "limits"} <= set(names(h.verdict())), "let go of by no fault"
+
+
 def test_per_key_limits_count_by_key() -> None:
     h = Hand()
     h.execution(10.0, 20.0, run=1, job_type="keyed", ck="a")
