@@ -150,7 +150,9 @@ def schedule_once(model: Model) -> list[Finding]:
             (e for e in model.executions if e.start.get("sched") == s.name), key=lambda e: e.begin
         )
         for i, a in enumerate(mine):
-            b = next((b for b in mine[i + 1 :] if b.run != a.run and b.begin < a.finish), None)
+            b = next(
+                (b for b in mine[i + 1 :] if b.run != a.run and b.begin < a.surely_until), None
+            )
             if b is None:
                 continue
             cancelled = any(

@@ -28,7 +28,9 @@ def single_execution(model: Model) -> list[Finding]:
     daemon was frozen, cut off from the server or starved, excepted and counted)."""
     out = []
     for run, exs in sorted(by_run(model.executions).items()):
-        pairs = [(a, b) for i, a in enumerate(exs) for b in exs[i + 1 :] if b.begin < a.finish]
+        pairs = [
+            (a, b) for i, a in enumerate(exs) for b in exs[i + 1 :] if b.begin < a.surely_until
+        ]
         if not pairs:
             continue
         a, b = pairs[0]
@@ -44,7 +46,7 @@ def single_execution(model: Model) -> list[Finding]:
                 "single-execution",
                 f"run {run}",
                 f"two executions at once: {a.describe()} and {b.describe()}, overlapping"
-                f" {(min(a.finish, b.finish) - b.begin) / NS:.1f} s{more}",
+                f" {(min(a.surely_until, b.surely_until) - b.begin) / NS:.1f} s{more}",
                 unique([*a.events(), *b.events(), *context, locked]),
                 attempts_of(model, [run]),
                 excuse,
@@ -128,7 +130,7 @@ def over_limit(
     executions running when it came."""
     out = []
     for ex in sorted(executions, key=lambda e: e.begin):
-        others = [o for o in executions if o is not ex and o.begin <= ex.begin < o.finish]
+        others = [o for o in executions if o is not ex and o.begin <= ex.begin < o.surely_until]
         if len(others) >= limit:
             out.append((ex, others))
     return out
@@ -249,7 +251,7 @@ def held_run_kept(model: Model) -> list[Finding]:
             e
             for e in runs.get(run, [])
             if e.daemon == holder
-            and e.begin < s.gone.t < e.finish
+            and e.begin < s.gone.t < e.surely_until
             and not holder_dead(model, e, s.gone.t)
         ]
         if not alive:
