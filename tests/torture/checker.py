@@ -29,7 +29,7 @@ from tests.torture.retries import (
 from tests.torture.summary import summary
 
 # Numbered as the issue lists them; lease-kept is the lease that comes before a second copy,
-# held-run-kept rule 11's "retention never removes a held run", apart from the limit it breaks.
+# held-run-kept the promise that retention never removes a held run, apart from the limit it breaks.
 INVARIANTS = {
     "idempotency": 1,
     "single-execution": 2,

@@ -37,7 +37,6 @@ from tests.torture.plan import POLL_SECONDS, SCHEDULED_TYPE, TICK_SECONDS, JobTy
 REPO_DIR = Path(__file__).resolve().parents[2]
 START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 45.0
-MONITOR_SECONDS = 0.2
 HANDLER = "tests.torture.jobs:handle"
 COMMAND = [sys.executable, "-m", "tests.torture.cmd"]
 
@@ -192,7 +191,6 @@ class Incarnation:
     worker_id: str = ""
     started: bool = False
     told: str = ""  # the signal the harness sent it ("" none): an exit after it is expected
-    reported: bool = False
 
     @property
     def pid(self) -> int:
@@ -221,6 +219,7 @@ class Daemons:
     starts: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
+    waiters: list[threading.Thread] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.slots = [None] * self.count
@@ -258,6 +257,9 @@ class Daemons:
             self.slots[slot] = incarnation
         self.history.write(INVOKE, "daemon", {"daemon": name, "slot": slot, "pid": proc.pid})
         threading.Thread(target=self._wait_started, args=(incarnation,), daemon=True).start()
+        waiter = threading.Thread(target=self._wait_exit, args=(incarnation, slot), daemon=True)
+        waiter.start()
+        self.waiters.append(waiter)
         return incarnation
 
     def _wait_started(self, inc: Incarnation) -> None:
@@ -305,30 +307,23 @@ class Daemons:
             os.kill(inc.pid, signum)
         return inc
 
-    def watch(self) -> None:
-        """Until stopped: record every exit, and whether the harness asked for it; restart a
-        slot whose daemon exited on its own (the run goes on; the checker reports the exit)."""
-        while True:
-            for slot, inc in enumerate(self.slots):
-                if inc is None or inc.reported or inc.alive():
-                    continue
-                inc.reported = True
-                code = inc.proc.returncode
-                value = {
-                    "daemon": inc.name,
-                    "pid": inc.pid,
-                    "code": code,
-                    "told": inc.told,
-                    "started": inc.started,
-                    "worker_id": inc.worker_id,
-                    "log_tail": [] if inc.told == "SIGKILL" else inc.log_tail(),
-                }
-                self.history.write(OK if inc.told else FAIL, "daemon-exit", value)
-                if not inc.told and not self.stopping.is_set():
-                    threading.Timer(1.0, self.start, args=(slot,)).start()
-            if self.stopping.is_set() and all(s is None or s.reported for s in self.slots):
-                return
-            time.sleep(MONITOR_SECONDS)
+    def _wait_exit(self, inc: Incarnation, slot: int) -> None:
+        """Record the exit as soon as it happens (a thread blocked on it, not a poll: the
+        checker ends a Python handler's execution there) and whether the harness asked for
+        it; start a slot whose daemon exited on its own again (the checker reports the exit)."""
+        code = inc.proc.wait()
+        value = {
+            "daemon": inc.name,
+            "pid": inc.pid,
+            "code": code,
+            "told": inc.told,
+            "started": inc.started,
+            "worker_id": inc.worker_id,
+            "log_tail": [] if inc.told == "SIGKILL" else inc.log_tail(),
+        }
+        self.history.write(OK if inc.told else FAIL, "daemon-exit", value)
+        if not inc.told and not self.stopping.is_set():
+            threading.Timer(1.0, self.start, args=(slot,)).start()
 
     def stop_all(self) -> None:
         """SIGCONT (a frozen one cannot drain), SIGTERM, wait; SIGKILL what does not exit."""
@@ -349,4 +344,6 @@ class Daemons:
                 inc.told = "SIGKILL"
                 inc.proc.kill()
                 inc.proc.wait(10)
+        for waiter in list(self.waiters):
+            waiter.join(10)  # every exit written before the final state is read
         self.history.write(OK, "stop", {"daemons": [s.name for s in live]})

@@ -71,8 +71,8 @@ def lock_blamed(
     model: Model, runs: Iterable[int], daemons: Iterable[str], begin: int, end: int
 ) -> Event | None:
     """An operator's row lock, on one of ``runs`` or on any run one of ``daemons`` held, held
-    for a whole lease within [begin, end]: what cost the lease then, whatever else happened
-    (never an excuse: SPEC rule 11)."""
+    for a whole lease within [begin, end]: what cost the lease then (never an excuse: a live
+    holder keeps its lease whoever holds its row)."""
     wanted = set(runs)
     names = set(daemons)
     workers = {d.worker_id for d in model.daemons.values() if d.name in names and d.worker_id}
@@ -82,6 +82,40 @@ def lock_blamed(
         if min(stop, end) - max(start, begin) >= model.lease_ns - NS:
             return line
     return None
+
+
+def taken(model: Model, ex: Execution, before: int) -> tuple[str, Event | None]:
+    """Whether ``ex``'s lease was taken (its attempt written lost: reaped, or a cancelled run
+    let go of once its lease ended) before ``before`` for a documented reason: (the reason, or
+    "" when it was not taken or nothing documented explains it; the row lock to blame, if one
+    was held for a lease then). A slot or a run freed any other way (a timeout, a release,
+    retention) has no excuse."""
+    daemon = model.daemons.get(ex.daemon)
+    if daemon is None:
+        return "", None
+    for a in model.attempts:
+        if (
+            a["run"] == ex.run
+            and a["attempt"] == ex.attempt
+            and a["worker"] == daemon.worker_id
+            and a["outcome"] == "lost"
+            and 0 < int(a.get("finished") or 0) <= before
+        ):
+            return lease_taken_by(model, ex.run, ex.daemon, int(a["finished"]))
+    return "", None
+
+
+def lease_taken_by(model: Model, run: int, daemon: str, reaped: int) -> tuple[str, Event | None]:
+    """Why ``daemon``'s lease on ``run`` was reaped at ``reaped``: a documented reason (frozen,
+    cut off, starved) excuses it, whatever else happened (a fault that alone explains it must
+    not turn into a violation once row locks are fixed); else the row lock held for a lease
+    before on the run, or on another run of the daemon's (it stalled the heartbeat), is to
+    blame, if there was one."""
+    since = reaped - 2 * model.lease_ns
+    reason = trouble(model, daemon, since, reaped)
+    if reason:
+        return reason, None
+    return "", lock_blamed(model, [run], [daemon], since, reaped)
 
 
 def by_run(executions: Iterable[Execution]) -> dict[int, list[Execution]]:

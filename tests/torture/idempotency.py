@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.torture.findings import Finding, attempts_of, trouble, unique
+from tests.torture.findings import Finding, attempts_of, taken, unique
 from tests.torture.history import OK, Event
 from tests.torture.model import Enqueue, Model
 
@@ -150,7 +150,9 @@ def schedule_once(model: Model) -> list[Finding]:
             (e for e in model.executions if e.start.get("sched") == s.name), key=lambda e: e.begin
         )
         for i, a in enumerate(mine):
-            b = next((b for b in mine[i + 1 :] if b.run != a.run and b.begin < a.finish), None)
+            b = next(
+                (b for b in mine[i + 1 :] if b.run != a.run and b.begin < a.surely_until), None
+            )
             if b is None:
                 continue
             cancelled = any(
@@ -163,7 +165,7 @@ def schedule_once(model: Model) -> list[Finding]:
                 if cancelled
                 else "an operator retried one of them"
                 if {a.run, b.run} & retried
-                else trouble(model, a.daemon, a.begin, b.begin)
+                else taken(model, a, b.begin)[0]
             )
             out.append(
                 Finding(

@@ -14,8 +14,8 @@ from tests.torture.findings import (
     Finding,
     attempts_of,
     by_run,
-    lock_blamed,
-    trouble,
+    lease_taken_by,
+    taken,
     unique,
 )
 from tests.torture.model import NS, Execution, Model
@@ -24,33 +24,51 @@ from tests.torture.model import NS, Execution, Model
 
 
 def single_execution(model: Model) -> list[Finding]:
-    """No two executions of one run overlap in time (a daemon frozen past its lease, and the
-    server restarted under a holder, excepted and counted)."""
+    """No two executions of one run overlap in time (the first copy's lease taken because its
+    daemon was frozen, cut off from the server or starved, excepted and counted)."""
     out = []
     for run, exs in sorted(by_run(model.executions).items()):
-        pairs = [(a, b) for i, a in enumerate(exs) for b in exs[i + 1 :] if b.begin < a.finish]
+        pairs = [
+            (a, b) for i, a in enumerate(exs) for b in exs[i + 1 :] if b.begin < a.surely_until
+        ]
         if not pairs:
             continue
         a, b = pairs[0]
         context = model.context([run], a.begin - model.lease_ns - 10 * NS, b.begin, [a.daemon])
-        window = b.begin - 2 * model.lease_ns
-        locked = lock_blamed(model, [run], [a.daemon], window, b.begin)
-        excuse = "" if locked else trouble(model, a.daemon, a.begin, b.begin)
+        excuse, locked = taken(model, a, b.begin)
         more = f" ({len(pairs) - 1} more overlapping pairs)" if len(pairs) > 1 else ""
         if a.command and holder_dead(model, a, b.begin):
             more += "; the first is a command that outlived its daemon"
+        if released_under(model, a, b.begin):
+            more += "; its daemon's shutdown released the run while the first still ran"
         out.append(
             Finding(
                 "single-execution",
                 f"run {run}",
                 f"two executions at once: {a.describe()} and {b.describe()}, overlapping"
-                f" {(min(a.finish, b.finish) - b.begin) / NS:.1f} s{more}",
-                unique([*a.events(), *b.events(), *context]),
+                f" {(min(a.surely_until, b.surely_until) - b.begin) / NS:.1f} s{more}",
+                unique([*a.events(), *b.events(), *context, locked]),
                 attempts_of(model, [run]),
                 excuse,
             )
         )
     return out
+
+
+def released_under(model: Model, ex: Execution, before: int) -> bool:
+    """Whether ``ex``'s daemon, stopping, gave its run back (attempt ``released``) before
+    ``before`` while ``ex`` still ran."""
+    daemon = model.daemons.get(ex.daemon)
+    if daemon is None or daemon.termed is None:
+        return False
+    return any(
+        a["run"] == ex.run
+        and a["attempt"] == ex.attempt
+        and a["outcome"] == "released"
+        and a["worker"] == daemon.worker_id
+        and ex.begin <= int(a.get("finished") or 0) <= before
+        for a in model.attempts
+    )
 
 
 def lease_kept(model: Model) -> list[Finding]:
@@ -60,7 +78,7 @@ def lease_kept(model: Model) -> list[Finding]:
     by_worker = {d.worker_id: d for d in model.daemons.values() if d.worker_id}
     out = []
     for row in model.attempts:
-        if row.get("error_type") != "lease_expired" or not row.get("finished"):
+        if row["outcome"] != "lost" or not row.get("finished"):
             continue
         reaped = int(row["finished"])
         daemon = by_worker.get(row["worker"])
@@ -73,19 +91,28 @@ def lease_kept(model: Model) -> list[Finding]:
             for e in model.executions
             if e.run == row["run"] and e.attempt == row["attempt"] and e.daemon == daemon.name
         ]
+        # A cancelled run is let go of by its holder once its handler stopped (no finding),
+        # or by a reaper once its lease ended (a finding if its handler still ran).
+        let_go = row.get("error_type") != "lease_expired"
+        if let_go and not any(e.finish > reaped + NS for e in mine):
+            continue
         since = reaped - 2 * model.lease_ns
         context = model.context([row["run"]], since - 10 * NS, reaped, [daemon.name])
-        locked = lock_blamed(model, [row["run"]], [daemon.name], since, reaped)
-        excuse = "" if locked else trouble(model, daemon.name, since, reaped)
-        if not excuse and daemon.termed is not None and daemon.termed.t <= reaped:
+        excuse, locked = lease_taken_by(model, row["run"], daemon.name, reaped)
+        if not excuse and locked is None and daemon.termed and daemon.termed.t <= reaped:
             excuse = "its daemon was stopping (SIGTERM): a result it could not write is reaped"
         out.append(
             Finding(
                 "lease-kept",
                 f"run {row['run']}",
-                f"attempt {row['attempt']} taken from {daemon.name}, alive (lease expired and"
-                f" reaped at {(reaped - model.t0) / NS:+.1f}s)",
-                unique([*(line for e in mine for line in e.events()), *context]),
+                f"attempt {row['attempt']} taken from {daemon.name}, alive ("
+                + (
+                    "its cancelled run let go of while its handler ran, lease ended"
+                    if let_go
+                    else "lease expired and reaped"
+                )
+                + f" at {(reaped - model.t0) / NS:+.1f}s)",
+                unique([*(line for e in mine for line in e.events()), *context, locked]),
                 attempts_of(model, [row["run"]]),
                 excuse,
             )
@@ -96,14 +123,16 @@ def lease_kept(model: Model) -> list[Finding]:
 # -- 3 limits --------------------------------------------------------------------------------------
 
 
-def over_limit(executions: Sequence[Execution], limit: int) -> list[tuple[int, list[Execution]]]:
-    """The moments a start made more than ``limit`` executions run at once, with them."""
+def over_limit(
+    executions: Sequence[Execution], limit: int
+) -> list[tuple[Execution, list[Execution]]]:
+    """The starts that made more than ``limit`` executions run at once: each start, with the
+    executions running when it came."""
     out = []
     for ex in sorted(executions, key=lambda e: e.begin):
-        active = [o for o in executions if o.begin <= ex.begin < o.finish]
-        if len(active) > limit:
-            active.sort(key=lambda o: (o is not ex, o.begin))
-            out.append((ex.begin, active[: limit + 1]))
+        others = [o for o in executions if o is not ex and o.begin <= ex.begin < o.surely_until]
+        if len(others) >= limit:
+            out.append((ex, others))
     return out
 
 
@@ -113,7 +142,13 @@ def limit_findings(
     out: list[Finding] = []
     shown: set[frozenset[tuple[int, int, str]]] = set()
     moments = over_limit(executions, limit)
-    for t, group in moments:
+    for starter, running in moments:
+        t = starter.begin
+        # The slots' holders it is judged against: first those whose lease was not taken
+        # before it started for a documented reason (frozen, cut off).
+        reasons = {id(o): taken(model, o, t) for o in running}
+        holders = sorted(running, key=lambda o: (bool(reasons[id(o)][0]), o.begin))[:limit]
+        group = [starter, *holders]
         ident = frozenset((e.run, e.attempt, e.process) for e in group)
         if ident in shown:
             continue
@@ -121,10 +156,10 @@ def limit_findings(
         if len(shown) > EPISODES_SHOWN:
             break
         runs = sorted({e.run for e in group})
-        context = model.context(runs, min(e.begin for e in group) - 70 * NS, t)
-        excuse = next((x for e in group if (x := trouble(model, e.daemon, e.begin, t))), "")
-        locked = lock_blamed(model, runs, [e.daemon for e in group], t - 2 * model.lease_ns, t)
-        excuse = "" if locked else excuse
+        since = min(e.begin for e in group) - 70 * NS
+        context = model.context(runs, since, t, [e.daemon for e in holders])
+        excuse = next((reasons[id(o)][0] for o in holders if reasons[id(o)][0]), "")
+        locked = next((reasons[id(o)][1] for o in holders if reasons[id(o)][1]), None)
         out.append(
             Finding(
                 "limits",
@@ -132,7 +167,7 @@ def limit_findings(
                 f"{len(group)} handlers at once with {limit_name} = {limit}: "
                 + "; ".join(e.describe() for e in group)
                 + (f" ({len(moments)} such starts in all)" if len(moments) > 1 else ""),
-                unique([*(line for e in group for line in e.events()), *context]),
+                unique([*(line for e in group for line in e.events()), *context, locked]),
                 attempts_of(model, runs),
                 excuse,
             )
@@ -216,7 +251,7 @@ def held_run_kept(model: Model) -> list[Finding]:
             e
             for e in runs.get(run, [])
             if e.daemon == holder
-            and e.begin < s.gone.t < e.finish
+            and e.begin < s.gone.t < e.surely_until
             and not holder_dead(model, e, s.gone.t)
         ]
         if not alive:

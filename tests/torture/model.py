@@ -19,6 +19,9 @@ from tests.torture.plan import World, seconds, world_from_json
 
 NS = 1_000_000_000
 FOREVER = 2**63
+# How late the harness may learn of a daemon's exit (a thread waiting on it, on a loaded
+# machine): an execution that died with its daemon surely ran until its exit less this.
+DEATH_SLACK_NS = NS // 2
 
 
 @dataclass
@@ -46,12 +49,25 @@ class Execution:
 
     @property
     def finish(self) -> int:
-        """When it ended, or the latest time it is known to have run until."""
+        """When it ended: its end line, or its daemon's exit as the harness saw it (a Python
+        handler dies with its process), or its last line (a command killed mid-run)."""
         if self.end is not None:
             return self.end.t
         if self.died_at is not None:
             return self.died_at
         return (self.last or self.start).t
+
+    @property
+    def surely_until(self) -> int:
+        """A time it surely still ran at: its end, or its last line, or (died with its
+        daemon) the daemon's exit as the harness saw it less the slack of seeing it. Overlaps
+        are claimed on this, so that each one claimed is real."""
+        if self.end is not None:
+            return self.end.t
+        last = (self.last or self.start).t
+        if self.died_at is not None:
+            return max(last, self.died_at - DEATH_SLACK_NS)
+        return last
 
     @property
     def returned(self) -> bool:
@@ -225,7 +241,10 @@ def build(raw_plan: Mapping[str, Any], events: Sequence[Event], final: Mapping[s
         daemons=daemons,
         frozen=read_intervals(events, "freeze", by="daemon"),
         outages=read_intervals(events, "pg-restart", by=None).get("", []),
-        row_locks=read_intervals(events, "row-lock", by=None).get("", []),
+        row_locks=clipped(
+            read_intervals(events, "row-lock", by=None).get("", []),
+            read_intervals(events, "pg-restart", by=None).get("", []),
+        ),
         stalls=[
             (e.t - int(float(e.get("seconds", 0)) * NS), e.t, e) for e in events if e.f == "stall"
         ],
@@ -351,6 +370,18 @@ def read_sightings(events: Sequence[Event]) -> dict[int, Sightings]:
                     s.times.append(s.last_seen)
         elif e.f == "handler" and e.get("run") is not None:
             of(int(e.get("run"))).times.append(e.t)
+    return out
+
+
+def clipped(
+    locks: Sequence[tuple[int, int, Event]], outages: Sequence[tuple[int, int, Event]]
+) -> list[tuple[int, int, Event]]:
+    """Row locks end at the latest when the server goes down (its sessions end with it), not
+    when the harness noticed its transaction was gone."""
+    out = []
+    for start, stop, line in locks:
+        ends = [o for o, _, _ in outages if start <= o < stop]
+        out.append((start, min([stop, *ends]), line))
     return out
 
 

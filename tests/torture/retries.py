@@ -13,7 +13,7 @@ from tests.torture.findings import (
     TIMEOUT_SLACK_SECONDS,
     Finding,
     attempts_of,
-    trouble,
+    taken,
     unique,
 )
 from tests.torture.history import FAIL
@@ -162,7 +162,7 @@ def recorded_as(
             died = daemon.died_at if daemon else None
             if died is not None and ex.begin <= died <= ex.finish + model.lease_ns + 5 * NS:
                 return what, "its daemon died before the result was written"
-            return what, late or trouble(model, ex.daemon, ex.begin, ex.finish + 2 * NS)
+            return what, late or taken(model, ex, int(r.get("finished") or 0))[0]
         return what, late
     status = model.final_runs().get(ex.run, {}).get("status")
     seen = model.sightings[ex.run].statuses() if ex.run in model.sightings else set()

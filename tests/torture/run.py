@@ -113,8 +113,6 @@ def run_plan(plan: Plan, dsn: str | None, history_dir: Path, out: TextIO) -> Non
         for slot in range(plan.daemons):
             daemons.start(slot)
         daemons.wait_started()
-        watcher = threading.Thread(target=daemons.watch, daemon=True)
-        watcher.start()
         observing = threading.Thread(target=observer.run, daemon=True)
         observing.start()
         threading.Thread(target=stalls.run, daemon=True).start()
@@ -132,7 +130,6 @@ def run_plan(plan: Plan, dsn: str | None, history_dir: Path, out: TextIO) -> Non
             stalls.stop_event.set()
             observing.join(10)
             daemons.stop_all()
-            watcher.join(10)
         harness.write(INFO, "end", {"seconds": round(time.monotonic() - began, 1)})
         final = final_state(db_dsn)
         final["leftover_processes"] = leftover_commands(history_dir)

@@ -196,13 +196,17 @@ def test_an_overlap_behind_a_frozen_daemon_is_excused_and_counted() -> None:
     h.execution(10.0, 30.0, run=5, daemon="d0#1", behaviour="long")
     h.at(11.0, "nemesis", INVOKE, "freeze", daemon="d0#1", seconds=9.0, step=4)
     h.at(20.0, "nemesis", OK, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.attempt(5, 1, "lost", error_type="lease_expired", finished=int(17.5 * NS))  # the reaper
     h.execution(18.0, 25.0, run=5, attempt=2, daemon="d1#1")
+    h.attempt(5, 2, "succeeded", worker="w-d1#1", finished=int(25 * NS))
     h.run(5, "succeeded")
     verdict = h.verdict()
     assert names(verdict) == []
-    assert excuses(verdict) == ["single-execution"]
-    assert "frozen" in verdict.excused[0].excuse
-    assert sum(verdict.counts["excused"].values()) == 1
+    assert excuses(verdict) == ["single-execution", "lease-kept", "success-recorded"]
+    assert all("frozen" in f.excuse for f in verdict.excused)
+    assert sum(verdict.counts["excused"].values()) == 3
+    h.final["attempts"].pop(0)
+    assert "single-execution" in names(h.verdict()), "no lease was taken: no excuse"
 
 
 def test_a_row_lock_is_blamed_only_when_it_outlasted_a_lease_before_the_second_copy() -> None:
@@ -214,13 +218,35 @@ def test_a_row_lock_is_blamed_only_when_it_outlasted_a_lease_before_the_second_c
     h.at(14.0, "nemesis", OK, "row-lock", run=5, seconds=3.0, step=2)
     h.at(30.0, "nemesis", INVOKE, "freeze", daemon="d0#1", seconds=9.0, step=4)
     h.at(39.0, "nemesis", OK, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.attempt(5, 1, "lost", error_type="lease_expired", finished=int(37 * NS))
     h.execution(38.0, 45.0, run=5, attempt=2, daemon="d1#1", behaviour="linger")
     verdict = h.verdict()
     assert "single-execution" not in names(verdict)
     assert "frozen" in next(f.excuse for f in verdict.excused if f.invariant == "single-execution")
+    h = Hand()
+    h.daemon("d0#1")
+    h.daemon("d1#1")
+    h.execution(10.0, 60.0, run=5, daemon="d0#1", behaviour="linger")
     h.at(26.0, "nemesis", INVOKE, "row-lock", run=5, seconds=11.0, step=9)
     h.at(37.0, "nemesis", OK, "row-lock", run=5, seconds=11.0, step=9)
-    assert "single-execution" in names(h.verdict()), "a lock held a lease long: no excuse"
+    h.attempt(5, 1, "lost", error_type="lease_expired", finished=int(37 * NS))
+    h.execution(38.0, 45.0, run=5, attempt=2, daemon="d1#1", behaviour="linger")
+    found = next(f for f in h.verdict().violations if f.invariant == "single-execution")
+    assert any(e.f == "row-lock" for e in found.lines), "a lock held a lease long: no excuse"
+
+
+def test_a_run_released_by_a_shutdown_while_its_handler_still_runs_is_a_violation() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.daemon("d1#1")
+    h.execution(10.0, None, run=5, daemon="d0#1", job_type="stubborn", behaviour="stubborn")
+    h.at(20.0, "nemesis", INVOKE, "term", daemon="d0#1", pid=1, step=7)
+    h.attempt(5, 1, "released", finished=int(23 * NS))
+    h.at(35.0, "harness", OK, "daemon-exit", daemon="d0#1", code=0, told="SIGTERM", started=True)
+    h.execution(33.0, 40.0, run=5, daemon="d1#1", job_type="stubborn", behaviour="stubborn")
+    verdict = h.verdict()
+    found = next(f for f in verdict.violations if f.invariant == "single-execution")
+    assert "shutdown released the run while the first still ran" in found.summary
 
 
 def test_executions_one_after_the_other_are_not_a_violation() -> None:
@@ -291,6 +317,43 @@ def test_more_handlers_than_max_running_is_a_violation() -> None:
     assert names(verdict) == ["limits"]
     assert verdict.violations[0].subject == "job type capped"
     assert "max_running = 1" in verdict.violations[0].summary
+
+
+def test_a_start_is_judged_against_the_holder_that_had_no_reason_to_lose_its_slot() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.daemon("d1#1")
+    h.execution(10.0, 90.0, run=1, job_type="stubborn", behaviour="stubborn", daemon="d0#1")
+    h.at(15.0, "nemesis", INVOKE, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.at(24.0, "nemesis", OK, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.attempt(1, 1, "lost", error_type="lease_expired", finished=int(22 * NS))
+    h.execution(30.0, 90.0, run=1, attempt=2, job_type="stubborn", daemon="d1#1")
+    verdict = h.verdict()
+    assert names(verdict) == []
+    assert {"single-execution", "lease-kept", "limits"} <= set(excuses(verdict))
+    h.execution(60.0, 70.0, run=2, job_type="stubborn", daemon="d2#1")
+    verdict = h.verdict()
+    found = next(f for f in verdict.violations if f.invariant == "limits")
+    assert "run 1 attempt 2 on d1#1" in found.summary, "judged against the live holder"
+
+
+def test_a_cancelled_run_let_go_of_under_its_running_handler_is_excused_only_by_a_fault() -> None:
+    h = Hand()
+    h.daemon("d0#1")
+    h.execution(10.0, 90.0, run=1, job_type="stubborn", behaviour="stubborn", daemon="d0#1")
+    h.at(20.0, "nemesis", INVOKE, "pg-restart", mode="fast", down=6.0, step=5)
+    h.at(27.0, "nemesis", OK, "pg-restart", mode="fast", down=6.0, step=5)
+    h.attempt(1, 1, "lost", error="cancelled by operator", finished=int(26 * NS))
+    h.execution(30.0, 40.0, run=2, job_type="stubborn", daemon="d1#1")
+    verdict = h.verdict()
+    assert names(verdict) == []
+    assert {"lease-kept", "limits"} <= set(excuses(verdict))
+    h = Hand()
+    h.daemon("d0#1")
+    h.execution(10.0, 90.0, run=1, job_type="stubborn", behaviour="stubborn", daemon="d0#1")
+    h.attempt(1, 1, "lost", error="cancelled by operator", finished=int(26 * NS))
+    h.execution(30.0, 40.0, run=2, job_type="stubborn", daemon="d1#1")
+    assert {"lease-kept", "limits"} <= set(names(h.verdict())), "let go of by no fault"
 
 
 def test_per_key_limits_count_by_key() -> None:
