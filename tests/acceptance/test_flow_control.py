@@ -93,7 +93,10 @@ def _max_overlap(records: list[dict[str, Any]], key: Any = None) -> int:
 def test_max_running_is_never_exceeded_by_four_daemons_and_is_fully_used(
     cluster: Cluster, conn: Connection, dsn: str
 ) -> None:
-    runs, limit, seconds = 2000, 3, 0.05
+    # Runs of 0.2 s: a slot's turnaround (the finish committed, the NOTIFY, a claim, a
+    # thread) costs some 15 ms with four daemons on two cores, 30 % of a 0.05 s run and 8 %
+    # of these; a wake-up missed or a wait for the poll interval still costs a whole second.
+    runs, limit, seconds = 500, 3, 0.2
     config = _config(cluster, f"max_running = {limit}")
     for _ in range(DAEMONS):
         cluster.start(config)
