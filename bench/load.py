@@ -628,11 +628,15 @@ class Table:
 
 
 TABLES = """
-SELECT s.relname, s.n_live_tup, s.n_dead_tup, s.n_tup_del, pg_total_relation_size(s.relid),
-       s.autovacuum_count, (to_jsonb(s) ->> 'total_autovacuum_time')::float8
-FROM pg_stat_user_tables s
-WHERE s.schemaname = %s AND s.relname LIKE %s
-ORDER BY s.relname
+SELECT relname, n_live_tup, n_dead_tup, n_tup_del, bytes, autovacuum_count, autovacuum_ms
+FROM (SELECT s.relname, s.n_live_tup, s.n_dead_tup, s.n_tup_del,
+             pg_total_relation_size(s.relid) AS bytes, s.autovacuum_count,
+             (to_jsonb(s) ->> 'total_autovacuum_time')::float8 AS autovacuum_ms
+      FROM pg_stat_user_tables s
+      WHERE s.schemaname = %s AND s.relname LIKE %s) t
+-- A partition retention dropped meanwhile has no size (NULL): it is gone.
+WHERE bytes IS NOT NULL
+ORDER BY relname
 """
 
 

@@ -19,6 +19,7 @@ import logging
 import os
 import pwd
 import re
+import shlex
 import shutil
 import subprocess
 import warnings
@@ -138,7 +139,10 @@ class InstalledPostgres:
         if self._owner:
             shutil.chown(self.work_dir, self._owner)
             shutil.chown(self.socket_dir, self._owner)
-        options = " ".join(f"-c {name}={value}" for name, value in settings.items())
+        # pg_ctl hands -o to a shell: a value with spaces (log_line_prefix) is quoted.
+        options = " ".join(
+            f"-c {shlex.quote(f'{name}={value}')}" for name, value in settings.items()
+        )
         self._run("initdb", "-D", str(self.data_dir), "-A", "trust", "-U", "postgres")
         self._pg_ctl(
             "-l", str(self.log_path), "-o", f"-p {INSTALLED_PORT} -k {self.socket_dir} {options}",
