@@ -33,7 +33,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import pytest
 from psycopg import sql
 
 from pgtick.storage import db, sqlfile
@@ -112,11 +111,6 @@ def reltuples(conn: db.Connection) -> float:
     return float(value[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="until the migration that makes runs_job_type_id_idx partial (WHERE job_type > '') "
-    "lands: then this passes, and the mark goes",
-)
 def test_runs_are_taken_by_id_through_the_id_index_whatever_the_statistics(
     store: RunStore, conn: db.Connection
 ) -> None:

@@ -7,7 +7,9 @@ A file whose first line is ``-- pgtick: no-transaction`` runs statement by state
 autocommit instead (``CREATE INDEX CONCURRENTLY`` cannot run in a transaction, and it is what
 lets daemons of the previous version keep writing while an index builds). Its statements end
 with ``;`` at the end of a line (outside ``$$`` bodies) and must each be safe to run again:
-the file is recorded only when all succeeded. Such a file needs the connection's session (its
+the file is recorded only when all succeeded. A statement under the line
+``-- pgtick: gexec`` is a query whose rows are the statements to run (DDL for each partition
+there is at the time). Such a file needs the connection's session (its
 ``search_path`` and a session advisory lock), so it runs so only on a direct connection.
 Through a transaction-mode pooler the same statements run without ``CONCURRENTLY``, in one
 locked transaction like any other file: the index is built while writes to its table wait
@@ -56,6 +58,7 @@ _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION_MARKER = "-- pgtick: no-transaction"
 STOP_DAEMONS_MARKER = "-- pgtick: stop-daemons"
 PRELUDE_END_MARKER = "-- pgtick: end of prelude"
+GEXEC_MARKER = "-- pgtick: gexec"
 # version -> the sha256 of the file's texts before its revision (module docstring).
 EARLIER_TEXTS: dict[str, frozenset[str]] = {
     # 0010 gained its prelude (enqueues waiting for the cut-over, issue 42).
@@ -255,12 +258,39 @@ def _apply_prelude(conn: db.Connection, schema: str, prelude: str) -> None:
     conn.execute(prelude.encode("utf-8"))
 
 
+def _is_gexec(statement: str) -> bool:
+    return any(line.strip() == GEXEC_MARKER for line in statement.splitlines())
+
+
+def _run(conn: db.Connection, statement: str, *, pooled: bool) -> None:
+    """One statement of a no-transaction file. A ``-- pgtick: gexec`` one is a query whose
+    rows are statements, each run in turn (psql's \\gexec): DDL for every partition there is,
+    which a file cannot name. A generated statement on a table or index that is gone when its
+    turn comes (retention dropped the partition meanwhile) is passed over: nothing is left to
+    do to it. Through a pooler (inside the migration's transaction) each runs under a
+    savepoint, so that such a one does not abort the rest."""
+    text = _CONCURRENTLY.sub("", statement) if pooled else statement
+    if not _is_gexec(statement):
+        conn.execute(text.encode("utf-8"))
+        return
+    for (generated,) in conn.execute(text.encode("utf-8")).fetchall():
+        sql_text = _CONCURRENTLY.sub("", generated) if pooled else generated
+        try:
+            if pooled:
+                with conn.transaction():
+                    conn.execute(sql_text.encode("utf-8"))
+            else:
+                conn.execute(sql_text.encode("utf-8"))
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedObject) as exc:
+            log.info("migration_statement_passed_over", statement=generated, reason=str(exc))
+
+
 def _apply_without_concurrently(conn: db.Connection, schema: str, migration: Migration) -> None:
     """A no-transaction file through a pooler: its statements without CONCURRENTLY, inside the
     caller's locked transaction (writes to the indexed tables wait for each build)."""
     conn.execute(sqlfile.with_schema("set_local_search_path", schema))
     for statement in migration.statements():
-        conn.execute(_CONCURRENTLY.sub("", statement).encode("utf-8"))
+        _run(conn, statement, pooled=True)
     _record(conn, schema, migration)
 
 
@@ -283,7 +313,7 @@ def _apply_outside_transaction(conn: db.Connection, schema: str, migration: Migr
         # session search_path: this is why the file needs a direct connection.
         conn.execute(sqlfile.with_schema("migration_search_path", schema))
         for statement in migration.statements():
-            conn.execute(statement.encode("utf-8"))
+            _run(conn, statement, pooled=False)
         _record(conn, schema, migration)
         return True
     finally:
