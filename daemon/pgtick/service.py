@@ -11,15 +11,18 @@ undoing what an earlier one built.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import secrets
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import structlog
 
@@ -28,6 +31,7 @@ from pgtick.config import Config, read_token
 from pgtick.core import handlers
 from pgtick.core.dbstate import METRICS_POOL_SIZE, DatabaseProbe
 from pgtick.core.heartbeat import Heartbeat
+from pgtick.core.lifecycle import Held
 from pgtick.core.listener import Listener
 from pgtick.core.output import Flusher, log_job_output
 from pgtick.core.reaper import Reaper
@@ -60,6 +64,10 @@ DISPATCHER_JOIN_SECONDS = 5.0  # a claim in flight returns within a statement's 
 # and the exit code is 1: those runs stay `running` until the reaper recovers them.
 RESULTS_FLUSH_SECONDS = 10.0
 POST_CANCEL_WAIT_SECONDS = 1.0  # for Python handlers to notice ctx.cancelled
+# The runs of Python handlers still running at the end of a drain are given back as the
+# process's last act and due no sooner than this: the process ends within microseconds of the
+# release, its handlers with it, before any other daemon may start them.
+EXIT_HOLD_SECONDS = 2.0
 SUMMARY_INTERVAL_SECONDS = 60.0  # the periodic INFO line of run outcomes per job type
 LOOP_STALE_FACTOR = 3.0  # a loop is stuck after this many of its own intervals
 
@@ -295,7 +303,8 @@ class Service:
             )
         self.notifier.ready(self._status(worker))
         crashed = self._supervise(worker, worker_threads, loops, heartbeat, ticker)
-        crashed = not self._drain(worker, ticker, metrics) or crashed
+        at_exit: list[Held] = []
+        crashed = not self._drain(worker, ticker, metrics, at_exit) or crashed
         self._log_summary(worker)
         for side in (listener, reaper, ticker):
             side.stop_event.set()
@@ -308,6 +317,8 @@ class Service:
         except pgtick.DatabaseError as exc:
             log.warning("deregister_failed", error=str(exc))
         log.info("daemon_stopped", worker_id=self.worker_id, exit_code=1 if crashed else 0)
+        if at_exit:
+            _release_and_exit(worker, at_exit, 1 if crashed else 0)
         return 1 if crashed else 0
 
     def _start_http(
@@ -459,10 +470,12 @@ class Service:
             if now - alive_at > LOOP_STALE_FACTOR * max(interval, MAIN_LOOP_SECONDS)
         ]
 
-    def _drain(self, worker: Worker, ticker: Ticker, metrics: Metrics) -> bool:
+    def _drain(self, worker: Worker, ticker: Ticker, metrics: Metrics, at_exit: list[Held]) -> bool:
         """SIGTERM: stop claiming, let handlers finish within the grace, stop the rest, and
         release a run only once its handler (and a command's whole process group) is gone;
-        then wait for every result to be written. False if some could not be."""
+        then wait for every result to be written. False if some could not be. The runs of
+        Python handlers that ignored the cancel go into ``at_exit``: they run until the
+        process ends, so they are released at its very end (_release_and_exit)."""
         grace = self.config.worker.shutdown_grace_seconds
         life = worker.life
         finished_before = life.finished_total
@@ -497,6 +510,7 @@ class Service:
         report = life.leftovers()
         released += worker.release(report.release)
         worker.fail_timed_out(report.timed_out)
+        at_exit.extend(report.at_exit)
         for held in report.left_running:
             log.error(
                 "run_left_running",
@@ -522,3 +536,24 @@ class Service:
             unwritten=len(unwritten),
         )
         return not unwritten
+
+
+def _release_and_exit(worker: Worker, runs: list[Held], code: int) -> NoReturn:
+    """The process's last act when Python handlers still run (they ignored the cancel): give
+    their runs back, due ``EXIT_HOLD_SECONDS`` from now, and end the process at once, the
+    handlers' threads with it, so that no other daemon starts a run while its first copy
+    still runs here (docs/guarantees.md). Released any earlier, they ran beside their next
+    claim for as long as this process took to end (issue 43)."""
+    released = worker.release(runs, hold_seconds=EXIT_HOLD_SECONDS)
+    log.info(
+        "released_at_exit",
+        released=released,
+        runs=sorted(h.id for h in runs),
+        due_in_seconds=EXIT_HOLD_SECONDS,
+        reason="their Python handlers ignored the cancel and end with this process",
+    )
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)

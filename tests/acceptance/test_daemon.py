@@ -125,6 +125,37 @@ def test_sigterm_past_grace_releases_runs_for_another_daemon(
     assert conn.execute("SELECT DISTINCT attempts FROM runs").fetchall() == [(1,)]
 
 
+TRAPPER = """
+[job_types.trapper]
+command = ["/bin/sh", "-c", "trap '' TERM; sleep 30"]
+"""
+
+
+def test_a_stubborn_python_handler_is_released_only_as_its_process_ends(
+    cluster: Cluster, store: Runs, conn: Connection
+) -> None:
+    """Issue 43 (the harness's CI seed 103): a SIGTERMed daemon whose Python handler ignores
+    the cancel gave its run back at the end of the grace, then lived on (here: a command that
+    ignores SIGTERM keeps it for the kill timeout), and another daemon ran the run beside the
+    first copy. The run is given back as the process's last act, due a moment later: the
+    second copy starts after the first daemon has exited."""
+    draining = cluster.start(cluster.config(TRAPPER, grace="1s"))
+    [run_id] = store.enqueue_many([NewRun("stubborn", {"seconds": 30})])
+    store.enqueue(NewRun("trapper"))
+    wait_for(lambda: cluster.executions()[run_id] == 1, 10, what="the first copy started")
+    wait_for(lambda: status_counts(conn).get("running") == 2, 10, what="the command started")
+    cluster.start(cluster.config(TRAPPER))
+    conn.execute("UPDATE runs SET payload = '{\"seconds\": 0.1}' WHERE id = %s", [run_id])
+    draining.signal(signal.SIGTERM)
+    assert draining.wait(30) == 0
+    exited = time.time()
+    wait_for(lambda: cluster.executions()[run_id] == 2, 20, what="the run taken again")
+    second = [r["t"] for r in cluster.records() if r["run_id"] == run_id][1]
+    assert second > exited - 0.5, f"the second copy started {exited - second:.1f}s before"
+    assert '"released_at_exit"' in draining.log()
+    wait_for(lambda: status_counts(conn).get("succeeded") == 1, 20, what="the run done")
+
+
 def test_second_sigterm_skips_the_grace(cluster: Cluster, store: Runs) -> None:
     daemon = cluster.start(cluster.config(grace="60s"))
     store.enqueue(NewRun("polite", {"seconds": 60}))

@@ -79,7 +79,7 @@ HOT_PATH: dict[str, dict[str, Any]] = {
         "details": ["detail"] * len(_IDS),
         "delays": [5.0] * len(_IDS),
     },
-    "release": _CLAIMS,
+    "release": _CLAIMS | {"hold": 0.0},
     "acknowledge_cancel": _CLAIMS,
     "mark_timed_out": _CLAIMS | {"errors": ["timed out after 5s"] * len(_IDS)},
 }

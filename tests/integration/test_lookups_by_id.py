@@ -81,7 +81,7 @@ def hot_statements(held: list[Any]) -> dict[str, dict[str, Any]]:
         "fail": claims
         | {"errors": ["boom"] * n, "error_types": ["E"] * n, "details": ["d"] * n}
         | {"delays": [5.0] * n},
-        "release": claims,
+        "release": claims | {"hold": 0.0},
         "acknowledge_cancel": claims,
         "heartbeat": claims | {"leases": [60.0] * n},
     }

@@ -432,9 +432,12 @@ def test_drain_refuses_claims_releases_unstarted_and_interrupts() -> None:
 
 
 def test_a_python_handler_that_never_returns_is_released_at_the_end() -> None:
+    """At the process's end, not with the runs no handler runs: it still runs until then."""
     w, h = in_state(State.RUNNING)
     w.life.interrupt()
-    assert w.life.leftovers().release == [h]
+    report = w.life.leftovers()
+    assert (report.release, report.at_exit) == ([], [h])
+    assert w.life.state(h.id) is State.RELEASING
 
 
 def test_a_timed_out_handler_returning_during_the_drain_is_failed_by_its_timeout() -> None:

@@ -136,11 +136,14 @@ class Held:
 class DrainReport:
     """What the drain leaves behind, for its last log line."""
 
-    release: list[Held]  # to give back to the queue
+    release: list[Held]  # to give back to the queue: no handler of ours runs them
     left_running: list[Held]  # command handlers whose process group may still be alive
     # Python runs past their timeout whose handlers never returned (they die with this
     # process): the timeout's failure to write.
     timed_out: list[Held] = field(default_factory=list)
+    # Python handlers still running (they ignore the cancel): given back as the process's
+    # last act, held off for a moment, since they run until it ends.
+    at_exit: list[Held] = field(default_factory=list)
 
 
 class Lifecycle:
@@ -632,11 +635,13 @@ class Lifecycle:
     def leftovers(self) -> DrainReport:
         """End of the drain: what to release. A command whose handler has not returned may
         still have processes alive, so its run is not released (its lease expires and the
-        reaper decides); a Python handler dies with this process, so its run is released,
-        or, past its timeout, failed by it (TIMED_OUT -> FINISHING)."""
+        reaper decides); a Python handler dies with this process, so its run is released at
+        its exit (not before: it still runs), or, past its timeout, failed by it (TIMED_OUT ->
+        FINISHING)."""
         release: list[Held] = []
         left: list[Held] = []
         timed_out: list[Held] = []
+        at_exit: list[Held] = []
         with self._lock:
             for held in self._held.values():
                 if held.state in (State.CLAIMED, State.INTERRUPTED, State.RELEASING):
@@ -647,11 +652,11 @@ class Lifecycle:
                 elif held.state is State.RUNNING or (
                     held.state is State.LOST and held.gone == "cancelled"
                 ):
-                    (left if held.is_command else release).append(held)
-            for held in release:
+                    (left if held.is_command else at_exit).append(held)
+            for held in release + at_exit:
                 self._waiting -= held.state is State.CLAIMED
                 held.state = State.RELEASING
-        return DrainReport(release, left, timed_out)
+        return DrainReport(release, left, timed_out, at_exit)
 
     def released(
         self, runs: Sequence[Held], released_ids: set[int], let_go: Iterable[int] = ()

@@ -433,9 +433,12 @@ class Worker:
             self._local.clear()
         return self.release(unstarted)
 
-    def release(self, runs: list[Held], store: RunStore | None = None) -> int:
-        """Give runs back to the queue (attempt not counted), and let go of those an operator
-        cancelled meanwhile; returns how many were released."""
+    def release(
+        self, runs: list[Held], store: RunStore | None = None, hold_seconds: float = 0.0
+    ) -> int:
+        """Give runs back to the queue (attempt not counted), due no sooner than
+        ``hold_seconds`` from now, and let go of those an operator cancelled meanwhile;
+        returns how many were released."""
         if not runs:
             return 0
         store = store or self._store
@@ -443,7 +446,7 @@ class Worker:
         released: set[int] = set()
         let_go: set[int] = set()
         try:
-            released = store.release(self.worker_id, claims)
+            released = store.release(self.worker_id, claims, hold_seconds)
             rest = [c for c in claims if c[0] not in released]
             let_go = store.acknowledge_cancel(self.worker_id, rest) if rest else set()
             # A run given back announces itself (release); one let go of after a cancel

@@ -519,14 +519,18 @@ class RunQueries(StoreBase):
         rows = self._moving("mark_timed_out", lambda conn: by_index(conn, "mark_timed_out", params))
         return {row[0] for row in rows}
 
-    def release(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
-        """Give held runs back (queued, attempt not counted); returns those released."""
+    def release(
+        self, worker_id: str, claims: Sequence[Claim], hold_seconds: float = 0.0
+    ) -> set[int]:
+        """Give held runs back (queued, attempt not counted), due no sooner than
+        ``hold_seconds`` from now; returns those released."""
         if not claims:
             return set()
 
         def write(conn: db.Connection) -> list[tuple[Any, ...]]:
             with conn.transaction():
-                rows = by_index(conn, "release", _claims(worker_id, claims))
+                params = _claims(worker_id, claims) | {"hold": hold_seconds}
+                rows = by_index(conn, "release", params)
                 # Given back with their old run_at, behind every claimer's lower bound:
                 # announce each type's earliest (claimers lower their bounds to it, no scan
                 # from the start), and wake idle daemons that handle them.

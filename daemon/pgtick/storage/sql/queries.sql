@@ -682,10 +682,15 @@ RETURNING r.id;
 -- release --
 -- Give runs back unfinished (shutdown, or claimed ahead and not started): queued again, the
 -- attempt not counted. Guarded by the claim (as succeed, "in the live partition" meaning
--- running).
+-- running). A hold of more than 0 seconds makes them due no sooner than that from now: the
+-- shutdown's last act gives back runs whose Python handlers still run, in the moment before
+-- the process (and they) end, and no other daemon may start them before it has.
 WITH done AS (
     UPDATE {schema}.runs r
     SET status = 'queued', attempts = r.attempts - 1,
+        run_at = CASE WHEN %(hold)s::float8 > 0
+                      THEN greatest(r.run_at, now() + %(hold)s::float8 * interval '1 second')
+                      ELSE r.run_at END,
         locked_by = NULL, locked_until = NULL, updated_at = now()
     WHERE r.id = ANY(%(ids)s::bigint[])
       AND r.attempts = ((SELECT %(attempts)s::int[]))[
