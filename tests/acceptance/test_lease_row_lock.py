@@ -133,3 +133,36 @@ def test_a_stopped_holders_run_is_taken_when_its_lease_ends(
         holder.signal(signal.SIGKILL)
         holder.wait(10)
     assert _attempts(conn, run_id)[0] == (1, "lost")
+
+
+def _statuses(conn: dbhelp.Connection, ids: list[int]) -> dict[int, str]:
+    rows = conn.execute("SELECT id, status FROM runs WHERE id = ANY(%s)", [ids]).fetchall()
+    return {int(i): str(s) for i, s in rows}
+
+
+def test_a_locked_row_does_not_hold_up_the_daemons_other_results(
+    cluster: Cluster, conn: dbhelp.Connection, dsn: str
+) -> None:
+    """The torture harness, seed 103: a run's success waited 12 s behind another run's row
+    lock in the same batch, and the daemon's one result writer with it, every later result
+    of the daemon too. Here the locked run finishes first; the others' results are written
+    while the lock is held, and the locked run's once it goes."""
+    _start(cluster, threads=8)
+    first, *others = enqueue(conn, [("record", {"sleep": 1.0})] + [("record", {"sleep": 2.5})] * 5)
+    wait_for(lambda: len(cluster.executions()) == 6, 10, what="all six started")
+    with dbhelp.connect(dsn) as operator, operator.transaction():
+        operator.execute("SELECT 1 FROM pgtick.runs WHERE id = %s FOR UPDATE", [first])
+        locked_at = time.monotonic()
+        wait_for(
+            lambda: set(_statuses(conn, others).values()) == {"succeeded"},
+            10,
+            what="the other runs' results written while the lock is held",
+        )
+        assert time.monotonic() - locked_at < 5.0
+        assert _statuses(conn, [first]) == {first: "running"}
+    wait_for(
+        lambda: _statuses(conn, [first]) == {first: "succeeded"},
+        10,
+        what="the locked run's result written once the lock went",
+    )
+    assert cluster.executions() == dict.fromkeys([first, *others], 1)

@@ -29,11 +29,17 @@ FROM pgtick.runs
 WHERE status IN ('queued', 'running', 'failed') OR locked_by IS NOT NULL
    OR updated_at > now() - interval '10 seconds'
 """
-STILL_THERE = "SELECT id FROM pgtick.runs WHERE id = ANY(%s::bigint[])"
+# The runs it follows that RECENT did not return: gone, or changed with an updated_at already
+# older than its window (a finish whose statement waited behind another run's row lock commits
+# with the time it started: seed 103 saw two runs' success 12 s late, never in RECENT).
+STILL_THERE = """
+SELECT id, status, job_type, locked_by, attempts, idempotency_key
+FROM pgtick.runs WHERE id = ANY(%s::bigint[])
+"""
 # Attempts that ended lately: retention drops them (and their runs) long before the end.
 ENDED = f"""
 SELECT {ATTEMPTS_COLUMNS} FROM pgtick.attempts
-WHERE finished_at > now() - interval '30 seconds'
+WHERE finished_at > now() - interval '120 seconds'
 """
 
 STALL_TICK_SECONDS = 0.25
@@ -77,7 +83,9 @@ class Observer:
             rows = conn.execute(RECENT).fetchall()
             seen: dict[int, State] = {int(r[0]): (r[1], r[2], r[3], int(r[4]), r[5]) for r in rows}
             followed = [i for i, s in self.last.items() if i not in seen and self.follows(s)]
-            present = {int(r[0]) for r in conn.execute(STILL_THERE, [followed]).fetchall()}
+            still = conn.execute(STILL_THERE, [followed]).fetchall()
+            present = {int(r[0]) for r in still}
+            seen.update({int(r[0]): (r[1], r[2], r[3], int(r[4]), r[5]) for r in still})
             db_now = conn.execute("SELECT extract(epoch FROM now())::float8").fetchone()
             attempts = [tuple(r) for r in conn.execute(ENDED).fetchall()]
         now = time.time_ns()

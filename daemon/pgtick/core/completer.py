@@ -2,7 +2,12 @@
 
 It writes up to ``COMPLETE_BATCH_MAX`` results per transaction, each guarded by its claim
 (worker id and attempt), so a result of an earlier claim never lands on a later one; after a
-database error it retries the same batch. Which result may be written, and when a run stops
+database error it retries the same batch. A batch that meets a run's row held locked by
+another session (an operator's open transaction) for ``FINISH_LOCK_WAIT_MS`` is written one
+result at a time instead, and the results whose rows are still locked are set aside and tried
+again every ``LOCKED_RETRY_SECONDS``: one locked row never holds up every result of the
+daemon (the torture harness, seed 103: two runs' success written 12 s late behind a third's
+lock; and every later result with them). Which result may be written, and when a run stops
 being held, is the lifecycle's decision (lifecycle.py): the completer reports back what the
 database accepted.
 """
@@ -20,11 +25,18 @@ from pgtick.core.handlers import Outcome
 from pgtick.core.lifecycle import Held, Lifecycle
 from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
+from pgtick.storage import db
 from pgtick.storage.db import retry_delay
-from pgtick.storage.store import ClaimedRun, Failure, RunStore
+from pgtick.storage.store import Claim, ClaimedRun, FailResult, Failure, RunStore
 
 COMPLETE_BATCH_MAX = 500
 COMPLETE_BATCH_WINDOW_SECONDS = 0.002
+# A finish waits this long for a row lock before the batch is written result by result (a
+# result waits for the heartbeat's lock of its row, milliseconds, as a matter of course).
+FINISH_LOCK_WAIT_MS = 1000
+ONE_LOCK_WAIT_MS = 200  # each result's wait when written alone
+LOCKED_RETRY_SECONDS = 1.0
+RESULT_KINDS = ("succeeded", "failed", "dead")  # what finish writes
 
 log = structlog.get_logger("pgtick.worker")
 
@@ -81,6 +93,8 @@ class Completer:
         # Runs of limited types let go of and not announced yet (kept when the NOTIFY fails,
         # for the retry).
         self._unannounced: list[ClaimedRun] = []
+        # Results whose runs' rows another session holds locked: (when to try again, result).
+        self._parked: list[tuple[float, Result]] = []
 
     def submit(self, held: Held, outcome: Outcome, duration: float | None) -> None:
         self.submit_many([(held, outcome, duration)])
@@ -102,16 +116,17 @@ class Completer:
     def unwritten(self) -> list[int]:
         """Run ids whose results are still to be written."""
         with self._cond:
+            parked = [result for _, result in self._parked]
             return [
                 held.id
-                for held, outcome, _ in (*self._writing, *self._items)
+                for held, outcome, _ in (*self._writing, *self._items, *parked)
                 if outcome.kind != "timed_out"  # a note, not a result
             ]
 
     def wait_empty(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._items or self._in_flight:
+            while self._items or self._in_flight or self._parked:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -141,10 +156,13 @@ class Completer:
         while True:
             with self._cond:
                 self._idle = True
-                while not self._items and not self._unannounced and not self._closing:
-                    self._cond.wait()
+                while not self._unpark() and not self._unannounced and not self._closing:
+                    self._cond.wait(self._park_wait())
                 self._idle = False
                 if not self._items and not self._unannounced and self._closing:
+                    if self._parked:  # the drain waits for them (wait_empty), up to its bound
+                        self._cond.wait(self._park_wait())
+                        continue
                     return True
             # Let a batch gather for a moment when it is small.
             if len(self._items) < COMPLETE_BATCH_MAX:
@@ -168,6 +186,84 @@ class Completer:
                 self._cond.notify_all()
             self._metrics.flush()  # the start delays the threads queued meanwhile
 
+    def _unpark(self) -> bool:
+        """Under the lock: move the set-aside results due again to the queue; whether
+        anything is queued."""
+        now = time.monotonic()
+        if self._parked:
+            due = [result for at, result in self._parked if at <= now]
+            self._parked = [(at, result) for at, result in self._parked if at > now]
+            self._items.extend(due)
+        return bool(self._items)
+
+    def _park_wait(self) -> float | None:
+        """Under the lock: how long to wait for a submit before a set-aside result is due."""
+        if not self._parked:
+            return None
+        return max(0.0, min(at for at, _ in self._parked) - time.monotonic())
+
+    def _finish(
+        self, store: RunStore, batch: list[Result], succeed: list[Claim], failures: list[Failure]
+    ) -> tuple[set[int], dict[int, FailResult]]:
+        """The batch's results in one write; if a run's row stays locked by another session,
+        each on its own, those still locked set aside (removed from ``batch``)."""
+        try:
+            succeeded, failed = store.finish(
+                self._worker_id, succeed, failures, lock_wait_ms=FINISH_LOCK_WAIT_MS
+            )
+            return succeeded, {r.id: r for r in failed}
+        except DatabaseError as exc:
+            if not db.lock_not_available(exc):
+                raise
+        done: set[int] = set()
+        failed_by_id: dict[int, FailResult] = {}
+        locked: list[Result] = []
+        for item in [item for item in batch if item[1].kind in RESULT_KINDS]:
+            held = item[0]
+            claim = (held.id, held.run.attempt)
+            one = [f for f in failures if f.run_id == held.id]
+            try:
+                s, f = store.finish(
+                    self._worker_id,
+                    [claim] if claim in succeed else [],
+                    one,
+                    lock_wait_ms=ONE_LOCK_WAIT_MS,
+                )
+            except DatabaseError as exc:
+                if not db.lock_not_available(exc):
+                    self._record(batch, done, failed_by_id)  # what was written stays so
+                    raise
+                locked.append(item)
+                continue
+            done |= s
+            failed_by_id.update({r.id: r for r in f})
+        if locked:
+            log.warning(
+                "results_held_up_by_row_locks",
+                run_ids=sorted(h.id for h, _, _ in locked),
+                retry_in=LOCKED_RETRY_SECONDS,
+                reason="another session holds these runs' rows locked; the other results "
+                "are written",
+            )
+            at = time.monotonic() + LOCKED_RETRY_SECONDS
+            with self._cond:
+                self._parked += [(at, item) for item in locked]
+            ids = {h.id for h, _, _ in locked}
+            batch[:] = [item for item in batch if item[0].id not in ids]
+        return done, failed_by_id
+
+    def _record(
+        self, batch: list[Result], succeeded: set[int], failed_by_id: dict[int, FailResult]
+    ) -> None:
+        """The results written, reported to the lifecycle and removed from ``batch``."""
+        written = succeeded | failed_by_id.keys()
+        self._freed(batch, written)
+        if written:
+            self._life.written(
+                [item for item in batch if item[0].id in written], succeeded, failed_by_id
+            )
+        batch[:] = [item for item in batch if item[0].id not in written]
+
     def _write(self, store: RunStore, batch: list[Result]) -> None:
         """Note on runs past their timeout that they timed out (they stay held until their
         handlers return: a note, no result); write the results (one statement, or one
@@ -184,18 +280,11 @@ class Completer:
         failures = [
             Failure(h.id, h.run.attempt, o.error, o.error_type, o.detail, o.retry_in_seconds)
             for h, o, _ in batch
-            if o.kind in ("failed", "dead")
+            if o.kind in RESULT_KINDS[1:]
         ]
         if succeed or failures:
-            succeeded, failed = store.finish(self._worker_id, succeed, failures)
-            failed_by_id = {r.id: r for r in failed}
-            done = succeeded | failed_by_id.keys()
-            self._freed(batch, done)
-            if done:
-                self._life.written(
-                    [item for item in batch if item[0].id in done], succeeded, failed_by_id
-                )
-            batch[:] = [item for item in batch if item[0].id not in done]
+            succeeded, failed_by_id = self._finish(store, batch, succeed, failures)
+            self._record(batch, succeeded, failed_by_id)
         if batch:
             claims = [(h.id, h.run.attempt) for h, _, _ in batch]
             let_go = store.acknowledge_cancel(self._worker_id, claims)

@@ -35,13 +35,18 @@ def set_statement_timeout(conn: db.Connection, seconds: float) -> None:
     )
 
 
-def by_index(conn: db.Connection, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+def by_index(
+    conn: db.Connection, name: str, params: Mapping[str, Any], *, lock_wait_ms: int | None = None
+) -> list[tuple[Any, ...]]:
     """Run a statement of the hot path (claim, finish, heartbeat, probes) with the planner held
     to index paths: ``planner_hints`` and the statement go in one pipeline, one round trip,
     and the hints last as long as the statement's transaction (the implicit one that ends at
-    the pipeline's sync, or the caller's). Why: the header of queries.sql."""
+    the pipeline's sync, or the caller's). Why: the header of queries.sql. ``lock_wait_ms``
+    bounds its waits for row locks likewise (``lock_wait``)."""
     with conn.pipeline():
         conn.execute(sqlfile.query("planner_hints", conn.schema))
+        if lock_wait_ms is not None:
+            conn.execute(sqlfile.query("lock_wait", conn.schema), {"ms": f"{lock_wait_ms}ms"})
         return conn.execute(sqlfile.query(name, conn.schema), params).fetchall()
 
 

@@ -128,6 +128,13 @@ def moved_row(exc: BaseException) -> bool:
     return isinstance(cause, psycopg.errors.SerializationFailure)
 
 
+def lock_not_available(exc: BaseException) -> bool:
+    """Whether ``exc`` (or the psycopg error a DatabaseError wraps) is a statement that gave up
+    waiting for a lock (``lock_timeout``): nothing was written."""
+    cause = exc.__cause__ if isinstance(exc, DatabaseError) else exc
+    return isinstance(cause, psycopg.errors.LockNotAvailable)
+
+
 def connect(dsn: str, schema: str, *, application_name: str = APPLICATION_NAME) -> Connection:
     """A single autocommit connection for pgtick's statements on ``schema``."""
     with wrap_errors("connect"):

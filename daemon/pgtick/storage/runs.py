@@ -451,7 +451,12 @@ class RunQueries(StoreBase):
 
     @staticmethod
     def succeed_on(
-        conn: db.Connection, worker_id: str, claims: Sequence[Claim], *, hinted: bool = False
+        conn: db.Connection,
+        worker_id: str,
+        claims: Sequence[Claim],
+        *,
+        hinted: bool = False,
+        lock_wait_ms: int | None = None,
     ) -> set[int]:
         """``succeed`` on a given connection: inside a handler's transaction, or ``hinted``
         (``by_index``) on pgtick's own, where the planner hints cannot outlast pgtick's
@@ -459,7 +464,7 @@ class RunQueries(StoreBase):
         params = _claims(worker_id, claims)
         with db.wrap_errors("succeed"):
             if hinted:
-                rows = by_index(conn, "succeed", params)
+                rows = by_index(conn, "succeed", params, lock_wait_ms=lock_wait_ms)
             else:
                 rows = conn.execute(sqlfile.query("succeed", conn.schema), params).fetchall()
         return {row[0] for row in rows}
@@ -471,27 +476,41 @@ class RunQueries(StoreBase):
         return self._moving("fail", lambda conn: self._fail_on(conn, worker_id, failures))
 
     def finish(
-        self, worker_id: str, succeeded: Sequence[Claim], failures: Sequence[Failure]
+        self,
+        worker_id: str,
+        succeeded: Sequence[Claim],
+        failures: Sequence[Failure],
+        *,
+        lock_wait_ms: int | None = None,
     ) -> tuple[set[int], list[FailResult]]:
         """Write a batch of results all or nothing, so a failure part-way leaves nothing
         written and the batch can be retried as it is: one statement when the batch holds
         one kind (atomic by itself, no BEGIN/COMMIT round trips), else one transaction.
-        Returns what the lease guard let through: the succeeded ids and the failures."""
+        Returns what the lease guard let through: the succeeded ids and the failures.
+        ``lock_wait_ms``: give up (``db.lock_not_available``) rather than wait longer for a
+        run's row lock."""
+        wait = lock_wait_ms
 
         def write(conn: db.Connection) -> tuple[set[int], list[FailResult]]:
             if succeeded and failures:
                 with conn.transaction():
-                    done = self.succeed_on(conn, worker_id, succeeded, hinted=True)
-                    return done, self._fail_on(conn, worker_id, failures)
+                    done = self.succeed_on(
+                        conn, worker_id, succeeded, hinted=True, lock_wait_ms=wait
+                    )
+                    return done, self._fail_on(conn, worker_id, failures, lock_wait_ms=wait)
             if failures:
-                return set(), self._fail_on(conn, worker_id, failures)
-            return self.succeed_on(conn, worker_id, succeeded, hinted=True), []
+                return set(), self._fail_on(conn, worker_id, failures, lock_wait_ms=wait)
+            return self.succeed_on(conn, worker_id, succeeded, hinted=True, lock_wait_ms=wait), []
 
         return self._moving("complete", write)
 
     @staticmethod
     def _fail_on(
-        conn: db.Connection, worker_id: str, failures: Sequence[Failure]
+        conn: db.Connection,
+        worker_id: str,
+        failures: Sequence[Failure],
+        *,
+        lock_wait_ms: int | None = None,
     ) -> list[FailResult]:
         failures = by_id(failures, lambda f: f.run_id)
         params = {
@@ -504,7 +523,8 @@ class RunQueries(StoreBase):
             "delays": [f.retry_in_seconds for f in failures],
         }
         with db.wrap_errors("fail"):
-            return [FailResult(*row) for row in by_index(conn, "fail", params)]
+            rows = by_index(conn, "fail", params, lock_wait_ms=lock_wait_ms)
+            return [FailResult(*row) for row in rows]
 
     def mark_timed_out(self, worker_id: str, marks: Sequence[tuple[Claim, str]]) -> set[int]:
         """Note on held runs past their timeout (``marks``: each claim and its error) that

@@ -58,6 +58,14 @@
 SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
        set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true);
 
+-- lock_wait --
+-- For the next statement only, as planner_hints: how long it may wait for a row lock. A
+-- finish waits at most this long for a run's row that another session holds (an operator's
+-- open transaction, a FOR UPDATE): the completer then writes the batch's other results
+-- without that run and tries it again later, so one locked row never holds up every result
+-- of the daemon (completer.py).
+SELECT set_config('lock_timeout', %(ms)s, true);
+
 -- utc_by_name --
 -- A pool connection whose server zone is UTC under another name (Etc/UTC, the default of
 -- initdb on most systems): the session's zone named "UTC" instead. The same instants and the
