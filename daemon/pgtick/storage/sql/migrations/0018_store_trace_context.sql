@@ -7,8 +7,26 @@
 -- change of the catalog only (no row is rewritten, on the parent and every partition, the
 -- partitions maintain_partitions creates later included), their statements name the columns
 -- they read and write, and their inserts leave it NULL. The exclusive lock it takes on runs
--- and its partitions lasts an instant, once the statements in flight on runs have ended.
-ALTER TABLE runs ADD COLUMN traceparent text;
+-- and its partitions lasts an instant; as in 0017, a lock request waits at most 200 ms in the
+-- queue and is tried again, so an open transaction on runs (an operator's psql) never holds up
+-- the traffic behind the migration's lock request.
+DO $$
+DECLARE
+    pause double precision := 0.05;
+BEGIN
+    LOOP
+        BEGIN
+            PERFORM set_config('lock_timeout', '200ms', true);
+            ALTER TABLE runs ADD COLUMN traceparent text;
+            PERFORM set_config('lock_timeout', '0', true);
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            PERFORM pg_sleep(pause);
+            pause := least(pause * 2, 2.0);
+        END;
+    END LOOP;
+END;
+$$;
 COMMENT ON COLUMN runs.traceparent IS
     'W3C traceparent of the span that enqueued the run (NULL: none); see docs/tracing.md.';
 
