@@ -37,6 +37,7 @@ def enqueue(
     max_attempts: int | None = None,
     priority: int | None = None,
     concurrency_key: str | None = None,
+    traceparent: str | None = None,
     schema: str = DEFAULT_SCHEMA,
 ) -> int:
     """Enqueue a run inside the caller's own transaction; returns its id.
@@ -47,13 +48,29 @@ def enqueue(
     due runs of its type (None: the job type's default, as its daemons' config says);
     ``concurrency_key`` is what ``max_running_per_key`` and ``rate_per_key`` count by
     (default: the job type's ``concurrency_key`` payload field).
+
+    The run is stored with the trace it was enqueued in (docs/tracing.md): ``traceparent``
+    (a W3C header value; one that is not valid is ignored, as W3C says), or by default the
+    caller's current OpenTelemetry span, if the caller uses OpenTelemetry (pgtick never
+    imports it here).
     """
+    from pgtick.observability import tracecontext
     from pgtick.storage.store import NewRun, enqueue_on
 
+    traceparent = tracecontext.valid(traceparent) if traceparent else tracecontext.current()
     return enqueue_on(
         conn,
         schema,
-        NewRun(job_type, payload, run_at, idempotency_key, max_attempts, priority, concurrency_key),
+        NewRun(
+            job_type,
+            payload,
+            run_at,
+            idempotency_key,
+            max_attempts,
+            priority,
+            concurrency_key,
+            traceparent,
+        ),
     )
 
 

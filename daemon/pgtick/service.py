@@ -37,7 +37,7 @@ from pgtick.core.output import Flusher, log_job_output
 from pgtick.core.reaper import Reaper
 from pgtick.core.ticker import Ticker
 from pgtick.core.worker import Worker, claim_type
-from pgtick.observability import logs
+from pgtick.observability import logs, tracing
 from pgtick.observability.database import DatabaseCollector, PoolStatsCollector, Readiness
 from pgtick.observability.metrics import Metrics
 from pgtick.observability.systemd import Notifier
@@ -144,6 +144,7 @@ class Service:
         self._web_store: RunStore | None = None
         self._ticker: Ticker | None = None
         self._dead: list[str] = []  # threads found dead by the supervisor
+        self._tracing = tracing.Tracing()  # off until _serve starts it
 
     # -- signals --------------------------------------------------------------------------------
 
@@ -193,6 +194,7 @@ class Service:
             for signum, handler in previous_signals.items():
                 signal.signal(signum, handler)
             self._stop_http()
+            self._tracing.shutdown()  # the spans of the last attempts, sent
             beat_pool.close(timeout=2.0)
             pool.close(timeout=2.0)
             self.notifier.close()
@@ -224,6 +226,11 @@ class Service:
         self._start_http(store, metrics, limits)
         self._start_web(limits)
         flusher = Flusher(store, self.worker_id, log_job_output if cfg.logging.job_output else None)
+        # After startup_checks imported the handler modules: one that set a tracer provider
+        # of its own keeps it (otel.py).
+        self._tracing = tracing.start(cfg.tracing.enabled, pgtick.__version__)
+        if self._tracing.enabled:
+            log.info("tracing_enabled")
         worker = Worker(
             store,
             self.worker_id,
@@ -232,6 +239,7 @@ class Service:
             metrics,
             log_each_run=self.log_each_run,
             flusher=flusher,
+            tracing=self._tracing,
         )
         flusher.start()
         info = WorkerInfo(

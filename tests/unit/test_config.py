@@ -928,7 +928,8 @@ def test_key_errors_from_a_file_name_the_file_and_the_key(tmp_path: Path) -> Non
 def test_example_file_loads_and_shows_the_defaults() -> None:
     cfg = load_config(EXAMPLE, env={})
     defaults = Config()
-    for section in ("database", "worker", "ticker", "metrics", "web", "logging", "retention"):
+    sections = ("database", "worker", "ticker", "metrics", "web", "logging", "tracing", "retention")
+    for section in sections:
         assert getattr(cfg, section) == getattr(defaults, section), section
     assert cfg.job_types["hello"] == JobTypeConfig(name="hello", handler="pgtick.examples:hello")
     assert cfg.job_types["sleep"].handler == "pgtick.examples:sleep"
@@ -954,6 +955,7 @@ def test_example_file_documents_every_key() -> None:
         "metrics",
         "web",
         "logging",
+        "tracing",
         "retention",
         "job_types",
         "schedules",

@@ -6,13 +6,39 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from pgtick import config as config_mod
 from pgtick.errors import ConfigError, UsageError
+from pgtick.observability import tracecontext
 from pgtick.surfaces import operations
+
+
+def trace_context(option: str | None) -> str | None:
+    """The trace a run is enqueued in: ``--traceparent`` (refused if not a W3C traceparent),
+    else ``$TRACEPARENT`` (ignored, with a warning, if not one: W3C's rule for a receiver)."""
+    if option is not None:
+        value = tracecontext.valid(option)
+        if value is None:
+            raise UsageError(
+                f"--traceparent: not a W3C traceparent: {option!r} "
+                "(00-<32 hex trace id>-<16 hex span id>-<2 hex flags>)"
+            )
+        return value
+    env = os.environ.get(tracecontext.TRACEPARENT_ENV, "").strip()
+    if not env:
+        return None
+    value = tracecontext.valid(env)
+    if value is None:
+        print(
+            f"pgtick: warning: ${tracecontext.TRACEPARENT_ENV} is not a W3C traceparent "
+            f"({env[:80]!r}); enqueued outside any trace",
+            file=sys.stderr,
+        )
+    return value
 
 
 def _instant(text: str) -> datetime | None:

@@ -280,6 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the run's key for max_running_per_key and rate_per_key (default: the job type's"
         " concurrency_key field of the payload)",
     )
+    p.add_argument(
+        "--traceparent",
+        metavar="TP",
+        help="the W3C traceparent of the span the run belongs to, its attempts' parent"
+        " (default: $TRACEPARENT, if set)",
+    )
     p = add(
         "status",
         status.cmd_status,

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from pgtick import config as config_mod
 from pgtick.cli import context, views
-from pgtick.cli.args import parse_payload, parse_since, parse_when
+from pgtick.cli.args import parse_payload, parse_since, parse_when, trace_context
 from pgtick.cli.exits import EXIT_FAILURE, EXIT_OK
 from pgtick.cli.render import ids_text, print_json
 from pgtick.errors import PgtickError, UsageError
@@ -21,6 +21,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     cfg = context.begin(args)
     operations.check_new_run(args.job_type, args.key, args.concurrency_key)
     payload = parse_payload(args.payload)
+    traceparent = trace_context(args.traceparent)
     when: datetime | timedelta | None = None
     if args.run_at is not None:
         when = parse_when(args.run_at, "--run-at")
@@ -52,6 +53,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             max_attempts=args.max_attempts,
             priority=args.priority,
             concurrency_key=args.concurrency_key,
+            traceparent=traceparent,
         )
     print(run_id)
     return EXIT_OK

@@ -26,6 +26,7 @@ from pgtick.config.model import (
     RetentionConfig,
     ScheduleConfig,
     TickerConfig,
+    TracingConfig,
     WebConfig,
     WorkerConfig,
 )
@@ -285,6 +286,7 @@ def config_from_mapping(
     metrics = MetricsConfig(**_section("metrics", data, errors))
     web = _attempt(errors, _web, data, default=WebConfig())
     logging = LoggingConfig(**_section("logging", data, errors))
+    tracing = TracingConfig(**_section("tracing", data, errors))
     retention = RetentionConfig(**_section("retention", data, errors))
     job_types = _attempt(errors, _table, "job_types", data.get("job_types", {}), default={})
     schedules = _attempt(errors, _table, "schedules", data.get("schedules", {}), default={})
@@ -310,6 +312,7 @@ def config_from_mapping(
         metrics=metrics,
         web=web,
         logging=logging,
+        tracing=tracing,
         retention=retention,
         job_types=types.MappingProxyType(checked_types),
         schedules=types.MappingProxyType(checked_schedules),

@@ -43,6 +43,7 @@ from pgtick.config.schema import (
     DEFAULT_THREADS,
     DEFAULT_TICK_INTERVAL_SECONDS,
     DEFAULT_TIMEZONE,
+    DEFAULT_TRACING_ENABLED,
     DEFAULT_WEB_HOSTS,
     DEFAULT_WEB_LISTEN,
     DEFAULT_WEB_PUBLIC_READS,
@@ -63,6 +64,7 @@ __all__ = [
     "RetentionConfig",
     "ScheduleConfig",
     "TickerConfig",
+    "TracingConfig",
     "WebConfig",
     "WorkerConfig",
 ]
@@ -171,6 +173,13 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True)
+class TracingConfig:
+    """Spans of attempts (docs/tracing.md); the exporter is configured by the OTEL_* environment."""
+
+    enabled: bool = DEFAULT_TRACING_ENABLED
+
+
+@dataclass(frozen=True)
 class RetentionConfig:
     """How long terminal runs are kept, per final state, before the daemon prunes them."""
 
@@ -256,6 +265,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     web: WebConfig = field(default_factory=WebConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     job_types: Mapping[str, JobTypeConfig] = field(default_factory=_empty_job_types)
     schedules: Mapping[str, ScheduleConfig] = field(default_factory=_empty_schedules)

@@ -85,6 +85,7 @@ DEFAULT_LOG_FORMAT = "auto"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_LOG_LEVEL = "info"
 DEFAULT_LOG_JOB_OUTPUT = True
+DEFAULT_TRACING_ENABLED = False  # spans cost an export per attempt: asked for, never assumed
 
 DEFAULT_RETAIN_SUCCEEDED_SECONDS = 7 * DAY_SECONDS
 DEFAULT_RETAIN_DEAD_SECONDS = 30 * DAY_SECONDS
@@ -118,7 +119,7 @@ DEFAULT_SCHEDULE_JITTER_SECONDS = 0.0
 
 # The tables keys live in: the sections, and the per-name tables.
 DATABASE, WORKER, TICKER, METRICS, WEB = "database", "worker", "ticker", "metrics", "web"
-LOGGING, RETENTION = "logging", "retention"
+LOGGING, RETENTION, TRACING = "logging", "retention", "tracing"
 JOB_TYPE_TABLE, SCHEDULE_TABLE = "job_types.NAME", "schedules.NAME"
 JOB, SCHEDULE = JOB_TYPE_TABLE, SCHEDULE_TABLE
 
@@ -235,6 +236,10 @@ KEYS: tuple[Key, ...] = (
         "the least severe level logged"),
     Key(LOGGING, "job_output", "boolean", DEFAULT_LOG_JOB_OUTPUT, flag,
         "also log each line a job prints, with run_id, attempt, job_type, stream"),
+
+    Key(TRACING, "enabled", "boolean", DEFAULT_TRACING_ENABLED, flag,
+        "a span per attempt, a child of the enqueuer's span, exported as the OTEL_* environment "
+        "says (OTLP over HTTP by default); needs pgtick[otel]; OTEL_SDK_DISABLED=true wins"),
 
     Key(RETENTION, "succeeded", DURATION, DEFAULT_RETAIN_SUCCEEDED_SECONDS, _SECONDS,
         "succeeded runs older than this are pruned (by the daemon and `pgtick prune`)"),

@@ -53,6 +53,8 @@ EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 # systemd hands these to pgtick alone; a child inheriting them could speak for the daemon.
 PRIVATE_ENV_VARS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+# A run's trace context is its own (the caller's env), never the daemon's inherited one.
+TRACE_ENV_VARS = ("TRACEPARENT", "TRACESTATE")
 
 log = structlog.get_logger("pgtick.commands")
 
@@ -293,7 +295,10 @@ class _Run:
 
 
 def _child_env(env: Mapping[str, str]) -> dict[str, str]:
-    merged = {**os.environ, **env}
+    inherited = dict(os.environ)
+    for name in TRACE_ENV_VARS:
+        inherited.pop(name, None)
+    merged = {**inherited, **env}
     for name in PRIVATE_ENV_VARS:
         merged.pop(name, None)
     return merged

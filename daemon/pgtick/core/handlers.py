@@ -31,7 +31,9 @@ from pgtick.core import commands, joblog
 from pgtick.core.backoff import Backoff
 from pgtick.core.output import Capture, Flusher
 from pgtick.errors import ConfigError, Fail, Retry
-from pgtick.observability import logs
+from pgtick.observability import logs, tracecontext, tracing
+from pgtick.observability.tracecontext import TraceIds
+from pgtick.observability.tracing import Attempt
 from pgtick.storage.store import ClaimedRun, RunStore
 
 LAST_ERROR_MAX_CHARS = 500
@@ -225,6 +227,10 @@ class JobContext:
     idempotency_key: str | None
     _store: RunStore = field(repr=False)
     _worker_id: str = field(repr=False)
+    # The W3C traceparent the run's work belongs to (docs/tracing.md): the attempt's span
+    # while a daemon with tracing on runs it, else the span that enqueued it; None: none.
+    # Commands get it as TRACEPARENT; a handler hands it on to what it calls.
+    traceparent: str | None = None
     _guard: CommitGuard = field(default_factory=_Unguarded, repr=False)
     _tx: Any = field(default=None, repr=False)
     _log: Any = field(default=None, repr=False)
@@ -235,6 +241,12 @@ class JobContext:
     # Made on first use: most runs end without anyone asking, and an Event (a lock and a
     # condition) per run was a tenth of the dispatcher's time in a backlog of short runs.
     _cancelled: threading.Event | None = field(default=None, repr=False)
+    _trace_ids: TraceIds | None = field(default=None, repr=False)
+
+    @property
+    def trace_ids(self) -> TraceIds | None:
+        """The trace and span ids the run's log lines carry (those of ``traceparent``)."""
+        return self._trace_ids
 
     @property
     def cancelled(self) -> threading.Event:
@@ -379,8 +391,9 @@ def _failure(ctx: JobContext, jt: JobType, exc: BaseException) -> Outcome:
 
 
 def command_env(ctx: JobContext, payload_json: str) -> dict[str, str]:
-    """The environment variables a command handler receives (PGTICK_PAYLOAD, PGTICK_RUN_ID, ...)."""
-    return {
+    """The environment variables a command handler receives (PGTICK_PAYLOAD, PGTICK_RUN_ID, ...,
+    and TRACEPARENT when the run is in a trace)."""
+    env = {
         "PGTICK_PAYLOAD": payload_json,
         "PGTICK_RUN_ID": str(ctx.run_id),
         "PGTICK_JOB_TYPE": ctx.job_type,
@@ -389,6 +402,9 @@ def command_env(ctx: JobContext, payload_json: str) -> dict[str, str]:
         "PGTICK_IDEMPOTENCY_KEY": ctx.idempotency_key or "",
         "PGTICK_SCHEDULED_FOR": ctx.scheduled_for.isoformat() if ctx.scheduled_for else "",
     }
+    if ctx.traceparent is not None:
+        env[tracecontext.TRACEPARENT_ENV] = ctx.traceparent
+    return env
 
 
 def new_capture(ctx: JobContext, jt: JobType) -> Capture:
@@ -397,6 +413,7 @@ def new_capture(ctx: JobContext, jt: JobType) -> Capture:
         ctx.run_id, ctx.attempt, ctx.job_type, ctx._started_at, jt.config.output_max_bytes
     )
     capture.committed = lambda: ctx._committed
+    capture.trace_ids = ctx._trace_ids
     return capture
 
 
@@ -462,11 +479,17 @@ def unreadable_payload(ctx: JobContext, exc: Exception) -> Outcome:
     return Outcome(ctx.run_id, "dead", _storable(message), "payload", _storable(message), None)
 
 
-def execute(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
-    """Run one attempt and say what became of it. Never raises."""
-    token = logs.RUN.set((ctx.run_id, ctx.job_type, ctx.attempt))
+def execute(ctx: JobContext, jt: JobType, payload: Any, attempt: Attempt | None = None) -> Outcome:
+    """Run one attempt and say what became of it. Never raises. ``attempt``: its place in its
+    trace (tracing.py; None: the context ``ctx`` came with, handed on)."""
+    if attempt is None:
+        attempt = tracing.Untraced(ctx.traceparent) if ctx.traceparent else tracing.NOT_TRACED
+    ctx.traceparent = attempt.traceparent
+    ids = ctx._trace_ids = attempt.log_ids
+    token = logs.RUN.set((ctx.run_id, ctx.job_type, ctx.attempt, ids))
     try:
-        return _attempt(ctx, jt, payload)
+        with attempt.current():
+            return _attempt(ctx, jt, payload)
     finally:
         logs.RUN.reset(token)
 
@@ -532,6 +555,7 @@ def claimed_context(
         max_attempts=run.max_attempts,
         scheduled_for=run.scheduled_for,
         idempotency_key=run.idempotency_key,
+        traceparent=run.traceparent,
         _store=store,
         _worker_id=worker_id,
         _guard=guard,

@@ -706,4 +706,12 @@ class Lifecycle:
 
 
 def _fields(held: Held) -> dict[str, object]:
-    return {"run_id": held.id, "job_type": held.run.job_type, "attempt": held.run.attempt}
+    fields: dict[str, object] = {
+        "run_id": held.id,
+        "job_type": held.run.job_type,
+        "attempt": held.run.attempt,
+    }
+    ids = held.ctx.trace_ids
+    if ids is not None:
+        fields["trace_id"], fields["span_id"] = ids
+    return fields

@@ -29,6 +29,7 @@ from datetime import datetime
 import structlog
 
 from pgtick.errors import DatabaseError
+from pgtick.observability.tracecontext import TraceIds
 from pgtick.storage.output import Chunk, OutputQueries
 
 FLUSH_INTERVAL_SECONDS = 1.0
@@ -92,6 +93,7 @@ class Capture:
         # Whether the handler has committed the attempt's success itself (ctx.transaction()):
         # from then on its lines are written under the ended attempt, not the held run.
         self.committed: Callable[[], bool] = lambda: False
+        self.trace_ids: TraceIds | None = None  # the run's trace, for its log lines
         self.head_budget = max_bytes // 2
         self.slot_budget = max(1, (max_bytes - self.head_budget) // TAIL_SLOTS)
         self.total_bytes = 0
@@ -311,6 +313,8 @@ def log_job_output(capture: Capture, lines: list[Line]) -> None:
     run_id, attempt, job_type and stream. Only lines kept (head and tail) are logged, so a
     flood costs the log what it costs the table. A Python handler's records (stream "log")
     are in the daemon's log already."""
+    ids = capture.trace_ids
+    trace = {} if ids is None else {"trace_id": ids.trace_id, "span_id": ids.span_id}
     for _, stream, text in lines:
         if stream != "log":
             _job_log.info(
@@ -320,4 +324,5 @@ def log_job_output(capture: Capture, lines: list[Line]) -> None:
                 job_type=capture.job_type,
                 stream=stream,
                 line=text,
+                **trace,
             )

@@ -36,6 +36,7 @@ from pgtick.core.lifecycle import UNSTARTED_MAX_WAIT_SECONDS, Held, Lifecycle, S
 from pgtick.core.output import Flusher
 from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
+from pgtick.observability.tracing import Tracing
 from pgtick.storage.db import retry_delay
 from pgtick.storage.store import ClaimedRun, ClaimType, RunStore
 
@@ -88,8 +89,10 @@ class Worker:
         *,
         log_each_run: bool = False,
         flusher: Flusher | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._store = store
+        self._tracing = tracing or Tracing()  # off: runs carry their enqueuer's context
         self._flusher = flusher  # writes what handlers print (None: not kept)
         self.worker_id = worker_id
         self._cfg = cfg
@@ -332,12 +335,16 @@ class Worker:
                 return
             if not self.life.start(held):
                 continue  # released, lost or cancelled before a thread got to it
+            run = held.run
+            attempt = self._tracing.attempt(
+                run.job_type, run.id, run.attempt, run.max_attempts, run.traceparent, run.started_at
+            )
             try:
-                payload = held.run.payload  # parsed here, in the thread that runs it
+                payload = run.payload  # parsed here, in the thread that runs it
             except (ValueError, RecursionError) as exc:
                 outcome = handlers.unreadable_payload(held.ctx, exc)
             else:
-                outcome = handlers.execute(held.ctx, held.job_type, payload)
+                outcome = handlers.execute(held.ctx, held.job_type, payload, attempt)
             duration = time.monotonic() - (held.started_at or time.monotonic())
             avg = self._avg_duration  # threads race here; any recent value will do
             self._avg_duration = (
@@ -346,6 +353,9 @@ class Worker:
             to_write = self.life.finish(held, outcome, duration)
             if to_write is not None:
                 self.completer.submit(held, to_write, duration)
+            # The attempt's outcome: the handler's, or the timeout's failure written instead.
+            ended = to_write if to_write is not None and to_write.kind != "cancelled" else outcome
+            attempt.end(ended.kind, ended.error, ended.error_type, ended.detail)
             if not self._local:
                 # Nothing left to take: claim more now. With runs still queued, this thread
                 # takes the next one, and a backlog's claims top the queue up on their own.

@@ -30,6 +30,8 @@ from psycopg.conninfo import conninfo_to_dict
 from pythonjsonlogger.json import JsonFormatter
 from structlog.typing import EventDict, Processor, WrappedLogger
 
+from pgtick.observability.tracecontext import TraceIds
+
 FORMATS = ("auto", "json", "console")
 LEVELS: dict[str, int] = {
     "debug": logging.DEBUG,
@@ -144,18 +146,31 @@ def _add_record_extras(_logger: WrappedLogger, _method: str, event_dict: EventDi
     return event_dict
 
 
-# (run_id, job_type, attempt) of the run this thread's handler is running, or None: every
-# line logged meanwhile carries them (a key the event sets itself is kept). One variable set
+# (run_id, job_type, attempt, trace ids) of the run this thread's handler is running, or None:
+# every line logged meanwhile carries them, and trace_id and span_id when the run is in a
+# trace (docs/tracing.md; a key the event sets itself is kept). One variable set
 # and reset per run (handlers.execute), where binding the three keys with structlog's
 # contextvars cost a drain of no-op runs a few percent of its throughput (docs/performance.md).
-RUN: ContextVar[tuple[int, str, int] | None] = ContextVar("pgtick_run", default=None)
+RUN: ContextVar[tuple[int, str, int, TraceIds | None] | None] = ContextVar(
+    "pgtick_run", default=None
+)
 
 
 def _merge_run_context(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
     run = RUN.get()
     if run is None:
         return event_dict
-    return {"run_id": run[0], "job_type": run[1], "attempt": run[2], **event_dict}
+    ids = run[3]
+    if ids is None:
+        return {"run_id": run[0], "job_type": run[1], "attempt": run[2], **event_dict}
+    return {
+        "run_id": run[0],
+        "job_type": run[1],
+        "attempt": run[2],
+        "trace_id": ids.trace_id,
+        "span_id": ids.span_id,
+        **event_dict,
+    }
 
 
 def _is_tty(stream: TextIO) -> bool:

@@ -37,6 +37,9 @@ class NewRun:
     max_attempts: int | None = None
     priority: int | None = None  # None: the job type's default (job_type_settings), else 0
     concurrency_key: str | None = None
+    # W3C traceparent of the enqueuing span (migration 0018); one that is not valid is
+    # stored as NULL (the W3C rule: a bad header starts a new trace, never fails a request).
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ class ClaimedRun(NamedTuple):
     locked_until: datetime
     # The claim's lane: only runs of priority 0 move the claimer's bound (keyset.py).
     priority: int = 0
+    # W3C traceparent of the span that enqueued it (None: none), read by the claim itself.
+    traceparent: str | None = None
 
     @property
     def payload(self) -> Any:
@@ -159,7 +164,8 @@ def enqueue_on(
     try:
         with db.wrap_errors("enqueue"):
             row = conn.execute(
-                sqlfile.with_schema("enqueue_qualified", schema), _enqueue_params(run)
+                sqlfile.with_schema(_enqueue_query("enqueue_qualified", run), schema),
+                _enqueue_params(run),
             ).fetchone()
     except DatabaseError as exc:
         if isinstance(exc.__cause__, psycopg.errors.SerializationFailure):
@@ -167,6 +173,12 @@ def enqueue_on(
         raise
     assert row is not None
     return int(row[0])
+
+
+def _enqueue_query(name: str, run: NewRun) -> str:
+    """The enqueue block for ``run``: with the trace context argument only when it has one, so
+    that the others still enqueue through a schema before migration 0018."""
+    return name if run.traceparent is None else f"{name}_traced"
 
 
 def _enqueue_params(run: NewRun) -> dict[str, Any]:
@@ -178,6 +190,7 @@ def _enqueue_params(run: NewRun) -> dict[str, Any]:
         "max_attempts": run.max_attempts,
         "priority": run.priority,
         "concurrency_key": run.concurrency_key,
+        "traceparent": run.traceparent,
     }
 
 
@@ -251,7 +264,7 @@ class RunQueries(StoreBase):
         which a REPEATABLE READ default would turn into a serialization failure."""
         with self._conn("enqueue") as conn, conn.transaction():
             rows = conn.execute(
-                sqlfile.query("enqueue", conn.schema), _enqueue_params(run)
+                sqlfile.query(_enqueue_query("enqueue", run), conn.schema), _enqueue_params(run)
             ).fetchall()
         return int(rows[0][0])
 
@@ -296,6 +309,7 @@ class RunQueries(StoreBase):
                     "max_attempts": [r.max_attempts for r in new],
                     "priorities": [r.priority for r in new],
                     "concurrency_keys": [r.concurrency_key for r in new],
+                    "traceparents": [r.traceparent for r in new],
                 }
                 rows = conn.execute(sqlfile.query("enqueue_many", conn.schema), params).fetchall()
                 drawn = [int(row[0]) for row in rows]

@@ -91,10 +91,21 @@ SELECT current_user::text;
 SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s,
                         %(priority)s, %(concurrency_key)s);
 
+-- enqueue_traced --
+-- The same with the enqueuing trace's context (migration 0018). Only a run that has one is
+-- sent this way: an application on a newer pgtick than its schema still enqueues the others.
+SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s,
+                        %(priority)s, %(concurrency_key)s, traceparent => %(traceparent)s);
+
 -- enqueue_qualified --
 -- The same from a caller's connection, whose search_path we must not touch.
 SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s,
                         %(priority)s, %(concurrency_key)s);
+
+-- enqueue_qualified_traced --
+-- enqueue_traced from a caller's connection.
+SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s,
+                        %(priority)s, %(concurrency_key)s, traceparent => %(traceparent)s);
 
 -- take_idempotency_keys --
 -- The batch's idempotency keys taken (migration 0015): per distinct key, the run that has it
@@ -109,16 +120,16 @@ WITH input AS (
     SELECT i.*, coalesce(i.given_id, nextval(pg_get_serial_sequence({runs_table}, 'id'))) AS new_id
     FROM unnest(%(ids)s::bigint[], %(job_types)s::text[], %(payloads)s::jsonb[],
                 %(run_ats)s::timestamptz[], %(keys)s::text[], %(max_attempts)s::int[],
-                %(priorities)s::int[], %(concurrency_keys)s::text[])
+                %(priorities)s::int[], %(concurrency_keys)s::text[], %(traceparents)s::text[])
          WITH ORDINALITY AS i(given_id, job_type, payload, run_at, idempotency_key, max_attempts,
-                              priority, concurrency_key, ord)
+                              priority, concurrency_key, traceparent, ord)
 ), inserted AS (
     INSERT INTO {schema}.runs (id, job_type, payload, run_at, idempotency_key, max_attempts,
-                               priority, concurrency_key)
+                               priority, concurrency_key, traceparent)
     OVERRIDING SYSTEM VALUE
     SELECT new_id, input.job_type, coalesce(payload, '{{}}'::jsonb), coalesce(run_at, now()),
            idempotency_key, max_attempts, coalesce(input.priority, s.priority, 0),
-           concurrency_key
+           concurrency_key, {schema}.valid_traceparent(input.traceparent)
     FROM input
     LEFT JOIN {schema}.job_type_settings s ON s.job_type = input.job_type
     ORDER BY ord
@@ -240,7 +251,8 @@ WITH types AS (
     -- claim index's, so that the planner cannot read that index instead.
     WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
-              r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until
+              r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until,
+              r.traceparent
 )
 -- include: claim_result
 
@@ -249,7 +261,9 @@ WITH types AS (
 -- with its priority (only the priority-0 lane's runs move the claimer's bound), then
 -- one row per job type with a due run of priority 0 behind its bound: only its job type and
 -- the earliest such run_at (the claimer lowers the bound to it and claims again). The payload
--- as JSON text: the handler's thread parses it, not the dispatcher. Looked for
+-- as JSON text: the handler's thread parses it, not the dispatcher. The run's traceparent
+-- (migration 0018, NULL unless enqueued in a trace) comes in the same row: tracing adds no
+-- statement and no round trip to the hot path. Looked for
 -- only for the types whose %(looks)s is set (keyset.py's look back, every few seconds), from
 -- their %(look_froms)s (NULL: from the start) up to the bound: runs a claim skipped while
 -- another transaction held them, which then rolled back. A non-locking read: a run still
@@ -281,11 +295,11 @@ SELECT id, job_type, payload::text, attempts, max_attempts, scheduled_for, idemp
        -- Within what the daemon can read: a run_at written by hand outside years 1-9999 (or
        -- -infinity) would otherwise fail the claim's result after it committed.
        least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at,
-       schedule_id, started_at, locked_until, priority
+       schedule_id, started_at, locked_until, priority, traceparent
 FROM (
     SELECT c.*, p.priority, 0 AS part FROM claimed c JOIN picked p ON p.id = c.id
     UNION ALL
-    SELECT NULL, b.job_type, NULL, NULL, NULL, NULL, NULL, b.run_at, NULL, NULL, NULL, 0, 1
+    SELECT NULL, b.job_type, NULL, NULL, NULL, NULL, NULL, b.run_at, NULL, NULL, NULL, NULL, 0, 1
     FROM behind b
 ) x
 ORDER BY x.part, x.priority DESC, x.run_at, x.id;
@@ -442,7 +456,8 @@ WITH types AS (
     -- By id, as the claim's (above).
     WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.scheduled_for,
-              r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until
+              r.idempotency_key, r.run_at, r.schedule_id, r.started_at, r.locked_until,
+              r.traceparent
 ), counted AS (
     INSERT INTO {schema}.rate_starts (job_type, concurrency_key, started_at)
     SELECT c.job_type, p.ckey, statement_timestamp()

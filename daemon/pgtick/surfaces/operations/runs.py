@@ -406,12 +406,23 @@ def enqueue(
     max_attempts: int | None = None,
     priority: int | None = None,
     concurrency_key: str | None = None,
+    traceparent: str | None = None,
 ) -> int:
     """Add a run (or find the one its idempotency key names); its id. A duration ``when``
-    counts from the database's clock, like every time pgtick compares."""
+    counts from the database's clock, like every time pgtick compares. ``traceparent``: the
+    trace it is enqueued in (docs/tracing.md)."""
     run_at = store.now() + when if isinstance(when, timedelta) else when
     return store.enqueue(
-        NewRun(job_type, payload, run_at, idempotency_key, max_attempts, priority, concurrency_key)
+        NewRun(
+            job_type,
+            payload,
+            run_at,
+            idempotency_key,
+            max_attempts,
+            priority,
+            concurrency_key,
+            traceparent,
+        )
     )
 
 

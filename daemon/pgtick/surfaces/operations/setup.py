@@ -13,6 +13,7 @@ from pgtick.config import Config, read_token
 from pgtick.core import handlers
 from pgtick.core.dbstate import METRICS_POOL_SIZE
 from pgtick.errors import ConfigError
+from pgtick.observability import tracing
 from pgtick.storage import db
 from pgtick.storage import migrate as migrations
 from pgtick.storage.store import RunStore
@@ -71,12 +72,16 @@ def require_console_extra(key: str) -> None:
 def startup_checks(cfg: Config) -> dict[str, handlers.JobType]:
     """Everything in the config ``pgtick run`` refuses at start, each a ConfigError (exit 2)
     naming the key: every handler imported; the console's extra and token file, when
-    ``web.listen`` is set. Not checked: whether a listen address is free (``pgtick check``
-    next to the running daemon would find its own ports taken)."""
+    ``web.listen`` is set; the otel extra and the exporter's settings, when tracing is on
+    (``tracing.enabled``, unless ``OTEL_SDK_DISABLED=true``). Not checked: whether a listen
+    address is free (``pgtick check`` next to the running daemon would find its own ports
+    taken)."""
     job_types = handlers.resolve(cfg)
     if cfg.web.enabled:
         require_console_extra("web.listen")
         read_token(cfg.web)
+    if tracing.wanted(cfg.tracing.enabled):
+        tracing.require_extra("tracing.enabled")
     return job_types
 
 
