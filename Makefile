@@ -38,6 +38,7 @@ test: $(STAMP)   ## lint, type-check and run the whole test suite
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not serial and not torture" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/pytest -q -m "serial and not torture" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/pytest -q -m torture $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/python tests/older_server.py $(PYTEST_ARGS)
 
 # The benchmark parts, in this order; one part: `make bench BENCH=latency BENCH_ARGS="--runs 300"`.

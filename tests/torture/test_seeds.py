@@ -1,6 +1,5 @@
 """The fixed seeds CI runs (marker ``torture``): each a short torture run whose checker must
-find no violation. Excluded from `make test` (``-m "not torture"``) until the fixes of the
-bugs the harness finds on main are merged: then the lead enables it. By hand:
+find no violation. `make test` runs them alone, after the serial tests. By hand:
 ``pytest -m torture tests/torture/test_seeds.py`` (a few minutes; an embedded server of its
 own, or $PGTICK_TEST_DSN, never restarted then). A failure prints the seed, the checker's
 blocks and where the history was kept."""
