@@ -64,7 +64,7 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off
 -- open transaction, a FOR UPDATE): the completer then writes the batch's other results
 -- without that run and tries it again later, so one locked row never holds up every result
 -- of the daemon (completer.py).
-SELECT set_config('lock_timeout', %(ms)s, true);
+SELECT set_config('lock_timeout', %(ms)s, true) AS lock_wait;
 
 -- utc_by_name --
 -- A pool connection whose server zone is UTC under another name (Etc/UTC, the default of
