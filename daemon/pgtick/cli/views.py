@@ -74,7 +74,8 @@ def schedule_cells(line: operations.ScheduleLine, *, short_times: bool) -> tuple
     last_run = "-"
     if listing.last_status is not None:
         # A triggered run has no occurrence.
-        when = "(triggered)" if listing.last_scheduled_for is None else at(listing.last_scheduled_for)
+        occurrence = listing.last_scheduled_for
+        when = "(triggered)" if occurrence is None else at(occurrence)
         last_run = f"{listing.last_status} {when}"
     return (
         listing.name,
