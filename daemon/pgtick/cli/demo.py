@@ -42,8 +42,8 @@ def load(config_arg: str | None) -> tuple[config_mod.Config, str]:
 
 
 def _free(listen: str) -> str:
-    """``listen`` when its port can be bound now, else the same host on a port the system
-    picks: a demo beside another daemon still starts, and says where it listens."""
+    """``listen`` when its port can be bound now, else (or for port 0) the same host on a port
+    the system picks: a demo beside another daemon still starts, and says where it listens."""
     if not listen:
         return listen
     host, port = split_listen(listen)
@@ -54,7 +54,7 @@ def _free(listen: str) -> str:
             sock.bind((host, port))
         except OSError:
             sock.bind((host, 0))
-            port = sock.getsockname()[1]
+        port = sock.getsockname()[1]  # also the one chosen for a port of 0
     return f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
 
 
