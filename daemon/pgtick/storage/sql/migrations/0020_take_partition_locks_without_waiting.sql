@@ -13,7 +13,7 @@
 --   partition's lock instead of the parent's, which only writers routed to the DEFAULT
 --   partition take; one for the present or the past still takes the parent's lock (writers
 --   routed to the DEFAULT partition by the partitions as they were would fail after the
---   attach), NOWAIT like every other;
+--   attach), NOWAIT like every other, and only once its table and indexes are made;
 -- - every lock a step takes is taken NOWAIT: held elsewhere, the step is "busy" at once and
 --   tried again later (by the daemon's next retention pass; `pgtick prune` backs off and tries
 --   again itself), never queued in front of a claim or a finish;
@@ -81,17 +81,23 @@ BEGIN
                 IF t.parent LIKE 'runs\_%' THEN
                     LOCK TABLE schedules IN SHARE ROW EXCLUSIVE MODE NOWAIT;
                 END IF;
+                -- The new table with the parent's columns, defaults, constraints and indexes,
+                -- made before any lock a writer of rows waits for: the attach below finds its
+                -- indexes and only attaches them, so that lock is held for little more than
+                -- the attach.
+                EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS'
+                               ' INCLUDING INDEXES)', part_name, t.parent);
                 IF last_to < now() + interval '1 minute' THEN
                     -- A range that starts in the past or within a minute (a gap caught up
                     -- after downtime): writers may be routing its rows to the DEFAULT
-                    -- partition now, by a view of the partitions from before an attach, and
+                    -- partition now, by a view of the partitions from before the attach, and
                     -- would fail its partition check after it. The parent's lock keeps them
-                    -- out, as before 0020 but NOWAIT, for the shortest creation there is.
+                    -- out, as before 0020 but NOWAIT, for the attach alone.
                     EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE NOWAIT', t.parent);
                 ELSE
                     -- A range ahead (every other step): no row is routed to it yet, nor to the
                     -- DEFAULT partition in its stead, once the partitions of now exist. Only
-                    -- the DEFAULT partition's lock (which an attach takes anyway): writers
+                    -- the DEFAULT partition's lock (which the attach takes anyway): writers
                     -- routed to the parent's other partitions carry on.
                     EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE NOWAIT',
                                    t.parent || '_default');
@@ -99,24 +105,16 @@ BEGIN
                 EXECUTE format('SELECT count(*) FROM %I WHERE %I >= %L AND %I < %L',
                                t.parent || '_default', t.key_column, last_to, t.key_column,
                                next_to) INTO moved;
-                IF moved = 0 AND last_to < now() + interval '1 minute' THEN
-                    EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)',
-                                   part_name, t.parent, last_to, next_to);
-                ELSE
-                    EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
-                                   part_name, t.parent);
-                    IF moved > 0 THEN
-                        EXECUTE format('WITH m AS (DELETE FROM %I WHERE %I >= %L AND %I < %L RETURNING *) '
-                                       'INSERT INTO %I SELECT * FROM m',
-                                       t.parent || '_default', t.key_column, last_to,
-                                       t.key_column, next_to, part_name);
-                    END IF;
-                    -- ATTACH takes SHARE UPDATE EXCLUSIVE on the parent, which no read or
-                    -- write of rows waits for (CREATE TABLE ... PARTITION OF takes ACCESS
-                    -- EXCLUSIVE).
-                    EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
-                                   t.parent, part_name, last_to, next_to);
+                IF moved > 0 THEN
+                    EXECUTE format('WITH m AS (DELETE FROM %I WHERE %I >= %L AND %I < %L RETURNING *) '
+                                   'INSERT INTO %I SELECT * FROM m',
+                                   t.parent || '_default', t.key_column, last_to, t.key_column,
+                                   next_to, part_name);
                 END IF;
+                -- ATTACH takes SHARE UPDATE EXCLUSIVE on the parent, which no read or write of
+                -- rows waits for (CREATE TABLE ... PARTITION OF took ACCESS EXCLUSIVE).
+                EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
+                               t.parent, part_name, last_to, next_to);
                 INSERT INTO partitions (name, parent, from_at, to_at)
                 VALUES (part_name, t.parent, last_to, next_to);
                 action := 'created'; table_name := part_name; row_count := moved;
