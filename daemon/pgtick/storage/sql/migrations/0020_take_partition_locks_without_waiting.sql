@@ -72,21 +72,23 @@ BEGIN
                                               * period_s) END;
             part_name := t.parent || '_' || to_char(last_to AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MISS');
             BEGIN
-                -- A partition of runs gets the foreign key to schedules, and attaching it
-                -- takes SHARE ROW EXCLUSIVE on schedules (0012 says why first). Every lock of
-                -- a step is taken NOWAIT: a step never waits in a lock's queue, where every
-                -- statement that comes after it waits too (the finishes routed to the parent,
-                -- behind a step waiting on a reader); a lock held elsewhere makes the step
-                -- "busy", tried again later (maintenance.py backs off and tries again).
-                IF t.parent LIKE 'runs\_%' THEN
-                    LOCK TABLE schedules IN SHARE ROW EXCLUSIVE MODE NOWAIT;
-                END IF;
                 -- The new table with the parent's columns, defaults, constraints and indexes,
                 -- made before any lock a writer of rows waits for: the attach below finds its
                 -- indexes and only attaches them, so that lock is held for little more than
                 -- the attach.
                 EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS'
                                ' INCLUDING INDEXES)', part_name, t.parent);
+                -- A partition of runs gets the foreign key to schedules, and attaching it
+                -- takes SHARE ROW EXCLUSIVE on schedules, which the ticker's writes wait for:
+                -- taken once the table is made. Every lock from here on is taken NOWAIT: a
+                -- step never waits in a lock's queue, where every statement that comes after
+                -- it waits too (the finishes routed to the parent, behind a step waiting on a
+                -- reader); a lock held elsewhere makes the step "busy", tried again later
+                -- (maintenance.py). Waiting for none, it can deadlock with no one either
+                -- (0012 took schedules first for that).
+                IF t.parent LIKE 'runs\_%' THEN
+                    LOCK TABLE schedules IN SHARE ROW EXCLUSIVE MODE NOWAIT;
+                END IF;
                 IF last_to < now() + interval '1 minute' THEN
                     -- A range that starts in the past or within a minute (a gap caught up
                     -- after downtime): writers may be routing its rows to the DEFAULT
