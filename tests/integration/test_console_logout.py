@@ -168,8 +168,7 @@ def test_the_daemons_role_may_record_logouts_granted_before_or_after_the_migrati
     logouts once it is applied (a rolling deploy need not run `pgtick grants` first); a role
     granted after gets the same from `pgtick grants`."""
     shipped = migrate.available()
-    assert shipped[-1].name == "create_console_logouts"
-    monkeypatch.setattr(migrate, "available", lambda: shipped[:-1])
+    monkeypatch.setattr(migrate, "available", lambda: [m for m in shipped if m.version < "0016"])
     migrate.migrate(empty_dsn, SCHEMA)
     roles = [f"pgtick_app_{uuid.uuid4().hex[:8]}" for _ in range(2)]
     with db.connect_raw(empty_dsn) as conn:
@@ -184,7 +183,7 @@ def test_the_daemons_role_may_record_logouts_granted_before_or_after_the_migrati
             ]
             conn.execute("\n".join(earlier).encode())
             monkeypatch.setattr(migrate, "available", lambda: shipped)
-            assert migrate.migrate(empty_dsn, SCHEMA) == ["0016_create_console_logouts"]
+            assert migrate.migrate(empty_dsn, SCHEMA)[0] == "0016_create_console_logouts"
             conn.execute(migrate.grants_sql(roles[1], SCHEMA).encode())
             for role in roles:  # the store's own statements, as the role
                 with db.connect(empty_dsn, SCHEMA) as as_role:
