@@ -33,9 +33,10 @@ from pgtick.core.output import Flusher, log_job_output
 from pgtick.core.reaper import Reaper
 from pgtick.core.ticker import Ticker
 from pgtick.core.worker import Worker, claim_type
-from pgtick.observability import logs, outage
+from pgtick.observability import logs
 from pgtick.observability.database import DatabaseCollector, PoolStatsCollector, Readiness
 from pgtick.observability.metrics import Metrics
+from pgtick.observability.outage import tell_pool_warnings
 from pgtick.observability.systemd import Notifier
 from pgtick.storage import db, migrate
 from pgtick.storage.store import ClaimType, RunStore, WorkerInfo
@@ -210,7 +211,7 @@ class Service:
     ) -> int:
         cfg = self.config
         metrics = Metrics(job_types, pgtick.__version__, cfg.worker.threads)
-        outage.tell_pool_warnings(metrics.outage)  # one outage, told once (outage.py)
+        tell_pool_warnings(metrics.outage)  # one outage, told once (outage.py)
         limits = [
             t for jt in job_types.values() if (t := claim_type(jt.config, jt.lease_seconds)).limited
         ]
