@@ -77,15 +77,16 @@ def test_pip_install_then_pgtick_demo_runs_jobs_and_serves_the_console(
     # under pytest's basetemp (mode 0700): the server may run as an unprivileged user.
     home = Path(tempfile.mkdtemp(prefix="pgtick-first-look-"))
     out = home / "demo.out"
-    with out.open("wb") as sink:
-        demo = subprocess.Popen(
-            [str(pip_installed / "pgtick"), "demo"],
-            cwd=home,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env=clean_env(),
-        )
+    demo: subprocess.Popen[bytes] | None = None
     try:
+        with out.open("wb") as sink:
+            demo = subprocess.Popen(
+                [str(pip_installed / "pgtick"), "demo"],
+                cwd=home,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env=clean_env(),
+            )
         text = _wait(lambda: "Ctrl-C" in out.read_text() and out.read_text(), 120, "the banner")
         lines = text.splitlines()
         assert lines[0].startswith("PGTICK_DSN=postgresql://"), text
@@ -127,7 +128,7 @@ def test_pip_install_then_pgtick_demo_runs_jobs_and_serves_the_console(
         demo.send_signal(signal.SIGINT)  # Ctrl-C, as the banner says
         assert demo.wait(60) == 0, out.read_text()[-2000:]
     finally:
-        if demo.poll() is None:
+        if demo is not None and demo.poll() is None:
             demo.kill()
             demo.wait(10)
         shutil.rmtree(home, ignore_errors=True)
