@@ -40,6 +40,7 @@ from pgtick.core.worker import Worker, claim_type
 from pgtick.observability import logs, tracing
 from pgtick.observability.database import DatabaseCollector, PoolStatsCollector, Readiness
 from pgtick.observability.metrics import Metrics
+from pgtick.observability.outage import tell_pool_warnings
 from pgtick.observability.systemd import Notifier
 from pgtick.storage import db, migrate
 from pgtick.storage.store import ClaimType, RunStore, WorkerInfo
@@ -220,6 +221,7 @@ class Service:
     ) -> int:
         cfg = self.config
         metrics = Metrics(job_types, pgtick.__version__, cfg.worker.threads)
+        tell_pool_warnings(metrics.outage)  # one outage, told once (outage.py)
         limits = [
             t for jt in job_types.values() if (t := claim_type(jt.config, jt.lease_seconds)).limited
         ]

@@ -28,7 +28,7 @@ def cmd_schedules(args: argparse.Namespace) -> int:
     elif not lines:
         print("no schedules")
     else:
-        print_table(views.SCHEDULE_COLUMNS, [views.schedule_cells(line) for line in lines])
+        print_table(views.SCHEDULE_COLUMNS, views.schedule_table(lines))
         invalid = [
             line.listing
             for line in lines

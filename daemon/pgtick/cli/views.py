@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from pgtick.cli.render import (
     age_text,
     attempts_text,
     cut,
+    cutting,
     duration_text,
+    fit_table,
     flex_width,
     in_zone,
     iso,
@@ -29,6 +31,7 @@ from pgtick.surfaces import operations
 # -- schedules -------------------------------------------------------------------------------------
 
 SCHEDULE_COLUMNS = ("NAME", "JOB TYPE", "CRON", "TIMEZONE", "STATE", "NEXT", "LAST RUN", "LAST OK")
+SCHEDULE_CUTTABLE = (0, 1, 3)  # NAME, JOB TYPE, TIMEZONE: `schedules --json` has them whole
 
 
 def schedule_state(listing: ScheduleListing) -> str:
@@ -58,12 +61,21 @@ def schedule_fields(line: operations.ScheduleLine) -> dict[str, Any]:
     }
 
 
-def schedule_cells(line: operations.ScheduleLine) -> tuple[str, ...]:
+def schedule_cells(line: operations.ScheduleLine, *, short_times: bool) -> tuple[str, ...]:
+    """One row of the listing; ``short_times``: instants as short cells next to the database's
+    now (a terminal), else whole ISO 8601 (piped, for scripts)."""
     listing = line.listing
+
+    def at(value: datetime | None) -> str:
+        if short_times:
+            return utc_cell(value, line.db_now)
+        return iso(value, whole_seconds=True) or "-"
+
     last_run = "-"
     if listing.last_status is not None:
         # A triggered run has no occurrence.
-        when = iso(listing.last_scheduled_for, whole_seconds=True) or "(triggered)"
+        occurrence = listing.last_scheduled_for
+        when = "(triggered)" if occurrence is None else at(occurrence)
         last_run = f"{listing.last_status} {when}"
     return (
         listing.name,
@@ -71,10 +83,17 @@ def schedule_cells(line: operations.ScheduleLine) -> tuple[str, ...]:
         listing.cron,
         listing.timezone,
         schedule_state(listing),
-        iso(line.next_at, whole_seconds=True) or "-",
+        at(line.next_at),
         last_run,
-        iso(listing.last_success_at, whole_seconds=True) or "-",
+        at(listing.last_success_at),
     )
+
+
+def schedule_table(lines: Sequence[operations.ScheduleLine]) -> list[tuple[str, ...]]:
+    """The listing's rows: on a terminal short times and the names, job types and zones cut
+    to fit its width (issue 44: 170 columns wide before); piped, every value whole."""
+    rows = [schedule_cells(line, short_times=cutting()) for line in lines]
+    return fit_table(SCHEDULE_COLUMNS, rows, SCHEDULE_CUTTABLE)
 
 
 # -- runs ------------------------------------------------------------------------------------------

@@ -139,12 +139,14 @@ class Completer:
         while True:
             try:
                 with self._store.pinned("complete") as store:
+                    self._metrics.outage.succeeded("complete")  # a connection again
                     if self._loop(store):
                         return
             except DatabaseError as exc:
                 failures += 1
                 self._metrics.db_error("complete")
-                log.warning("complete_failed", error=str(exc), retry_in=retry_delay(failures))
+                if not self._metrics.outage.failed("complete", exc, retry_delay(failures)):
+                    log.warning("complete_failed", error=str(exc), retry_in=retry_delay(failures))
                 with self._cond:
                     closing = self._closing
                 if closing and failures > 3:

@@ -72,6 +72,7 @@ class Listener:
                         self.connected = True
                     if failures:
                         log.info("listener_reconnected", after_failures=failures)
+                        self._metrics.outage.succeeded("listen")
                     failures = 0
                     if not pooled:
                         # Catch up on what was enqueued (or given back) while we were away.
@@ -84,7 +85,8 @@ class Listener:
                 self.connected = False
                 failures += 1
                 self._metrics.db_error("listen")
-                log.warning("listener_failed", error=str(exc), retry_in=retry_delay(failures))
+                if not self._metrics.outage.failed("listen", exc, retry_delay(failures)):
+                    log.warning("listener_failed", error=str(exc), retry_in=retry_delay(failures))
                 self.stop_event.wait(retry_delay(failures))
         self.connected = False
 

@@ -165,6 +165,8 @@ class Reaper:
                         self.reap_once(store)
                         if time.monotonic() >= self._next_prune:
                             self.prune_once()
+                        if failures:
+                            self._metrics.outage.succeeded("reap")
                         failures = 0
                         self.stop_event.wait(self._interval)
             except DatabaseError as exc:
@@ -175,5 +177,6 @@ class Reaper:
                 failures += 1
                 self._metrics.db_error("reap")
                 wait = min(self._interval, retry_delay(failures))
-                log.warning("reap_failed", error=str(exc), retry_in=wait)
+                if not self._metrics.outage.failed("reap", exc, wait):
+                    log.warning("reap_failed", error=str(exc), retry_in=wait)
                 self.stop_event.wait(wait)

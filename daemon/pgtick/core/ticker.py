@@ -301,11 +301,14 @@ class Ticker:
             self.alive_at = time.monotonic()
             try:
                 self.tick()
+                if failures:
+                    self._metrics.outage.succeeded("tick")
                 failures = 0
             except DatabaseError as exc:
                 failures += 1
                 self._metrics.db_error("tick")
                 delay = retry_delay(failures)
-                log.warning("tick_failed", error=str(exc), retry_in=delay)
+                if not self._metrics.outage.failed("tick", exc, delay):
+                    log.warning("tick_failed", error=str(exc), retry_in=delay)
                 if self.stop_event.wait(delay):
                     return

@@ -208,12 +208,14 @@ class Worker:
         while not self._stop_claiming.is_set():
             try:
                 with self._store.pinned("claim") as store:
+                    self._metrics.outage.succeeded("claim")  # a connection again
                     self._claim_loop(store)
             except DatabaseError as exc:
                 self.dispatcher_alive_at = time.monotonic()  # retrying is progress
                 failures += 1
                 self._metrics.db_error("claim")
-                log.warning("claim_failed", error=str(exc), retry_in=retry_delay(failures))
+                if not self._metrics.outage.failed("claim", exc, retry_delay(failures)):
+                    log.warning("claim_failed", error=str(exc), retry_in=retry_delay(failures))
                 self._stop_claiming.wait(retry_delay(failures))
             else:
                 failures = 0

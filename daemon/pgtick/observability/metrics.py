@@ -28,6 +28,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from pgtick.observability.outage import DatabaseOutage
+
 ATTEMPT_OUTCOMES = ("succeeded", "failed", "lost", "cancelled", "released")
 # The daemon's database operations, pre-initialised so a dashboard shows 0, not "no data",
 # until the first error; an operation missing here still gets its series on first use.
@@ -117,6 +119,8 @@ class Metrics:
 
     def __init__(self, job_types: Iterable[str], version: str, threads: int) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        # The loops count their database errors here and tell an outage through this.
+        self.outage = DatabaseOutage()
         # (job type, start delay) of runs started since the last flush.
         self._pending_delays: collections.deque[tuple[str, float]] = collections.deque()
         self.registry.register(_FlushFirst(self.flush))

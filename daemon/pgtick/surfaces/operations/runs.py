@@ -18,6 +18,7 @@ from pgtick.core import handlers
 from pgtick.errors import ConfigError, NotFoundError, PgtickError, UsageError
 from pgtick.observability.progress import Progress
 from pgtick.storage.store import (
+    PRUNE_BUSY_RETRIES,
     STATUSES,
     TERMINAL_STATUSES,
     Attempt,
@@ -356,7 +357,9 @@ def prune(
         # A cutoff shorter than the configured retention: keep the history of the runs kept.
         changes = store.prune_partitions(used)
     else:
-        changes = store.maintain_partitions(used, delete_default=False)
+        changes = store.maintain_partitions(
+            used, delete_default=False, busy_retries=PRUNE_BUSY_RETRIES
+        )
     for change in changes:
         if change.action == "dropped" and change.status is not None:
             dropped[change.status] += change.rows

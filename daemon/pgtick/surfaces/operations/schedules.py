@@ -105,6 +105,7 @@ class ScheduleLine:
 
     listing: ScheduleListing
     next_at: datetime | None
+    db_now: datetime  # the database clock when listed: a table shows times next to it
 
 
 def _next_at(listing: ScheduleListing, now: datetime) -> datetime | None:
@@ -120,7 +121,7 @@ def list_schedules(store: RunStore) -> list[ScheduleLine]:
     """Every schedule with its latest run and its next occurrence after the database's now."""
     listings = store.list_schedules()
     now = store.now()
-    return [ScheduleLine(listing, _next_at(listing, now)) for listing in listings]
+    return [ScheduleLine(listing, _next_at(listing, now), now) for listing in listings]
 
 
 # -- next occurrences ------------------------------------------------------------------------------
