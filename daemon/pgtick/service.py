@@ -245,8 +245,10 @@ class Service:
             listen_dsn=cfg.database.listen_dsn,
             on_rescan=worker.rescan,
             on_due=worker.due,
+            on_controls=worker.controls_changed,
         )
         worker.bounds.notifying = lambda: listener.connected
+        worker.controls.notifying = lambda: listener.connected
         reaper = Reaper(
             store,
             job_types,

@@ -183,6 +183,7 @@ payload = { days = 30, tags = ["a", "b"], nested = { x = 1.5 } }
 catchup = "all"
 catchup_limit = 5
 overlap = "allow"
+on_pause = "skip"
 jitter = "30s"
 max_attempts = 2
 priority = 7
@@ -251,6 +252,7 @@ def test_every_key_loads_into_its_field() -> None:
         catchup="all",
         catchup_limit=5,
         overlap="allow",
+        on_pause="skip",
         jitter_seconds=30.0,
         max_attempts=2,
         priority=7,

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import pgtick
-from pgtick.cli import deploy, runs, schedules, setup, status
+from pgtick.cli import controls, deploy, runs, schedules, setup, status
 from pgtick.cli.exits import EXIT_USAGE
+from pgtick.config import values as config_values
 from pgtick.config.schema import MAX_PRIORITY
 from pgtick.config.values import MAX_INT4
-from pgtick.errors import UsageError
+from pgtick.errors import ConfigError, UsageError
 from pgtick.surfaces import operations
 
 WHEN_HELP = "ISO 8601 time (no offset = UTC) or a duration such as 90m, 2h, 7d"
@@ -197,6 +198,41 @@ def _add_schedules(sub: Any, common: argparse.ArgumentParser) -> None:
     v.add_argument("--to", required=True, metavar="WHEN", help=f"inclusive: {WHEN_HELP} ago")
 
 
+def _rate(text: str) -> tuple[int, float]:
+    """A rate as the config writes it: ``N/second``, ``N/minute`` or ``N/hour``."""
+    try:
+        limit, window = config_values.rate("rate", text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("rate: ")) from None
+    return limit, window
+
+
+def _add_controls(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``pause``, ``resume`` and ``limits``: a job type at runtime, on every daemon."""
+    text = "pause a job type on every daemon: its runs stay queued until resume"
+    p = sub.add_parser("pause", parents=[common], help=text, description=text)
+    p.set_defaults(func=controls.cmd_pause)
+    p.add_argument("job_type", metavar="TYPE")
+    p.add_argument("--reason", metavar="TEXT", help="why (shown by status and the console)")
+    text = "resume a paused job type: its runs are claimed again at once"
+    p = sub.add_parser("resume", parents=[common], help=text, description=text)
+    p.set_defaults(func=controls.cmd_resume)
+    p.add_argument("job_type", metavar="TYPE")
+    text = (
+        "show a job type's limits with their source, or override them on every daemon from "
+        "its next claim (the config's stay the default: --reset)"
+    )
+    p = sub.add_parser("limits", parents=[common], help=text, description=text)
+    p.set_defaults(func=controls.cmd_limits)
+    p.add_argument("job_type", metavar="TYPE")
+    p.add_argument("--max-running", type=_positive_int, metavar="N", help="fleet-wide at once")
+    p.add_argument("--max-running-per-key", type=_positive_int, metavar="N", help="at once per key")
+    p.add_argument("--rate", type=_rate, metavar="N/UNIT", help="starts per second|minute|hour")
+    p.add_argument("--rate-per-key", type=_rate, metavar="N/UNIT", help="the same per key")
+    p.add_argument("--reset", action="store_true", help="back to the config's limits")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument(
@@ -330,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", choices=operations.OUTPUT_STREAMS, help="only this stream")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     _add_schedules(sub, common)
+    _add_controls(sub, common)
     p = add("demo", setup.cmd_demo, "run the daemon on an embedded PostgreSQL, for a first look")
     p.add_argument(
         "--data-dir", default=setup.DEMO_DATA_DIR, help="where the embedded server lives"

@@ -326,6 +326,13 @@ def _horizon_fields(h: operations.Horizon) -> dict[str, Any]:
     }
 
 
+def _limit_fields(t: operations.JobTypeStatus) -> dict[str, Any] | None:
+    """Each limit in force: its value and source (config, or runtime)."""
+    if t.in_force is None or not t.in_force.limits:
+        return None
+    return {lim.name: {"value": lim.value, "source": lim.source} for lim in t.in_force.limits}
+
+
 def status_fields(st: operations.Status) -> dict[str, Any]:
     return {
         "healthy": st.healthy,
@@ -334,6 +341,15 @@ def status_fields(st: operations.Status) -> dict[str, Any]:
         "horizon": _horizon_fields(st.horizon),
         "db_now": iso(st.db_now),
         "stale_after_seconds": st.stale_after_seconds,
+        "paused_job_types": [
+            {
+                "job_type": c.job_type,
+                "paused_at": iso(c.paused_at),
+                "paused_by": c.paused_by,
+                "reason": c.paused_reason,
+            }
+            for c in st.paused
+        ],
         "workers": [
             {
                 "id": w.worker.id,
@@ -362,6 +378,8 @@ def status_fields(st: operations.Status) -> dict[str, Any]:
                 "live_workers": t.live_workers,
                 "unserved": t.unserved,
                 "limits": t.limits_text or None,
+                "limit_sources": _limit_fields(t),
+                "paused": t.paused,
                 "waiting_concurrency": t.flow.waiting_concurrency if t.flow else 0,
                 "waiting_rate": t.flow.waiting_rate if t.flow else 0,
             }
@@ -454,13 +472,25 @@ def print_status(st: operations.Status) -> None:
             ],
         )
         for t in st.job_types:
-            if t.limits is not None:
+            if t.limits_text:
                 print(f"  {t.stats.job_type}: {t.limits_text}")
+    _print_paused(st)
     print()
     print("schedules:" if st.schedules else "schedules: none")
     _print_schedules(st)
     print()
     _print_horizon(st)
+
+
+def _print_paused(st: operations.Status) -> None:
+    """The job types paused fleet-wide, with who, when and why (`pgtick resume TYPE`)."""
+    if not st.paused:
+        return
+    print()
+    print("paused job types (their runs wait; `pgtick resume TYPE`):")
+    for c in st.paused:
+        why = f": {one_line(c.paused_reason)}" if c.paused_reason else ""
+        print(f"  {c.job_type} by {c.paused_by} at {iso(c.paused_at, whole_seconds=True)}{why}")
 
 
 def _print_horizon(st: operations.Status) -> None:

@@ -25,6 +25,7 @@ from pgtick.config.schema import (
     DEFAULT_LOOKAHEAD_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_METRICS_LISTEN,
+    DEFAULT_ON_PAUSE,
     DEFAULT_OTHER_JOB_TYPES,
     DEFAULT_OUTPUT_MAX_BYTES,
     DEFAULT_OVERLAP,
@@ -233,6 +234,7 @@ class ScheduleConfig:
     catchup: str = DEFAULT_CATCHUP
     catchup_limit: int = DEFAULT_CATCHUP_LIMIT
     overlap: str = DEFAULT_OVERLAP
+    on_pause: str = DEFAULT_ON_PAUSE
     jitter_seconds: float = DEFAULT_SCHEDULE_JITTER_SECONDS
     max_attempts: int | None = None
     priority: int | None = None  # None: the job type's

@@ -112,6 +112,10 @@ DEFAULT_CATCHUP = "latest"
 DEFAULT_CATCHUP_LIMIT = 100  # Kubernetes CronJob's figure
 OVERLAPS = ("skip", "allow")
 DEFAULT_OVERLAP = "skip"
+# What a schedule does while its job type is paused (pgtick pause): hold materializes its
+# occurrences as queued runs that start after the resume; skip records them as skipped.
+ON_PAUSE = ("hold", "skip")
+DEFAULT_ON_PAUSE = "hold"
 DEFAULT_SCHEDULE_JITTER_SECONDS = 0.0
 
 # -- The keys --------------------------------------------------------------------------------------
@@ -293,6 +297,9 @@ KEYS: tuple[Key, ...] = (
         'with catchup = "all": at most this many missed runs'),
     Key(SCHEDULE, "overlap", " | ".join(OVERLAPS), DEFAULT_OVERLAP, choice(OVERLAPS),
         "skip: an occurrence due while the previous run is unfinished is skipped | allow"),
+    Key(SCHEDULE, "on_pause", " | ".join(ON_PAUSE), DEFAULT_ON_PAUSE, choice(ON_PAUSE),
+        "while its job type is paused: hold (runs wait, queued, and start after the resume) "
+        "| skip (occurrences recorded as skipped)"),
     Key(SCHEDULE, "jitter", DURATION_OR_ZERO, DEFAULT_SCHEDULE_JITTER_SECONDS, _SECONDS_OR_ZERO,
         "delay each run by a stable offset of up to this, so not all start at :00"),
     Key(SCHEDULE, "max_attempts", INT_POSITIVE, None, integer(1),

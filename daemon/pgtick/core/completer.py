@@ -82,6 +82,10 @@ class Completer:
         # for the retry).
         self._unannounced: list[ClaimedRun] = []
 
+    def limits_changed(self, limited: frozenset[str], keyed: frozenset[str]) -> None:
+        """An operator changed limits at runtime (controls.py): announce these types' slots."""
+        self._limited, self._keyed = limited, keyed
+
     def submit(self, held: Held, outcome: Outcome, duration: float | None) -> None:
         self.submit_many([(held, outcome, duration)])
 

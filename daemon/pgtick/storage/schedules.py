@@ -31,6 +31,7 @@ class ScheduleDef:
     overlap: str
     jitter_seconds: float
     priority: int = 0  # of its runs
+    on_pause: str = "hold"  # while its job type is paused: hold | skip
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class ScheduleRow:
     materialized_until: datetime | None
     db_now: datetime
     priority: int = 0
+    on_pause: str = "hold"
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ class ScheduleQueries(StoreBase):
                         "overlap": d.overlap,
                         "jitter_seconds": d.jitter_seconds,
                         "priority": d.priority,
+                        "on_pause": d.on_pause,
                     },
                 ).fetchone()
                 if row is not None:
@@ -193,6 +196,7 @@ class ScheduleQueries(StoreBase):
                     "max_attempts": schedule.max_attempts,
                     "priority": schedule.priority,
                     "skip": schedule.overlap == "skip",
+                    "skip_paused": schedule.on_pause == "skip",
                     "scheduled_for": [o.scheduled_for for o in occurrences],
                     "run_at": [o.run_at for o in occurrences],
                     "until": until,

@@ -5,6 +5,7 @@ command line prints them, the web console renders them. No printing, no argument
 - ``runs``: list, show, enqueue, retry and cancel (their state rules live there, nowhere
   else), prune;
 - ``schedules``: list, pause, resume, trigger, next occurrences, backfill;
+- ``controls``: a job type paused, resumed, or limited at runtime, and each limit's source;
 - ``status``: workers, queues and schedules with the problems among them; the console overview;
 - ``charts``: the overview's queue depth per job type over the last hour (its SQL in
   ``charts.sql`` beside it);
@@ -19,6 +20,21 @@ from __future__ import annotations
 
 from pgtick.storage.store import STATUSES, TERMINAL_STATUSES
 from pgtick.surfaces.operations.charts import queue_depth_per_type
+from pgtick.surfaces.operations.controls import (
+    LIMIT_NAMES,
+    Limit,
+    Limits,
+    cli_actor,
+    controls_for,
+    describe,
+    effective_limits,
+    limits_in_force,
+    pause_job_type,
+    paused_types,
+    reset_limits,
+    resume_job_type,
+    set_limits,
+)
 from pgtick.surfaces.operations.flow import describe_limits, flow_limits
 from pgtick.surfaces.operations.output import (
     OUTPUT_STREAMS,
@@ -106,6 +122,7 @@ __all__ = [
     "CONFIRM_ABOVE_ROWS",
     "DEFAULT_HORIZON_THRESHOLD_SECONDS",
     "DEFAULT_PAGE_SIZE",
+    "LIMIT_NAMES",
     "MAX_KEY_BYTES",
     "MAX_OCCURRENCES",
     "MAX_PAGE_SIZE",
@@ -128,6 +145,8 @@ __all__ = [
     "Changed",
     "Horizon",
     "JobTypeStatus",
+    "Limit",
+    "Limits",
     "OutputLine",
     "Overview",
     "Pruned",
@@ -146,14 +165,19 @@ __all__ = [
     "check_database",
     "check_new_run",
     "check_statuses",
+    "cli_actor",
+    "controls_for",
     "declares_job_type",
+    "describe",
     "describe_holder",
     "describe_limits",
+    "effective_limits",
     "enqueue",
     "flow_limits",
     "follow_output",
     "grants_sql",
     "handler_summary",
+    "limits_in_force",
     "list_runs",
     "list_schedules",
     "migrate",
@@ -161,14 +185,19 @@ __all__ = [
     "output_tail",
     "overview",
     "parse_run_id",
+    "pause_job_type",
     "pause_schedule",
+    "paused_types",
     "plan_bulk",
     "prune",
     "queue_depth_per_type",
+    "reset_limits",
+    "resume_job_type",
     "resume_schedule",
     "run_bulk",
     "run_output",
     "schedule_views",
+    "set_limits",
     "show_run",
     "status",
     "trigger_schedule",
