@@ -5,6 +5,7 @@ database, for every daemon; docs/operations/runtime.md).
 from __future__ import annotations
 
 import argparse
+import sys
 
 from pgtick.cli import context
 from pgtick.cli.exits import EXIT_OK
@@ -72,4 +73,11 @@ def cmd_limits(args: argparse.Namespace) -> int:
         print(f"{args.job_type}: no limits")
     else:
         print(f"{args.job_type}: {operations.describe(limits)}")
+    if not args.json and operations.declares_job_type(cfg, args.job_type) is False:
+        # The config's limits are each daemon's; this command knows those of its own file.
+        print(
+            f"note: {context.config_source(cfg)} does not declare {args.job_type}: its "
+            "limits from the daemons' configs are not shown (--config)",
+            file=sys.stderr,
+        )
     return EXIT_OK
