@@ -33,6 +33,7 @@ EXPECTED_TABLES = {
     "partitioned_tables",
     "console_logouts",
     "job_type_controls",
+    "audit_log",
 }
 
 

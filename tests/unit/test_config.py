@@ -73,6 +73,7 @@ def load_text(text: str) -> Config:
         ("retention.dead_seconds", 30 * DAY),
         ("retention.cancelled_seconds", 7 * DAY),
         ("retention.skipped_seconds", 1 * DAY),
+        ("retention.audit_seconds", 90 * DAY),
         ("job_types", {}),
         ("schedules", {}),
         ("path", None),
@@ -154,6 +155,7 @@ succeeded = "1d"
 dead = "90d"
 cancelled = "2d"
 skipped = "6h"
+audit = "30d"
 
 [job_types.send_invoice_emails]
 handler = "myapp.jobs:send_invoice_emails"
@@ -219,6 +221,7 @@ def test_every_key_loads_into_its_field() -> None:
         dead_seconds=90 * DAY,
         cancelled_seconds=2 * DAY,
         skipped_seconds=6 * 3600,
+        audit_seconds=30 * DAY,
     )
     assert cfg.job_types["send_invoice_emails"] == JobTypeConfig(
         name="send_invoice_emails",

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import pgtick
-from pgtick.cli import controls, deploy, runs, schedules, setup, status
+from pgtick.cli import audit, controls, deploy, runs, schedules, setup, status
 from pgtick.cli.exits import EXIT_USAGE
 from pgtick.config import values as config_values
 from pgtick.config.schema import MAX_PRIORITY
@@ -231,6 +231,14 @@ def _add_controls(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-per-key", type=_rate, metavar="N/UNIT", help="the same per key")
     p.add_argument("--reset", action="store_true", help="back to the config's limits")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    text = "who did what, when, to which runs: the operators' actions, newest first"
+    p = sub.add_parser("audit", parents=[common], help=text, description=text)
+    p.set_defaults(func=audit.cmd_audit)
+    p.add_argument("--since", metavar="WHEN", help=f"recorded since: {WHEN_HELP} ago")
+    p.add_argument(
+        "--limit", type=_positive_int, default=100, metavar="N", help="at most N (default 100)"
+    )
+    p.add_argument("--json", action="store_true", help="a JSON list instead of a table")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,7 +14,6 @@ from pgtick.cli import context, views
 from pgtick.cli.args import parse_when, resolve_when
 from pgtick.cli.exits import EXIT_OK
 from pgtick.cli.render import iso, local_text, print_json, print_table, seconds_text
-from pgtick.storage.store import RunStore
 from pgtick.surfaces import operations
 
 DEFAULT_NEXT_COUNT = 5
@@ -43,9 +42,12 @@ def cmd_schedules(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _on_schedule(args: argparse.Namespace, verb: Callable[[RunStore, str], T]) -> T:
-    """``verb(store, NAME)``: pause, resume and trigger."""
-    return context.call(args, context.begin(args), lambda store: verb(store, args.name))
+def _on_schedule(args: argparse.Namespace, verb: Callable[..., T]) -> T:
+    """``verb(store, NAME, actor=...)``: pause, resume and trigger, recorded as this user's."""
+    actor = operations.cli_actor()
+    return context.call(
+        args, context.begin(args), lambda store: verb(store, args.name, actor=actor)
+    )
 
 
 def cmd_schedules_pause(args: argparse.Namespace) -> int:
@@ -88,7 +90,10 @@ def cmd_schedules_backfill(args: argparse.Namespace) -> int:
     start = resolve_when(parse_when(args.from_, "--from"), now, ahead=False)
     end = resolve_when(parse_when(args.to, "--to"), now, ahead=False)
     after, end = operations.backfill_window(start, end, args.from_)
-    done = context.call(args, cfg, lambda store: operations.backfill(store, args.name, after, end))
+    actor = operations.cli_actor()
+    done = context.call(
+        args, cfg, lambda store: operations.backfill(store, args.name, after, end, actor=actor)
+    )
     print(
         f"created {done.created} runs for {args.name} ({done.existing} occurrences already had one)"
     )

@@ -34,6 +34,7 @@ from pgtick.config.schema import (
     DEFAULT_PREFETCH,
     DEFAULT_PRIORITY,
     DEFAULT_REAPER_INTERVAL_SECONDS,
+    DEFAULT_RETAIN_AUDIT_SECONDS,
     DEFAULT_RETAIN_CANCELLED_SECONDS,
     DEFAULT_RETAIN_DEAD_SECONDS,
     DEFAULT_RETAIN_SKIPPED_SECONDS,
@@ -179,6 +180,7 @@ class RetentionConfig:
     dead_seconds: float = DEFAULT_RETAIN_DEAD_SECONDS
     cancelled_seconds: float = DEFAULT_RETAIN_CANCELLED_SECONDS
     skipped_seconds: float = DEFAULT_RETAIN_SKIPPED_SECONDS
+    audit_seconds: float = DEFAULT_RETAIN_AUDIT_SECONDS  # the audit log's, not a run status
 
     def by_status(self) -> dict[str, float]:
         """The retention of each terminal status, in the order retention prunes them."""

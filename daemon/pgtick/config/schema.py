@@ -90,6 +90,7 @@ DEFAULT_RETAIN_SUCCEEDED_SECONDS = 7 * DAY_SECONDS
 DEFAULT_RETAIN_DEAD_SECONDS = 30 * DAY_SECONDS
 DEFAULT_RETAIN_CANCELLED_SECONDS = 7 * DAY_SECONDS
 DEFAULT_RETAIN_SKIPPED_SECONDS = 1 * DAY_SECONDS
+DEFAULT_RETAIN_AUDIT_SECONDS = 90 * DAY_SECONDS
 
 DEFAULT_MAX_ATTEMPTS = 10
 BACKOFFS = ("exponential", "linear", "fixed")
@@ -248,6 +249,8 @@ KEYS: tuple[Key, ...] = (
         "cancelled runs older than this are pruned"),
     Key(RETENTION, "skipped", DURATION, DEFAULT_RETAIN_SKIPPED_SECONDS, _SECONDS,
         "skipped runs older than this are pruned"),
+    Key(RETENTION, "audit", DURATION, DEFAULT_RETAIN_AUDIT_SECONDS, _SECONDS,
+        "audit log entries (pgtick audit) older than this are deleted by the daemon"),
 
     Key(JOB, "handler", '"module:function"', None, handler,
         "the Python handler, called as fn(ctx, payload); or command, or a @pgtick.job"),

@@ -83,17 +83,18 @@ class ControlQueries(StoreBase):
             )
         return found
 
-    def pause_job_type(self, job_type: str, reason: str | None, actor: str | None) -> bool:
-        """Pause ``job_type`` fleet-wide; False if it was paused already."""
-        params = {"job_type": job_type, "reason": reason, "actor": actor}
+    def pause_job_type(self, job_type: str, reason: str | None, actor: str, via: str) -> bool:
+        """Pause ``job_type`` fleet-wide; False if it was paused already. Every call of these
+        functions is recorded in the audit log by the function (who: ``actor``, ``via``)."""
+        params = {"job_type": job_type, "reason": reason, "actor": actor, "via": via}
         return bool(self._all("pause", "pause_job_type", params)[0][0])
 
-    def resume_job_type(self, job_type: str, actor: str | None) -> bool:
+    def resume_job_type(self, job_type: str, actor: str, via: str) -> bool:
         """Resume ``job_type``; False if it was not paused."""
-        params = {"job_type": job_type, "actor": actor}
+        params = {"job_type": job_type, "actor": actor, "via": via}
         return bool(self._all("resume", "resume_job_type", params)[0][0])
 
-    def set_job_type_limits(self, job_type: str, change: LimitChange, actor: str | None) -> None:
+    def set_job_type_limits(self, job_type: str, change: LimitChange, actor: str, via: str) -> None:
         """Override the limits ``change`` names; the others stay as they are."""
         params = {
             "job_type": job_type,
@@ -104,10 +105,11 @@ class ControlQueries(StoreBase):
             "rate_per_key": change.rate_per_key[0] if change.rate_per_key else None,
             "rate_per_key_window": change.rate_per_key[1] if change.rate_per_key else None,
             "actor": actor,
+            "via": via,
         }
         self._all("limits", "set_job_type_limits", params)
 
-    def reset_job_type_limits(self, job_type: str, actor: str | None) -> bool:
+    def reset_job_type_limits(self, job_type: str, actor: str, via: str) -> bool:
         """Back to the config's limits; False if none was overridden."""
-        params = {"job_type": job_type, "actor": actor}
+        params = {"job_type": job_type, "actor": actor, "via": via}
         return bool(self._all("limits", "reset_job_type_limits", params)[0][0])

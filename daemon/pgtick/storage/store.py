@@ -5,7 +5,7 @@ Methods take and return plain values and frozen dataclasses; psycopg errors leav
 runs and attempts on the daemon's hot path; ``run_admin``: the operator's reads and actions
 on them; ``schedules``; ``workers``; ``maintenance``: reaping, pruning and the metrics
 reads; ``output``: job output; ``console``: the console's logouts; ``controls``: job types
-paused and limited at runtime), each a class over
+paused and limited at runtime; ``audit``: the operators' actions), each a class over
 ``base.StoreBase``; ``RunStore`` is all of them on one pool, because a daemon's loops, a
 command and a console page each hold one store and cross aggregates in one unit (a claim's
 lease and its attempt; a schedule and the runs it materializes). This module is the storage
@@ -14,6 +14,7 @@ API the rest of pgtick imports: the store and the records it returns.
 
 from __future__ import annotations
 
+from pgtick.storage.audit import AuditEntry, AuditQueries
 from pgtick.storage.base import Pool
 from pgtick.storage.console import ConsoleQueries
 from pgtick.storage.controls import ControlQueries, JobTypeControl, LimitChange
@@ -72,6 +73,7 @@ class RunStore(
     OutputQueries,
     ConsoleQueries,
     ControlQueries,
+    AuditQueries,
 ):
     """Typed access to the pgtick schema through a connection pool."""
 
@@ -86,6 +88,7 @@ __all__ = [
     "TERMINAL_STATUSES",
     "Attempt",
     "AttemptState",
+    "AuditEntry",
     "Beat",
     "Chunk",
     "Claim",

@@ -1576,6 +1576,7 @@ GRANT SELECT, INSERT, DELETE ON {schema}.rate_starts TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_type_settings TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.console_logouts TO {role};
 GRANT SELECT ON {schema}.job_type_controls TO {role};
+GRANT SELECT ON {schema}.audit_log TO {role};
 GRANT USAGE ON SEQUENCE {schema}.runs_id_seq TO {role};
 GRANT USAGE ON SEQUENCE {schema}.attempts_id_seq TO {role};
 GRANT SELECT ON {schema}.partitions TO {role};
@@ -1678,18 +1679,37 @@ ORDER BY job_type;
 
 -- pause_job_type --
 -- Pause a job type fleet-wide (the schema's function: it NOTIFYs the daemons).
-SELECT {schema}.pause_job_type(%(job_type)s, %(reason)s, %(actor)s);
+SELECT {schema}.pause_job_type(%(job_type)s, %(reason)s, %(actor)s, %(via)s);
 
 -- resume_job_type --
 -- Resume a paused job type (the schema's function).
-SELECT {schema}.resume_job_type(%(job_type)s, %(actor)s);
+SELECT {schema}.resume_job_type(%(job_type)s, %(actor)s, %(via)s);
 
 -- set_job_type_limits --
 -- Override some of a job type's limits (NULL: leave that one as it is).
 SELECT {schema}.set_job_type_limits(%(job_type)s, %(max_running)s, %(max_running_per_key)s,
                                     %(rate)s, %(rate_window)s, %(rate_per_key)s,
-                                    %(rate_per_key_window)s, %(actor)s);
+                                    %(rate_per_key_window)s, %(actor)s, %(via)s);
 
 -- reset_job_type_limits --
 -- Back to the config's limits.
-SELECT {schema}.reset_job_type_limits(%(job_type)s, %(actor)s);
+SELECT {schema}.reset_job_type_limits(%(job_type)s, %(actor)s, %(via)s);
+
+-- record_action --
+-- One operator action in the audit log (migration 0020), after it was done: who (the name
+-- given, and how: cli, console), what, its arguments, the runs it affected.
+SELECT {schema}.record_action(%(action)s, %(target)s, %(args)s, %(actor)s, %(via)s,
+                              %(runs_affected)s, %(run_ids)s::bigint[]);
+
+-- audit_log --
+-- The audit log since a time, newest first, up to a page (`pgtick audit`); served by
+-- audit_log_at_idx.
+SELECT id, at, actor, via, db_role, action, target, args, runs_affected, run_ids
+FROM {schema}.audit_log
+WHERE at >= coalesce(%(since)s::timestamptz, '-infinity')
+ORDER BY at DESC, id DESC
+LIMIT %(limit)s;
+
+-- prune_audit_log --
+-- Retention of the audit log (retention.audit): a batch of the rows older than the cutoff.
+SELECT {schema}.prune_audit_log(%(older_than_seconds)s, %(batch)s);

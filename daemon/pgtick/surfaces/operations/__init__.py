@@ -5,6 +5,7 @@ command line prints them, the web console renders them. No printing, no argument
 - ``runs``: list, show, enqueue, retry and cancel (their state rules live there, nowhere
   else), prune;
 - ``schedules``: list, pause, resume, trigger, next occurrences, backfill;
+- ``audit``: who acts (the CLI's user@host, the console's session) and the audit log;
 - ``controls``: a job type paused, resumed, or limited at runtime, and each limit's source;
 - ``status``: workers, queues and schedules with the problems among them; the console overview;
 - ``charts``: the overview's queue depth per job type over the last hour (its SQL in
@@ -19,12 +20,12 @@ import ``pgtick.core``, ``pgtick.config``, ``pgtick.storage``, ``pgtick.scheduli
 from __future__ import annotations
 
 from pgtick.storage.store import STATUSES, TERMINAL_STATUSES
+from pgtick.surfaces.operations.audit import Actor, audit_entries, cli_actor, record
 from pgtick.surfaces.operations.charts import queue_depth_per_type
 from pgtick.surfaces.operations.controls import (
     LIMIT_NAMES,
     Limit,
     Limits,
-    cli_actor,
     controls_for,
     describe,
     effective_limits,
@@ -140,6 +141,7 @@ __all__ = [
     "TERMINAL_STATUSES",
     "THROUGHPUT_MINUTES",
     "Action",
+    "Actor",
     "Backfilled",
     "Bulk",
     "Changed",
@@ -159,6 +161,7 @@ __all__ = [
     "Upcoming",
     "When",
     "WorkerStatus",
+    "audit_entries",
     "backfill",
     "backfill_window",
     "change_runs",
@@ -191,6 +194,7 @@ __all__ = [
     "plan_bulk",
     "prune",
     "queue_depth_per_type",
+    "record",
     "reset_limits",
     "resume_job_type",
     "resume_schedule",

@@ -5,8 +5,6 @@ for ``status``, ``pgtick limits`` and the console.
 
 from __future__ import annotations
 
-import getpass
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -14,22 +12,12 @@ from pgtick.config import Rate
 from pgtick.core.controls import overridden
 from pgtick.errors import UsageError
 from pgtick.storage.store import ClaimType, JobTypeControl, LimitChange, RunStore
+from pgtick.surfaces.operations.audit import MAX_ACTOR_CHARS, Actor
 
-# A name written into job_type_controls and the audit log is cut to this.
-MAX_ACTOR_CHARS = 200
 MAX_REASON_CHARS = 500
 LIMIT_NAMES = ("max_running", "max_running_per_key", "rate", "rate_per_key")
 SOURCE_CONFIG = "config"
 SOURCE_RUNTIME = "runtime"
-
-
-def cli_actor() -> str:
-    """Who runs this command, as the audit log names them: ``user@host``."""
-    try:
-        user = getpass.getuser()
-    except (OSError, KeyError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"[:MAX_ACTOR_CHARS]
 
 
 def _job_type(job_type: str) -> str:
@@ -38,31 +26,31 @@ def _job_type(job_type: str) -> str:
     return job_type
 
 
-def pause_job_type(store: RunStore, job_type: str, reason: str | None, actor: str) -> bool:
+def pause_job_type(store: RunStore, job_type: str, reason: str | None, actor: Actor) -> bool:
     """Pause ``job_type`` on every daemon (its runs stay queued); False: it was paused."""
     if reason is not None and len(reason) > MAX_REASON_CHARS:
         raise UsageError(f"--reason: at most {MAX_REASON_CHARS} characters")
-    return store.pause_job_type(_job_type(job_type), reason or None, actor[:MAX_ACTOR_CHARS])
+    return store.pause_job_type(_job_type(job_type), reason or None, actor.name, actor.via)
 
 
-def resume_job_type(store: RunStore, job_type: str, actor: str) -> bool:
+def resume_job_type(store: RunStore, job_type: str, actor: Actor) -> bool:
     """Resume ``job_type``; False: it was not paused."""
-    return store.resume_job_type(_job_type(job_type), actor[:MAX_ACTOR_CHARS])
+    return store.resume_job_type(_job_type(job_type), actor.name, actor.via)
 
 
-def set_limits(store: RunStore, job_type: str, change: LimitChange, actor: str) -> None:
+def set_limits(store: RunStore, job_type: str, change: LimitChange, actor: Actor) -> None:
     """Override the limits ``change`` names, fleet-wide from every daemon's next claim."""
     if change.empty:
         raise UsageError(
             "limits: give --max-running, --max-running-per-key, --rate, "
             "--rate-per-key or --reset (or none of them to show the limits)"
         )
-    store.set_job_type_limits(_job_type(job_type), change, actor[:MAX_ACTOR_CHARS])
+    store.set_job_type_limits(_job_type(job_type), change, actor.name, actor.via)
 
 
-def reset_limits(store: RunStore, job_type: str, actor: str) -> bool:
+def reset_limits(store: RunStore, job_type: str, actor: Actor) -> bool:
     """Back to the config's limits; False: none was overridden."""
-    return store.reset_job_type_limits(_job_type(job_type), actor[:MAX_ACTOR_CHARS])
+    return store.reset_job_type_limits(_job_type(job_type), actor.name, actor.via)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,9 @@ ALTER TABLE schedules ADD COLUMN on_pause text NOT NULL DEFAULT 'hold'
     CHECK (on_pause IN ('hold', 'skip'));
 
 -- Who did it, as recorded: the name given (the CLI gives user@host, the console its session's
--- name), else the database role that called.
+-- name), else the database role that called. `via` in the functions below: cli, console, or
+-- sql (the default: an application or a person calling the function). Migration 0020 records
+-- each call in the audit log.
 CREATE FUNCTION control_actor(actor text) RETURNS text
 LANGUAGE sql STABLE
 AS $$ SELECT coalesce(nullif(actor, ''), session_user::text) $$;
@@ -47,7 +49,8 @@ AS $$ SELECT coalesce(nullif(actor, ''), session_user::text) $$;
 -- Pause a job type: no daemon claims its runs (they stay queued) until resume_job_type; its
 -- schedules hold or skip (schedules.on_pause, migration 0021). True if it was not paused.
 -- SECURITY DEFINER: callers need EXECUTE, not rights on the table.
-CREATE FUNCTION pause_job_type(job_type text, reason text DEFAULT NULL, actor text DEFAULT NULL)
+CREATE FUNCTION pause_job_type(job_type text, reason text DEFAULT NULL, actor text DEFAULT NULL,
+                               via text DEFAULT 'sql')
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -70,7 +73,7 @@ $$;
 
 -- Resume a paused job type: its runs are claimed again at once (the NOTIFYs wake the daemons
 -- that handle it). True if it was paused.
-CREATE FUNCTION resume_job_type(job_type text, actor text DEFAULT NULL)
+CREATE FUNCTION resume_job_type(job_type text, actor text DEFAULT NULL, via text DEFAULT 'sql')
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -98,7 +101,7 @@ CREATE FUNCTION set_job_type_limits(job_type text, max_running integer DEFAULT N
                                     rate integer DEFAULT NULL, rate_window float8 DEFAULT NULL,
                                     rate_per_key integer DEFAULT NULL,
                                     rate_per_key_window float8 DEFAULT NULL,
-                                    actor text DEFAULT NULL)
+                                    actor text DEFAULT NULL, via text DEFAULT 'sql')
 RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -130,7 +133,8 @@ END;
 $$;
 
 -- Back to the config's limits. True if some limit was overridden.
-CREATE FUNCTION reset_job_type_limits(job_type text, actor text DEFAULT NULL)
+CREATE FUNCTION reset_job_type_limits(job_type text, actor text DEFAULT NULL,
+                                      via text DEFAULT 'sql')
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -155,11 +159,11 @@ $$;
 
 -- Operators' functions: not for PUBLIC. Whoever may change runs (UPDATE on runs: the roles
 -- `pgtick grants` set up, which retry and cancel) may call them, and read the table.
-REVOKE ALL ON FUNCTION pause_job_type(text, text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION resume_job_type(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pause_job_type(text, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION resume_job_type(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION set_job_type_limits(text, integer, integer, integer, float8, integer,
-                                           float8, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION reset_job_type_limits(text, text) FROM PUBLIC;
+                                           float8, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION reset_job_type_limits(text, text, text) FROM PUBLIC;
 DO $$
 DECLARE
     g record;
@@ -172,10 +176,10 @@ BEGIN
                                WHERE oid = 'runs'::regclass) LOOP
         who := CASE WHEN g.grantee = 'PUBLIC' THEN 'PUBLIC' ELSE quote_ident(g.grantee) END;
         EXECUTE 'GRANT SELECT ON job_type_controls TO ' || who;
-        EXECUTE 'GRANT EXECUTE ON FUNCTION pause_job_type(text, text, text), '
-            || 'resume_job_type(text, text), '
+        EXECUTE 'GRANT EXECUTE ON FUNCTION pause_job_type(text, text, text, text), '
+            || 'resume_job_type(text, text, text), '
             || 'set_job_type_limits(text, integer, integer, integer, float8, integer, float8, '
-            || 'text), reset_job_type_limits(text, text) TO ' || who;
+            || 'text, text), reset_job_type_limits(text, text, text) TO ' || who;
     END LOOP;
 END;
 $$;
