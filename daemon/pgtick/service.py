@@ -265,6 +265,7 @@ class Service:
             cfg.ticker,
             metrics,
             priorities=priorities,
+            service=cfg.worker.service,
         )
         self._ticker = ticker
         store.sync_job_type_settings(priorities)

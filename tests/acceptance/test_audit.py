@@ -53,6 +53,20 @@ def test_every_operator_action_is_in_the_audit_log_with_who_and_what(
     _ok(dsn, "schedules", "pause", "nightly")
     _ok(dsn, "schedules", "resume", "nightly")
     _ok(dsn, "prune", "--older-than", "365d", "--status", "succeeded")
+    _ok(
+        dsn,
+        "schedules",
+        "add",
+        "tenant_7",
+        "--type",
+        "work",
+        "--cron",
+        "0 9 * * *",
+        "--tz",
+        "Asia/Tokyo",
+    )
+    _ok(dsn, "schedules", "edit", "tenant_7", "--cron", "0 10 * * *")
+    _ok(dsn, "schedules", "remove", "tenant_7")
     conn.execute("SELECT pause_job_type('reports', 'from the app')")
 
     entries = _entries(dsn)
@@ -69,6 +83,9 @@ def test_every_operator_action_is_in_the_audit_log_with_who_and_what(
         ("schedule_pause", "nightly"),
         ("schedule_resume", "nightly"),
         ("prune", None),
+        ("schedule_add", "tenant_7"),
+        ("schedule_edit", "tenant_7"),
+        ("schedule_remove", "tenant_7"),
         ("pause", "reports"),
     ], actions
     for e in entries[:-1]:
@@ -87,6 +104,8 @@ def test_every_operator_action_is_in_the_audit_log_with_who_and_what(
     assert by_action[("trigger", "nightly")]["run_ids"] == [int(triggered)]
     assert by_action[("prune", None)]["runs_affected"] >= 1
     assert conn.execute("SELECT count(*) FROM runs WHERE id = %s", [old]).fetchone() == (0,)
+    assert by_action[("schedule_add", "tenant_7")]["args"]["timezone"] == "Asia/Tokyo"
+    assert by_action[("schedule_edit", "tenant_7")]["args"]["cron"] == "0 10 * * *"
     sql_call = by_action[("pause", "reports")]
     assert (sql_call["actor"], sql_call["via"]) == (role[0], "sql")
 

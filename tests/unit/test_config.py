@@ -135,6 +135,7 @@ shutdown_grace = "0s"
 imports = ["myapp.jobs", "other"]
 prefetch = 16
 refuse_undeclared_job_types = true
+service = "billing"
 
 [ticker]
 interval = "30s"
@@ -210,6 +211,7 @@ def test_every_key_loads_into_its_field() -> None:
         imports=("myapp.jobs", "other"),
         prefetch=16,
         refuse_undeclared_job_types=True,
+        service="billing",
     )
     assert cfg.ticker == TickerConfig(
         interval_seconds=30.0, lookahead_seconds=0.0, reaper_interval_seconds=5.0

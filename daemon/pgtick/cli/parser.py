@@ -163,7 +163,7 @@ def _add_change(sub: Any, common: argparse.ArgumentParser, action: operations.Ac
 
 def _add_schedules(sub: Any, common: argparse.ArgumentParser) -> None:
     """``schedules`` lists; its verbs manage and inspect one schedule."""
-    text = "list schedules (verbs: pause, resume, trigger, next, backfill)"
+    text = "list schedules (verbs: add, edit, remove, pause, resume, trigger, next, backfill)"
     p = sub.add_parser("schedules", parents=[common], help=text, description=text)
     p.set_defaults(func=schedules.cmd_schedules)
     p.add_argument("--json", action="store_true", help="a JSON list instead of a table")
@@ -196,6 +196,33 @@ def _add_schedules(sub: Any, common: argparse.ArgumentParser) -> None:
         "--from", dest="from_", required=True, metavar="WHEN", help=f"inclusive: {WHEN_HELP} ago"
     )
     v.add_argument("--to", required=True, metavar="WHEN", help=f"inclusive: {WHEN_HELP} ago")
+    v = verb(
+        "add",
+        schedules.cmd_schedules_add,
+        "create a schedule owned by the database (no config sync touches it)",
+    )
+    _definition_options(v, required=True)
+    v = verb("edit", schedules.cmd_schedules_edit, "change a schedule created with add")
+    _definition_options(v, required=False)
+    verb("remove", schedules.cmd_schedules_remove, "remove a schedule created with add")
+
+
+def _definition_options(v: argparse.ArgumentParser, *, required: bool) -> None:
+    """``schedules add`` and ``edit``: the keys of a [schedules.NAME] table, checked as the
+    config file's."""
+    v.add_argument("--type", dest="job_type", required=required, metavar="T", help="job type")
+    v.add_argument("--cron", required=required, metavar="EXPR", help="five-field cron expression")
+    v.add_argument("--tz", dest="timezone", metavar="ZONE", help="IANA time zone (default UTC)")
+    v.add_argument("--payload", metavar="JSON", help="a JSON object handed to the handler")
+    v.add_argument("--catchup", metavar="latest|all|none", help="after downtime (default latest)")
+    v.add_argument("--catchup-limit", type=_positive_int, metavar="N")
+    v.add_argument("--overlap", metavar="skip|allow", help="default skip")
+    v.add_argument(
+        "--on-pause", metavar="hold|skip", help="while its job type is paused (default hold)"
+    )
+    v.add_argument("--jitter", metavar="DURATION", help="delay each run by up to this")
+    v.add_argument("--max-attempts", type=_max_attempts, metavar="N")
+    v.add_argument("--priority", type=_priority, metavar="N")
 
 
 def _rate(text: str) -> tuple[int, float]:

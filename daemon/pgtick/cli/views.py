@@ -28,14 +28,29 @@ from pgtick.surfaces import operations
 
 # -- schedules -------------------------------------------------------------------------------------
 
-SCHEDULE_COLUMNS = ("NAME", "JOB TYPE", "CRON", "TIMEZONE", "STATE", "NEXT", "LAST RUN", "LAST OK")
+SCHEDULE_COLUMNS = (
+    "NAME",
+    "JOB TYPE",
+    "CRON",
+    "TIMEZONE",
+    "STATE",
+    "NEXT",
+    "LAST RUN",
+    "LAST OK",
+    "OWNER",
+)
+
+
+def schedule_owner(listing: ScheduleListing) -> str:
+    """The service whose config owns it, or ``database`` (created at runtime)."""
+    return "database" if listing.service is None else f"service {listing.service}"
 
 
 def schedule_state(listing: ScheduleListing) -> str:
     if not listing.paused:
         return "active"
     if listing.paused_reason == operations.PAUSED_REASON_REMOVED:
-        return "paused (gone from config)"
+        return "removed" if listing.service is None else "paused (gone from config)"
     if listing.paused_reason == operations.PAUSED_REASON_INVALID:
         return "paused (invalid)"
     return "paused"
@@ -55,6 +70,9 @@ def schedule_fields(line: operations.ScheduleLine) -> dict[str, Any]:
         "last_status": listing.last_status,
         "last_scheduled_for": iso(listing.last_scheduled_for),
         "last_success_at": iso(listing.last_success_at),
+        "service": listing.service,
+        "owner": schedule_owner(listing),
+        "on_pause": listing.on_pause,
     }
 
 
@@ -74,6 +92,7 @@ def schedule_cells(line: operations.ScheduleLine) -> tuple[str, ...]:
         iso(line.next_at, whole_seconds=True) or "-",
         last_run,
         iso(listing.last_success_at, whole_seconds=True) or "-",
+        schedule_owner(listing),
     )
 
 

@@ -41,6 +41,7 @@ from pgtick.config.schema import (
     DEFAULT_RETAIN_SUCCEEDED_SECONDS,
     DEFAULT_SCHEDULE_JITTER_SECONDS,
     DEFAULT_SCHEMA,
+    DEFAULT_SERVICE,
     DEFAULT_SHUTDOWN_GRACE_SECONDS,
     DEFAULT_THREADS,
     DEFAULT_TICK_INTERVAL_SECONDS,
@@ -112,6 +113,7 @@ class WorkerConfig:
     imports: tuple[str, ...] = ()
     prefetch: int = DEFAULT_PREFETCH
     refuse_undeclared_job_types: bool = False
+    service: str = DEFAULT_SERVICE
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,8 @@ DEFAULT_HEARTBEAT_SECONDS = DEFAULT_LEASE_SECONDS / 3
 DEFAULT_POLL_INTERVAL_SECONDS = 5.0
 DEFAULT_SHUTDOWN_GRACE_SECONDS = 30.0
 DEFAULT_PREFETCH = 256  # an upper bound: see Worker.prefetch_now
+# The service a daemon belongs to: its config sync owns this service's schedules only.
+DEFAULT_SERVICE = "default"
 MAX_PREFETCH = 1024
 
 DEFAULT_TICK_INTERVAL_SECONDS = 60.0
@@ -201,6 +203,9 @@ KEYS: tuple[Key, ...] = (
         integer(0, MAX_PREFETCH),
         "at most this many runs claimed beyond free threads while a backlog of short runs "
         "waits (none when idle or when handlers take long); 0: never"),
+    Key(WORKER, "service", "name", DEFAULT_SERVICE, job_type_ref,
+        "the service this daemon belongs to: its config sync creates, updates and pauses only "
+        "this service's schedules (daemons of one service share its [schedules])"),
     Key(WORKER, "refuse_undeclared_job_types", "boolean", False, flag,
         "`pgtick enqueue` refuses (exit 2) a job type this config does not declare; the SQL "
         "and Python enqueue do not read the config"),

@@ -1007,15 +1007,17 @@ ON CONFLICT (key) DO NOTHING
 RETURNING key;
 
 -- sync_schedule --
--- Upsert one schedule from the config file by name. A schedule paused because it had vanished
+-- Upsert one schedule from the config file by name, if it is this service's (migration 0021):
+-- one another service's config or the database owns is left alone (sync_owned_elsewhere says
+-- which). A schedule paused because it had vanished
 -- from the config, or because its row was invalid, comes back un-paused and continues from now;
 -- an operator's pause stays. Any change forgets next_due_at, so the next tick plans it afresh.
 INSERT INTO {schema}.schedules (name, job_type, payload, cron, timezone, max_attempts, catchup,
                        catchup_limit, overlap, jitter_seconds, priority, on_pause,
-                       materialized_until)
+                       service, materialized_until)
 VALUES (%(name)s, %(job_type)s, %(payload)s, %(cron)s, %(timezone)s, %(max_attempts)s,
         %(catchup)s, %(catchup_limit)s, %(overlap)s, %(jitter_seconds)s, %(priority)s,
-        %(on_pause)s, now())
+        %(on_pause)s, %(service)s, now())
 ON CONFLICT (name) DO UPDATE
 SET job_type = excluded.job_type, payload = excluded.payload, cron = excluded.cron,
     timezone = excluded.timezone, max_attempts = excluded.max_attempts,
@@ -1031,7 +1033,8 @@ SET job_type = excluded.job_type, payload = excluded.payload, cron = excluded.cr
                               ELSE schedules.materialized_until END,
     next_due_at = NULL,
     updated_at = now()
-WHERE (schedules.job_type, schedules.payload, schedules.cron, schedules.timezone,
+WHERE schedules.service IS NOT DISTINCT FROM excluded.service
+  AND (schedules.job_type, schedules.payload, schedules.cron, schedules.timezone,
        schedules.max_attempts, schedules.catchup, schedules.catchup_limit, schedules.overlap,
        schedules.jitter_seconds, schedules.priority, schedules.on_pause, schedules.paused_reason)
       IS DISTINCT FROM
@@ -1041,11 +1044,38 @@ WHERE (schedules.job_type, schedules.payload, schedules.cron, schedules.timezone
 RETURNING name;
 
 -- pause_vanished_schedules --
--- Pause (never delete) schedules of this daemon's job types that are gone from its config.
+-- Pause (never delete) this service's schedules of this daemon's job types that are gone from
+-- its config: never another service's, nor one the database owns (service NULL).
 UPDATE {schema}.schedules
 SET paused = true, paused_reason = 'removed', updated_at = now()
-WHERE NOT paused AND job_type = ANY(%(job_types)s::text[]) AND name <> ALL(%(names)s::text[])
+WHERE NOT paused AND service = %(service)s AND job_type = ANY(%(job_types)s::text[])
+  AND name <> ALL(%(names)s::text[])
 RETURNING name;
+
+-- sync_owned_elsewhere --
+-- The config's schedules whose names another service or the database owns (not synced):
+-- (name, owner; NULL: the database).
+SELECT name, service FROM {schema}.schedules
+WHERE name = ANY(%(names)s::text[]) AND service IS DISTINCT FROM %(service)s
+ORDER BY name;
+
+-- create_schedule --
+-- A schedule owned by the database (the schema's function; recorded in the audit log).
+SELECT {schema}.create_schedule(%(name)s, %(job_type)s, %(cron)s, %(timezone)s, %(payload)s,
+                                %(catchup)s, %(catchup_limit)s, %(overlap)s, %(on_pause)s,
+                                %(jitter_seconds)s, %(max_attempts)s, %(priority)s, %(actor)s,
+                                %(via)s);
+
+-- update_schedule --
+-- Change a database-owned schedule (NULL: leave that setting).
+SELECT {schema}.update_schedule(%(name)s, %(job_type)s, %(cron)s, %(timezone)s, %(payload)s,
+                                %(catchup)s, %(catchup_limit)s, %(overlap)s, %(on_pause)s,
+                                %(jitter_seconds)s, %(max_attempts)s, %(priority)s, %(actor)s,
+                                %(via)s);
+
+-- remove_schedule --
+-- Remove a database-owned schedule (paused as removed, never deleted).
+SELECT {schema}.remove_schedule(%(name)s, %(actor)s, %(via)s);
 
 -- lock_due_schedules --
 -- The enabled schedules that need a tick now (next_due_at reached, or unknown), locked for one
@@ -1123,7 +1153,7 @@ SELECT status, count(*) FROM inserted GROUP BY status;
 -- backward probe of runs_schedule_occurrence_idx (schedule_id, scheduled_for) per partition.
 SELECT s.id, s.name, s.job_type, s.cron, s.timezone, s.paused, s.paused_reason,
        s.paused_detail, s.overlap, s.catchup, s.materialized_until,
-       last.status, last.scheduled_for, last.finished_at, ok.finished_at
+       last.status, last.scheduled_for, last.finished_at, ok.finished_at, s.service, s.on_pause
 FROM {schema}.schedules s
 LEFT JOIN LATERAL (
     SELECT c.status, c.scheduled_for, c.finished_at
@@ -1147,7 +1177,8 @@ ORDER BY s.name;
 
 -- get_schedule --
 SELECT id, name, job_type, payload, cron, timezone, max_attempts, catchup, catchup_limit,
-       overlap, jitter_seconds, paused, paused_reason, paused_detail, materialized_until
+       overlap, jitter_seconds, paused, paused_reason, paused_detail, materialized_until,
+       service, on_pause, priority
 FROM {schema}.schedules WHERE name = %(name)s;
 
 -- pause_schedule --

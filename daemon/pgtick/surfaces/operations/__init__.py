@@ -5,6 +5,7 @@ command line prints them, the web console renders them. No printing, no argument
 - ``runs``: list, show, enqueue, retry and cancel (their state rules live there, nowhere
   else), prune;
 - ``schedules``: list, pause, resume, trigger, next occurrences, backfill;
+- ``runtime_schedules``: schedules the database owns (add, edit, remove);
 - ``audit``: who acts (the CLI's user@host, the console's session) and the audit log;
 - ``controls``: a job type paused, resumed, or limited at runtime, and each limit's source;
 - ``status``: workers, queues and schedules with the problems among them; the console overview;
@@ -75,6 +76,11 @@ from pgtick.surfaces.operations.runs import (
     prune,
     run_bulk,
     show_run,
+)
+from pgtick.surfaces.operations.runtime_schedules import (
+    add_schedule,
+    edit_schedule,
+    remove_schedule,
 )
 from pgtick.surfaces.operations.schedules import (
     MAX_OCCURRENCES,
@@ -161,6 +167,7 @@ __all__ = [
     "Upcoming",
     "When",
     "WorkerStatus",
+    "add_schedule",
     "audit_entries",
     "backfill",
     "backfill_window",
@@ -174,6 +181,7 @@ __all__ = [
     "describe",
     "describe_holder",
     "describe_limits",
+    "edit_schedule",
     "effective_limits",
     "enqueue",
     "flow_limits",
@@ -195,6 +203,7 @@ __all__ = [
     "prune",
     "queue_depth_per_type",
     "record",
+    "remove_schedule",
     "reset_limits",
     "resume_job_type",
     "resume_schedule",
