@@ -137,6 +137,9 @@ def test_a_paused_type_starts_nothing_after_a_poll_interval_across_restarts_and_
     status = pgtick(dsn, "status")
     assert "paused job types" in status.text, status.text
     assert "provider down" in status.text
+    waiting = _one(conn, "SELECT min(id) FROM runs WHERE job_type = 'work' AND status = 'queued'")
+    shown = pgtick(dsn, "show", str(waiting))
+    assert "its job type is paused" in shown.text and "provider down" in shown.text, shown.text
 
     # Every daemon restarts while the type is paused; meanwhile four minutes of both schedules'
     # occurrences were missed (their cursors put back): the start-up tick makes them now.

@@ -31,6 +31,7 @@ from pgtick.storage.store import (
     ScheduleRef,
 )
 from pgtick.surfaces.operations.audit import Actor, record
+from pgtick.surfaces.operations.controls import effective_limits
 from pgtick.surfaces.operations.flow import describe_limits
 from pgtick.surfaces.operations.output import OutputLine, output_tail
 
@@ -176,9 +177,21 @@ def show_run(store: RunStore, run_id: int, limits: Sequence[ClaimType] = ()) -> 
 
 
 def _waiting(store: RunStore, run: Run, limits: Sequence[ClaimType]) -> str | None:
-    """Why this due run is held back by its job type's limits (None: it is not)."""
-    mine = [t for t in limits if t.job_type == run.job_type and t.limited]
-    if run.status not in ("queued", "failed") or not mine:
+    """Why this due run is held back: its job type paused, or its limits (None: it is not).
+    The limits in force: the config's (``limits``) with what an operator changed at runtime."""
+    if run.status not in ("queued", "failed"):
+        return None
+    control = store.job_type_controls().get(run.job_type)
+    if control is not None and control.paused:
+        why = f": {control.paused_reason}" if control.paused_reason else ""
+        return (
+            f"its job type is paused (by {control.paused_by}{why}): it starts after"
+            f" `pgtick resume {run.job_type}`"
+        )
+    config = [t for t in limits if t.job_type == run.job_type]
+    controls = {run.job_type: control} if control is not None else {}
+    mine = effective_limits(config, controls)
+    if not mine:
         return None
     flows = store.flow_state(mine, run.id)
     if not flows or flows[0].due == 0:
