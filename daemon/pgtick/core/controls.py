@@ -1,5 +1,5 @@
 """Runtime controls as a daemon applies them: job types paused fleet-wide, and limits that
-override the config's (``job_type_controls``, migration 0019; docs/operations/runtime.md).
+override the config's (``job_type_controls``, migration 0020; docs/operations/runtime.md).
 
 The dispatcher reads them (one small query) when they may have changed, never per claim: on
 a ``!controls`` NOTIFY (the operator's functions send it in their transaction), when the

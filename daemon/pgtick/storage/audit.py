@@ -1,4 +1,4 @@
-"""The audit log (``audit_log``, migration 0020): every operator action with who, what, when,
+"""The audit log (``audit_log``, migration 0019): every operator action with who, what, when,
 its arguments and the runs it affected. Rows are only appended (``record_action``, SECURITY
 DEFINER) and dropped by retention (``prune_audit_log``); nothing updates them.
 """

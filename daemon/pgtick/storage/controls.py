@@ -1,4 +1,4 @@
-"""What operators change at runtime, per job type (``job_type_controls``, migration 0019):
+"""What operators change at runtime, per job type (``job_type_controls``, migration 0020):
 a pause fleet-wide, and flow-control limits overriding the config's. Every change goes through
 the schema's own SQL functions, which NOTIFY the daemons (``!controls``) in the same
 transaction.

@@ -336,7 +336,7 @@ held AS (
 -- started_at and the rate rows use statement_timestamp(): claims of one limited type run
 -- one after another under the lock, so their times are in the order of their counting, and
 -- no window of the rate's length ever holds more starts than the rate.
--- A limit changed at runtime (job_type_controls, migration 0019) overrides the one sent: read
+-- A limit changed at runtime (job_type_controls, migration 0020) overrides the one sent: read
 -- here, after the lock, so a lowered limit holds from the next claim of every daemon, whatever
 -- it last read (one primary-key probe of a table of a row per job type an operator touched).
 WITH types AS (
@@ -1699,7 +1699,7 @@ ON CONFLICT (nonce) DO NOTHING;
 SELECT EXISTS (SELECT 1 FROM {schema}.console_logouts WHERE nonce = %(nonce)s);
 
 -- job_type_controls --
--- What operators changed at runtime, per job type (migration 0019): paused (who, when, why)
+-- What operators changed at runtime, per job type (migration 0020): paused (who, when, why)
 -- and the limits that override the config's. A daemon reads it on a `!controls` NOTIFY, when
 -- its LISTEN connection (re)connects, and at its poll interval without one; status and the
 -- console read it to show each limit's value and source.
@@ -1727,7 +1727,7 @@ SELECT {schema}.set_job_type_limits(%(job_type)s, %(max_running)s, %(max_running
 SELECT {schema}.reset_job_type_limits(%(job_type)s, %(actor)s, %(via)s);
 
 -- record_action --
--- One operator action in the audit log (migration 0020), after it was done: who (the name
+-- One operator action in the audit log (migration 0019), after it was done: who (the name
 -- given, and how: cli, console), what, its arguments, the runs it affected.
 SELECT {schema}.record_action(%(action)s, %(target)s, %(args)s, %(actor)s, %(via)s,
                               %(runs_affected)s, %(run_ids)s::bigint[]);

@@ -7,6 +7,7 @@ schedule"). A definition is checked by the config's own code, as if it were a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,29 +34,18 @@ KEY_COLUMNS = {
 
 
 def _checked(name: str, table: Mapping[str, Any]) -> dict[str, Any]:
-    """The definition as the store takes it, checked as the config file's (a ConfigError
-    names the key: ``schedules.NAME.cron: ...``)."""
+    """The definition as the store takes it (``ScheduleDef``'s fields), checked as the config
+    file's (a ConfigError names the key: ``schedules.NAME.cron: ...``)."""
     cfg = config_from_mapping({"schedules": {name: dict(table)}})
-    d = schedule_def(cfg.schedules[name])
-    return {
-        "job_type": d.job_type,
-        "cron": d.cron,
-        "timezone": d.timezone,
-        "payload": dict(d.payload),
-        "catchup": d.catchup,
-        "catchup_limit": d.catchup_limit,
-        "overlap": d.overlap,
-        "on_pause": d.on_pause,
-        "jitter_seconds": d.jitter_seconds,
-        "max_attempts": d.max_attempts,
-        "priority": d.priority,
-    }
+    return dataclasses.asdict(schedule_def(cfg.schedules[name]))
 
 
 def add_schedule(store: RunStore, name: str, table: Mapping[str, Any], actor: Actor) -> int:
     """Create a database-owned schedule from a ``[schedules.NAME]``-like table; its id. Its
     runs start from its next occurrence."""
-    cfg = config_from_mapping({"schedules": {name: dict(table)}})
+    definition = schedule_def(
+        config_from_mapping({"schedules": {name: dict(table)}}).schedules[name]
+    )
     existing = store.get_schedule(name)
     if existing is not None and not (
         existing["service"] is None and existing["paused_reason"] == "removed"
@@ -63,7 +53,7 @@ def add_schedule(store: RunStore, name: str, table: Mapping[str, Any], actor: Ac
         owner = existing["service"]
         by = "the database (pgtick schedules edit)" if owner is None else f"service {owner!r}"
         raise UsageError(f"schedule {name!r} exists, owned by {by}")
-    return store.create_schedule(schedule_def(cfg.schedules[name]), actor.name, actor.via)
+    return store.create_schedule(definition, actor.name, actor.via)
 
 
 def edit_schedule(store: RunStore, name: str, table: Mapping[str, Any], actor: Actor) -> None:

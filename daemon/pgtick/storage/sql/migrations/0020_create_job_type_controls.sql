@@ -40,14 +40,14 @@ ALTER TABLE schedules ADD COLUMN on_pause text NOT NULL DEFAULT 'hold'
 
 -- Who did it, as recorded: the name given (the CLI gives user@host, the console its session's
 -- name), else the database role that called. `via` in the functions below: cli, console, or
--- sql (the default: an application or a person calling the function). Migration 0020 records
--- each call in the audit log.
+-- sql (the default: an application or a person calling the function). Each call is recorded
+-- in the audit log (record_action, migration 0019).
 CREATE FUNCTION control_actor(actor text) RETURNS text
 LANGUAGE sql STABLE
 AS $$ SELECT coalesce(nullif(actor, ''), session_user::text) $$;
 
 -- Pause a job type: no daemon claims its runs (they stay queued) until resume_job_type; its
--- schedules hold or skip (schedules.on_pause, migration 0021). True if it was not paused.
+-- schedules hold or skip (schedules.on_pause, above). True if it was not paused.
 -- SECURITY DEFINER: callers need EXECUTE, not rights on the table.
 CREATE FUNCTION pause_job_type(job_type text, reason text DEFAULT NULL, actor text DEFAULT NULL,
                                via text DEFAULT 'sql')
@@ -66,6 +66,9 @@ BEGIN
         paused_reason = excluded.paused_reason, updated_at = now()
     WHERE NOT c.paused
     RETURNING true INTO changed;
+    PERFORM record_action('pause', pause_job_type.job_type,
+                          jsonb_build_object('reason', reason, 'changed', coalesce(changed, false)),
+                          actor, via);
     PERFORM pg_notify(current_schema(), '!controls');
     RETURN coalesce(changed, false);
 END;
@@ -87,6 +90,8 @@ BEGIN
         updated_at = now()
     WHERE c.job_type = resume_job_type.job_type AND c.paused
     RETURNING true INTO changed;
+    PERFORM record_action('resume', resume_job_type.job_type,
+                          jsonb_build_object('changed', coalesce(changed, false)), actor, via);
     PERFORM pg_notify(current_schema(), '!controls');
     PERFORM pg_notify(current_schema(), '!rescan');
     PERFORM pg_notify(current_schema(), resume_job_type.job_type);
@@ -126,6 +131,14 @@ BEGIN
         rate_per_key = coalesce(excluded.rate_per_key, c.rate_per_key),
         rate_per_key_window = coalesce(excluded.rate_per_key_window, c.rate_per_key_window),
         limits_at = now(), limits_by = excluded.limits_by, updated_at = now();
+    PERFORM record_action('limits', set_job_type_limits.job_type,
+                          jsonb_strip_nulls(jsonb_build_object(
+                              'max_running', max_running,
+                              'max_running_per_key', max_running_per_key,
+                              'rate', rate, 'rate_window', rate_window,
+                              'rate_per_key', rate_per_key,
+                              'rate_per_key_window', rate_per_key_window)),
+                          actor, via);
     PERFORM pg_notify(current_schema(), '!controls');
     -- A raised limit leaves room: claim now.
     PERFORM pg_notify(current_schema(), set_job_type_limits.job_type);
@@ -151,6 +164,8 @@ BEGIN
       AND (c.max_running, c.max_running_per_key, c.rate, c.rate_per_key)
           IS DISTINCT FROM (NULL::integer, NULL::integer, NULL::integer, NULL::integer)
     RETURNING true INTO changed;
+    PERFORM record_action('limits_reset', reset_job_type_limits.job_type,
+                          jsonb_build_object('changed', coalesce(changed, false)), actor, via);
     PERFORM pg_notify(current_schema(), '!controls');
     PERFORM pg_notify(current_schema(), reset_job_type_limits.job_type);
     RETURN coalesce(changed, false);
