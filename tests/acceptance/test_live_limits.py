@@ -54,7 +54,7 @@ def test_max_running_lowered_from_5_to_1_under_load_holds_from_the_next_claim_an
     )
     running = "SELECT count(*) FROM runs WHERE job_type = 'work' AND status = 'running'"
     with sampling(dsn, running) as before:
-        time.sleep(2.0)
+        time.sleep(3.0)
     assert max(n for (n,) in before) == CONFIG_LIMIT, max(n for (n,) in before)
 
     with sampling(dsn, SAMPLE) as lowered:
@@ -76,7 +76,7 @@ def test_max_running_lowered_from_5_to_1_under_load_holds_from_the_next_claim_an
     assert done.code == 0, done.err
     assert done.text == f"work: max_running {CONFIG_LIMIT} (config)", done.text
     with sampling(dsn, running) as back:
-        time.sleep(2.0)
+        time.sleep(3.0)
     assert max(n for (n,) in back) == CONFIG_LIMIT, max(n for (n,) in back)
 
 
