@@ -263,8 +263,10 @@ class Service:
             listen_dsn=cfg.database.listen_dsn,
             on_rescan=worker.rescan,
             on_due=worker.due,
+            on_controls=worker.controls_changed,
         )
         worker.bounds.notifying = lambda: listener.connected
+        worker.controls.notifying = lambda: listener.connected
         reaper = Reaper(
             store,
             job_types,
@@ -281,6 +283,7 @@ class Service:
             cfg.ticker,
             metrics,
             priorities=priorities,
+            service=cfg.worker.service,
         )
         self._ticker = ticker
         store.sync_job_type_settings(priorities)

@@ -96,6 +96,10 @@ class Completer:
         # Results whose runs' rows another session holds locked: (when to try again, result).
         self._parked: list[tuple[float, Result]] = []
 
+    def limits_changed(self, limited: frozenset[str], keyed: frozenset[str]) -> None:
+        """An operator changed limits at runtime (controls.py): announce these types' slots."""
+        self._limited, self._keyed = limited, keyed
+
     def submit(self, held: Held, outcome: Outcome, duration: float | None) -> None:
         self.submit_many([(held, outcome, duration)])
 

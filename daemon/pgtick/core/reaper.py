@@ -148,6 +148,9 @@ class Reaper:
                     total += change.rows
         if total:
             log.info("runs_pruned", count=total)
+        audited = self._store.prune_audit_log(self._retention.audit_seconds)
+        if audited:
+            log.info("audit_log_pruned", count=audited)
         # The next pass an interval after this one ended, whoever ran it (the daemon's start
         # runs the first, which can take seconds on a loaded server).
         self._next_prune = time.monotonic() + self.prune_every

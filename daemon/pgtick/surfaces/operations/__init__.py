@@ -5,6 +5,9 @@ command line prints them, the web console renders them. No printing, no argument
 - ``runs``: list, show, enqueue, retry and cancel (their state rules live there, nowhere
   else), prune;
 - ``schedules``: list, pause, resume, trigger, next occurrences, backfill;
+- ``runtime_schedules``: schedules the database owns (add, edit, remove);
+- ``audit``: who acts (the CLI's user@host, the console's session) and the audit log;
+- ``controls``: a job type paused, resumed, or limited at runtime, and each limit's source;
 - ``status``: workers, queues and schedules with the problems among them; the console overview;
 - ``charts``: the overview's queue depth per job type over the last hour (its SQL in
   ``charts.sql`` beside it);
@@ -18,7 +21,22 @@ import ``pgtick.core``, ``pgtick.config``, ``pgtick.storage``, ``pgtick.scheduli
 from __future__ import annotations
 
 from pgtick.storage.store import STATUSES, TERMINAL_STATUSES
+from pgtick.surfaces.operations.audit import Actor, audit_entries, cli_actor, record
 from pgtick.surfaces.operations.charts import queue_depth_per_type
+from pgtick.surfaces.operations.controls import (
+    LIMIT_NAMES,
+    Limit,
+    Limits,
+    controls_for,
+    describe,
+    effective_limits,
+    limits_in_force,
+    pause_job_type,
+    paused_types,
+    reset_limits,
+    resume_job_type,
+    set_limits,
+)
 from pgtick.surfaces.operations.flow import describe_limits, flow_limits
 from pgtick.surfaces.operations.output import (
     OUTPUT_STREAMS,
@@ -58,6 +76,11 @@ from pgtick.surfaces.operations.runs import (
     prune,
     run_bulk,
     show_run,
+)
+from pgtick.surfaces.operations.runtime_schedules import (
+    add_schedule,
+    edit_schedule,
+    remove_schedule,
 )
 from pgtick.surfaces.operations.schedules import (
     MAX_OCCURRENCES,
@@ -106,6 +129,7 @@ __all__ = [
     "CONFIRM_ABOVE_ROWS",
     "DEFAULT_HORIZON_THRESHOLD_SECONDS",
     "DEFAULT_PAGE_SIZE",
+    "LIMIT_NAMES",
     "MAX_KEY_BYTES",
     "MAX_OCCURRENCES",
     "MAX_PAGE_SIZE",
@@ -123,11 +147,14 @@ __all__ = [
     "TERMINAL_STATUSES",
     "THROUGHPUT_MINUTES",
     "Action",
+    "Actor",
     "Backfilled",
     "Bulk",
     "Changed",
     "Horizon",
     "JobTypeStatus",
+    "Limit",
+    "Limits",
     "OutputLine",
     "Overview",
     "Pruned",
@@ -140,20 +167,28 @@ __all__ = [
     "Upcoming",
     "When",
     "WorkerStatus",
+    "add_schedule",
+    "audit_entries",
     "backfill",
     "backfill_window",
     "change_runs",
     "check_database",
     "check_new_run",
     "check_statuses",
+    "cli_actor",
+    "controls_for",
     "declares_job_type",
+    "describe",
     "describe_holder",
     "describe_limits",
+    "edit_schedule",
+    "effective_limits",
     "enqueue",
     "flow_limits",
     "follow_output",
     "grants_sql",
     "handler_summary",
+    "limits_in_force",
     "list_runs",
     "list_schedules",
     "migrate",
@@ -161,14 +196,21 @@ __all__ = [
     "output_tail",
     "overview",
     "parse_run_id",
+    "pause_job_type",
     "pause_schedule",
+    "paused_types",
     "plan_bulk",
     "prune",
     "queue_depth_per_type",
+    "record",
+    "remove_schedule",
+    "reset_limits",
+    "resume_job_type",
     "resume_schedule",
     "run_bulk",
     "run_output",
     "schedule_views",
+    "set_limits",
     "show_run",
     "status",
     "trigger_schedule",
