@@ -19,6 +19,12 @@ from pgtick.embedded import EmbeddedPostgres
 from pgtick.storage import db, migrate
 from pgtick.storage.store import RunStore
 
+# pytest-xdist's workers run with COLUMNS=80 and LINES=24 in their environment, and the CLI cuts
+# long values to COLUMNS when it is set (cli/render.py): the tests' piped commands would be cut
+# under `make test` (two workers) and whole when run alone. A test that wants a width sets it.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+
 SCHEMA = "pgtick"
 
 

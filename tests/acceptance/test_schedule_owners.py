@@ -7,6 +7,7 @@ takes effect at a restart.)"""
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -130,5 +131,6 @@ def test_two_services_sharing_a_job_type_never_change_each_others_schedules(
     assert _rows(conn)["tenant_42"][5:7] == (True, "removed")
     a = _restart(cluster, a, billing)
     assert _rows(conn)["tenant_42"][5:7] == (True, "removed")
-    listing = pgtick(dsn, "schedules")
-    assert "database" in listing.text and "service billing" in listing.text, listing.text
+    listing = pgtick(dsn, "schedules", "--json")
+    owners = {s["name"]: s["owner"] for s in json.loads(listing.text)}
+    assert owners["tenant_42"] == "database" and owners["invoices"] == "service billing", owners
