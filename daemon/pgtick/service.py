@@ -382,6 +382,7 @@ class Service:
             self._web_store,
             token,
             heartbeat_seconds=self.config.worker.heartbeat_seconds,
+            tick_interval_seconds=self.config.ticker.interval_seconds,
             listen_host=web.host,
             hosts=web.hosts,
             session_ttl_seconds=web.session_ttl_seconds,

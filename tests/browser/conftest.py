@@ -214,9 +214,11 @@ def start_console(
     token: str | None,
     web: str = WEB,
     metrics: bool = False,
+    settings: dict[str, str] | None = None,
 ) -> Iterator[Console]:
     """A daemon serving the console (``web``, with ``{token_file}`` filled in) over prepared
-    runs; ``metrics`` also starts its metrics listener on a free port."""
+    runs; ``metrics`` also starts its metrics listener on a free port; ``settings`` are the
+    acceptance config's (``reaper="1h"``)."""
     name = new_database(pg_admin_dsn, template_db)
     dsn = make_conninfo(pg_admin_dsn, dbname=name)
     daemons = Cluster(dsn, tmp)
@@ -227,7 +229,7 @@ def start_console(
             path = tmp / "web-token"
             path.write_text(token + "\n")
             token_file = str(path)
-        config = daemons.config(web.format(token_file=token_file))
+        config = daemons.config(web.format(token_file=token_file), **(settings or {}))
         if metrics:
             text = config.read_text()
             config.write_text(

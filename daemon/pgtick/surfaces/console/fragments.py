@@ -108,6 +108,9 @@ class Page:
     flash: str | None = None
     csrf: str = ""  # the session's CSRF token, carried by every form
     login: str = LOGIN_NONE  # LOGIN_NONE: no token configured; LOGIN_OUT / LOGIN_IN
+    # The ATTENTION items of `pgtick status` (operations.status's problems); None: not known
+    # (the database did not answer in time).
+    attention: tuple[str, ...] | None = ()
 
 
 @functools.cache

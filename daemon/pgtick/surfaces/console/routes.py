@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import secrets
+import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from http import HTTPStatus
@@ -59,6 +61,9 @@ UPCOMING_COUNT = 5
 FLASH_CHARS = 300
 # How old an answer about a session's logout a page may use; actions always ask the database.
 SESSION_CHECK_SECONDS = 5.0
+# How old the attention banner's items may be: one `status` read serves every page and live
+# update for this long (the pages of several browsers polling cost one read a second).
+ATTENTION_SECONDS = 1.0
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'none'; style-src 'self'; img-src 'self'; "
@@ -96,6 +101,7 @@ class Console:
         token: str | None,
         *,
         heartbeat_seconds: float,
+        tick_interval_seconds: float = 1.0,
         listen_host: str = "127.0.0.1",
         hosts: tuple[str, ...] = (),
         session_ttl_seconds: float = 12 * 3600.0,
@@ -106,6 +112,7 @@ class Console:
         self.limits = tuple(limits)  # job types with flow-control limits (the overview)
         self.token = token
         self.heartbeat_seconds = heartbeat_seconds
+        self.tick_interval_seconds = tick_interval_seconds
         self.listen_host = listen_host
         self.hosts = hosts
         self.sessions = guard.Sessions(token, session_ttl_seconds) if token else None
@@ -114,6 +121,10 @@ class Console:
             self.sessions is not None and not public_reads and not guard.is_loopback(listen_host)
         )
         self._known = guard.KnownSessions()  # what the database said lately about logouts
+        # The banner's items (None: not known) and when they were read (monotonic).
+        self._attention: tuple[str, ...] | None = None
+        self._attention_at = -ATTENTION_SECONDS
+        self._attention_lock = threading.Lock()
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         table: dict[tuple[str, str], Handler] = {
@@ -177,8 +188,9 @@ class Console:
         database cannot say."""
         flash = request.first("flash")
         shown = cut(flash, FLASH_CHARS) if flash else None
+        attention = self._attention
         if self.sessions is None:
-            return Page(False, db_now, shown)
+            return Page(False, db_now, shown, attention=attention)
         try:
             session = self._session(request, store)
         except DatabaseError:
@@ -186,9 +198,40 @@ class Console:
                 raise
             session = None
         if session is None:
-            return Page(False, db_now, shown, login=LOGIN_OUT)
+            return Page(False, db_now, shown, login=LOGIN_OUT, attention=attention)
         csrf = self.sessions.csrf(session.cookie)
-        return Page(True, db_now, shown, csrf=csrf, login=LOGIN_IN)
+        return Page(True, db_now, shown, csrf=csrf, login=LOGIN_IN, attention=attention)
+
+    def refresh_attention(self) -> None:
+        """Read the banner's items again if they are older than ATTENTION_SECONDS: the
+        problems of ``operations.status``, the very function behind `pgtick status`'s
+        ATTENTION lines, so the two cannot disagree. Before a page's read transaction (it
+        takes connections of its own); one request reads while the others use what is
+        there; a database that does not answer in time leaves them unknown."""
+        if time.monotonic() - self._attention_at < ATTENTION_SECONDS:
+            return
+        if not self._attention_lock.acquire(blocking=False):
+            return
+        try:
+            with self.store.reading(
+                "console_attention",
+                statement_timeout_seconds=READ_TIMEOUT_SECONDS,
+                pool_timeout_seconds=POOL_TIMEOUT_SECONDS,
+            ) as store:
+                st = operations.status(
+                    store,
+                    heartbeat_seconds=self.heartbeat_seconds,
+                    tick_interval_seconds=self.tick_interval_seconds,
+                    limits=self.limits,
+                    timeout_seconds=READ_TIMEOUT_SECONDS,
+                )
+            self._attention = tuple(st.problems)
+        except PgtickError as exc:
+            log.warning("console_attention_failed", error=str(exc))
+            self._attention = None
+        finally:
+            self._attention_at = time.monotonic()
+            self._attention_lock.release()
 
     def _unavailable(self, request: Request, exc: DatabaseError) -> Response:
         log.warning("console_read_failed", path=request.path, error=str(exc))
@@ -210,6 +253,7 @@ class Console:
             try:
                 if check is not None:
                     check(request)
+                self.refresh_attention()
                 with self.store.reading(
                     "console",
                     statement_timeout_seconds=READ_TIMEOUT_SECONDS,

@@ -186,10 +186,13 @@ def status(
     tick_interval_seconds: float,
     horizon_threshold_seconds: float = DEFAULT_HORIZON_THRESHOLD_SECONDS,
     limits: Sequence[ClaimType] = (),
+    timeout_seconds: float = STATUS_TIMEOUT_SECONDS,
 ) -> Status:
     """Workers, queues per job type and schedules, with the problems among them: stuck runs,
     overdue schedules, due runs of a job type no live daemon handles, and a snapshot holding
-    the MVCC horizon past ``horizon_threshold_seconds``."""
+    the MVCC horizon past ``horizon_threshold_seconds``. The one source of the ATTENTION
+    items: ``pgtick status`` prints them, the console's banner shows them (``timeout_seconds``
+    bounds the metrics query: an operator waits longer than a page)."""
     workers, job_types = _workers_and_queues(store, heartbeat_seconds, limits)
 
     states = store.schedule_states()
@@ -202,8 +205,8 @@ def status(
     }
     snap = store.metrics_snapshot(
         dbstate.due_occurrences(graced, now),
-        statement_timeout_seconds=STATUS_TIMEOUT_SECONDS,
-        pool_timeout_seconds=STATUS_TIMEOUT_SECONDS,
+        statement_timeout_seconds=timeout_seconds,
+        pool_timeout_seconds=timeout_seconds,
     )
     health: dict[str, ScheduleHealth] = {h.name: h for h in snap.schedules}
     schedules = [_schedule_status(s, crons[s.name], health.get(s.name), now) for s in states]
