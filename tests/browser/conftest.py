@@ -96,13 +96,14 @@ class Console:
         assert cookie.startswith("pgtick_login=") and found is not None
         return {"Cookie": cookie}, found.group(1)
 
-    def login(self, token: str | None = None) -> str:
-        """A session cookie's value from the login form (the header a browser would keep);
+    def login(self, token: str | None = None, name: str = "tester") -> str:
+        """A session cookie's value from the login form (the header a browser would keep), as
+        ``name``;
         again after a second when a wrong token another test gave just before, from this
         same address (every test's), holds this client's tokens back for that long."""
         for _ in range(3):
             cookie, csrf = self.login_form()
-            form = {"token": token or self.token or "", "csrf": csrf}
+            form = {"token": token or self.token or "", "csrf": csrf, "name": name}
             status, _, body, headers = self.post_full("/login", form, cookie)
             if status != 403 or "try again in" not in body:
                 break
@@ -215,6 +216,7 @@ def start_console(
     web: str = WEB,
     metrics: bool = False,
     settings: dict[str, str] | None = None,
+    viewer_token: str | None = None,
 ) -> Iterator[Console]:
     """A daemon serving the console (``web``, with ``{token_file}`` filled in) over prepared
     runs; ``metrics`` also starts its metrics listener on a free port; ``settings`` are the
@@ -224,12 +226,13 @@ def start_console(
     daemons = Cluster(dsn, tmp)
     try:
         dead_id, hostile_id = _prepare(dsn)
-        token_file = ""
-        if token is not None:
-            path = tmp / "web-token"
-            path.write_text(token + "\n")
-            token_file = str(path)
-        config = daemons.config(web.format(token_file=token_file), **(settings or {}))
+        files = {"token_file": "", "viewer_token_file": ""}
+        for key, secret in (("token_file", token), ("viewer_token_file", viewer_token)):
+            if secret is not None:
+                path = tmp / f"web-{key}"
+                path.write_text(secret + "\n")
+                files[key] = str(path)
+        config = daemons.config(web.format(**files), **(settings or {}))
         if metrics:
             text = config.read_text()
             config.write_text(

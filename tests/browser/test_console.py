@@ -162,9 +162,11 @@ def test_schedules_show_next_times_in_utc_and_local(
     chrome.save_screenshot(str(tmp_path / "schedules.png"))
 
 
-def log_in(chrome: Any, url: str, token: str) -> None:
-    """The login page, the token pasted once, the submit: back on the overview, logged in."""
+def log_in(chrome: Any, url: str, token: str, name: str = "Olga Operator") -> None:
+    """The login page, a name and the token pasted once, the submit: back on the overview,
+    logged in."""
     chrome.get(url + "/login")
+    chrome.find_element(By.NAME, "name").send_keys(name)
     chrome.find_element(By.NAME, "token").send_keys(token)
     chrome.find_element(By.CSS_SELECTOR, "form#login button").click()
     WebDriverWait(chrome, 10).until(lambda d: d.current_url == url + "/")

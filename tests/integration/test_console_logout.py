@@ -80,7 +80,11 @@ def login(port: int) -> dict[str, str]:
     _, headers, page = call(port, "GET", "/login")
     form_cookie = headers["set-cookie"].split(";")[0]
     status, headers, _ = call(
-        port, "POST", "/login", f"csrf={csrf_of(page)}&token={TOKEN}", {"Cookie": form_cookie}
+        port,
+        "POST",
+        "/login",
+        f"csrf={csrf_of(page)}&token={TOKEN}&name=tester",
+        {"Cookie": form_cookie},
     )
     assert status == 303, status
     return {"Cookie": headers["set-cookie"].split(";")[0]}

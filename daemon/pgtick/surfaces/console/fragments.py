@@ -111,6 +111,7 @@ class Page:
     # The ATTENTION items of `pgtick status` (operations.status's problems); None: not known
     # (the database did not answer in time).
     attention: tuple[str, ...] | None = ()
+    who: str = ""  # the login: "alice (operator)", "bob (viewer)"
 
 
 @functools.cache

@@ -2,11 +2,13 @@
 
 GET pages read in one read-only transaction with a statement timeout, on the console's own
 small pool; errors become error pages. Every request must name the console in its ``Host``
-(421 otherwise: DNS rebinding). With ``web.token_file`` set, ``/login`` takes the token once and
-sets a signed, expiring, HttpOnly, SameSite=Strict session cookie (``guard``); actions (retry,
-cancel, trigger, pause, resume) are POSTs that carry the session and its CSRF token, or the
-token itself as ``Authorization: Bearer`` (scripts); a POST whose ``Origin`` or
-``Sec-Fetch-Site`` says it came from elsewhere is refused anyway. Beyond loopback, pages need
+(421 otherwise: DNS rebinding). With ``web.token_file`` (operators) or ``web.viewer_token_file``
+(viewers) set, ``/login`` takes a token and the person's name once and sets a signed, expiring,
+HttpOnly, SameSite=Strict session cookie naming both (``guard``); actions (retry, cancel,
+trigger, pause, resume) are POSTs that carry an operator's session and its CSRF token, or the
+operators' token itself as ``Authorization: Bearer`` (scripts); a viewer's POST is refused
+(403) whatever it carries, and a POST whose ``Origin`` or ``Sec-Fetch-Site`` says it came from
+elsewhere is refused anyway. Beyond loopback, pages need
 the session too unless ``web.public_reads``. No JavaScript: the Content-Security-Policy forbids
 scripts outright.
 
@@ -100,6 +102,7 @@ class Console:
         store: RunStore,
         token: str | None,
         *,
+        viewer_token: str | None = None,
         heartbeat_seconds: float,
         tick_interval_seconds: float = 1.0,
         listen_host: str = "127.0.0.1",
@@ -115,7 +118,9 @@ class Console:
         self.tick_interval_seconds = tick_interval_seconds
         self.listen_host = listen_host
         self.hosts = hosts
-        self.sessions = guard.Sessions(token, session_ttl_seconds) if token else None
+        tokens = {guard.OPERATOR: token, guard.VIEWER: viewer_token}
+        logins = {role: t for role, t in tokens.items() if t}
+        self.sessions = guard.Sessions(logins, session_ttl_seconds) if logins else None
         # Pages need a session beyond loopback (payloads may hold personal data).
         self.reads_need_login = (
             self.sessions is not None and not public_reads and not guard.is_loopback(listen_host)
@@ -200,7 +205,15 @@ class Console:
         if session is None:
             return Page(False, db_now, shown, login=LOGIN_OUT, attention=attention)
         csrf = self.sessions.csrf(session.cookie)
-        return Page(True, db_now, shown, csrf=csrf, login=LOGIN_IN, attention=attention)
+        return Page(
+            session.acts,
+            db_now,
+            shown,
+            csrf=csrf,
+            login=LOGIN_IN,
+            attention=attention,
+            who=session.who,
+        )
 
     def refresh_attention(self) -> None:
         """Read the banner's items again if they are older than ATTENTION_SECONDS: the
@@ -344,11 +357,14 @@ class Console:
     def _login_form(self, request: Request) -> Response:
         if self.sessions is None:
             return error_page(
-                HTTPStatus.NOT_FOUND, "no login: web.token_file is not set", self._context(request)
+                HTTPStatus.NOT_FOUND,
+                "no login: neither web.token_file nor web.viewer_token_file is set",
+                self._context(request),
             )
         ttl = age(self.sessions.ttl_seconds) or ""
         nonce = secrets.token_urlsafe(16)
-        page = login_page(dataclasses.replace(self._context(request), csrf=nonce), ttl)
+        context = dataclasses.replace(self._context(request), csrf=nonce)
+        page = login_page(context, ttl, self.sessions.roles)
         response = html_response(HTTPStatus.OK, page)
         return dataclasses.replace(response, headers={"Set-Cookie": guard.login_form_cookie(nonce)})
 
@@ -357,7 +373,9 @@ class Console:
         token is refused unchecked for a second (``guard.Guessers``)."""
         if self.sessions is None:
             return error_page(
-                HTTPStatus.NOT_FOUND, "no login: web.token_file is not set", self._context(request)
+                HTTPStatus.NOT_FOUND,
+                "no login: neither web.token_file nor web.viewer_token_file is set",
+                self._context(request),
             )
         refusal = guard.cross_site(request.headers)
         if refusal is not None:
@@ -372,25 +390,30 @@ class Console:
                 "missing or wrong CSRF token: reload the login page and try again",
                 self._context(request),
             )
-        given = request.first("token", form=True) or ""
-        wrong = self.sessions.token_refusal(given.strip(), request.peer)
-        if wrong is not None:
+        given = (request.first("token", form=True) or "").strip()
+        name = guard.login_name(request.first("name", form=True) or "")
+        wrong = self.sessions.token_refusal(given, request.peer)
+        role = None if wrong is not None else self.sessions.token_role(given)
+        if wrong is None and name is None:
+            wrong = "give your name: the header and the audit log show it"
+        if wrong is not None or role is None or name is None:
+            wrong = wrong or "wrong token"
             log.warning("console_login", result=wrong)
             nonce = guard.session_cookie(request.headers, guard.LOGIN_COOKIE) or ""
             context = dataclasses.replace(self._context(request), flash=wrong, csrf=nonce)
-            page = login_page(context, age(self.sessions.ttl_seconds) or "")
+            page = login_page(context, age(self.sessions.ttl_seconds) or "", self.sessions.roles)
             return html_response(HTTPStatus.FORBIDDEN, page)
-        log.info("console_login", result="logged in")
-        cookie = self.sessions.set_cookie(self.sessions.issue())
+        log.info("console_login", result="logged in", role=role, who=name)
+        cookie = self.sessions.set_cookie(self.sessions.issue(role, name))
         return see_other("/", {"Set-Cookie": cookie})
 
     def _logout(self, request: Request) -> Response:
         """End the session on every daemon: its logout goes to the database, which every
         console asks (``_session``); then the browser's cookie is cleared."""
         try:
-            refusal = self._refusal(request)
+            refusal = self._refusal(request, acting=False)
             if refusal is None:
-                assert self.sessions is not None  # a read-only console refuses every POST
+                assert self.sessions is not None  # a console without logins refuses every POST
                 session = self.sessions.signed(guard.session_cookie(request.headers))
                 if session is not None:  # none: a bearer header without a session
                     self.store.console_logout(session.nonce, session.expiry)
@@ -409,23 +432,32 @@ class Console:
 
     # -- actions ---------------------------------------------------------------------------------
 
-    def _refusal(self, request: Request) -> str | None:
-        """Why this POST may not act, or None: it must come from the console's own pages and
-        carry either the session (not logged out on any daemon: the database is asked, a
-        DatabaseError leaves) and its CSRF token, or the token as a bearer header."""
-        if self.sessions is None:
+    def _refusal(self, request: Request, *, acting: bool = True) -> str | None:
+        """Why this POST may not act (``acting``; a logout only needs a session), or None:
+        it must come from the console's own pages and carry either an operator's session (not
+        logged out on any daemon: the database is asked, a DatabaseError leaves) and its CSRF
+        token, or the operators' token as a bearer header. A viewer's is refused, CSRF token
+        or not."""
+        if self.sessions is None or (acting and guard.OPERATOR not in self.sessions.roles):
             return "read-only console: actions need web.token_file"
         refusal = guard.cross_site(request.headers)
         if refusal is not None:
             return refusal
         auth = request.headers.get("authorization", "")
         if auth[:7].lower() == "bearer ":
-            return self.sessions.token_refusal(auth[7:].strip(), request.peer)
+            given = auth[7:].strip()
+            refusal = self.sessions.token_refusal(given, request.peer)
+            if refusal is None and self.sessions.token_role(given) != guard.OPERATOR:
+                refusal = "the viewers' token cannot act: actions need the operators' token"
+            return refusal
         cookie = guard.session_cookie(request.headers)
-        if not self.sessions.valid(cookie):
+        session = self.sessions.signed(cookie)
+        if session is None:
             return "not logged in (or the session expired): log in at /login"
         if not self.sessions.csrf_matches(cookie, request.first(guard.CSRF_FIELD, form=True)):
             return "missing or wrong CSRF token: reload the page and try again"
+        if acting and not session.acts:
+            return f"{session.who} cannot act: viewers see the console, only operators act"
         if self._session(request, fresh=True) is None:
             return "this session was logged out: log in at /login"
         return None

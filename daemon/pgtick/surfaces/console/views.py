@@ -166,8 +166,8 @@ def schedules_page(views: Sequence[operations.ScheduleView], page: Page) -> str:
     )
 
 
-def login_page(page: Page, ttl: str) -> str:
-    return render("login.html", page, "Log in", ttl=ttl)
+def login_page(page: Page, ttl: str, roles: Sequence[str] = ("operator",)) -> str:
+    return render("login.html", page, "Log in", ttl=ttl, roles=roles)
 
 
 def error_page(status: int, message: str, page: Page) -> Response:
