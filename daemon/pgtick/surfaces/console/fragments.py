@@ -99,6 +99,37 @@ def runs_href(**filters: Any) -> str:
     return "/runs" + (f"?{query_string(params)}" if params else "")
 
 
+def id_ranges(ids: Sequence[int]) -> str:
+    """Run ids as a form carries them: ``1-500,503,610-612`` (sorted, runs of consecutive ids
+    as ranges), so a confirmation of thousands of neighbouring runs stays a short field."""
+    parts: list[str] = []
+    ordered = sorted(set(ids))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def parse_id_ranges(text: str, limit: int) -> list[int]:
+    """The ids of ``id_ranges``'s text, at most ``limit`` of them; anything else, or more,
+    is a ValueError naming what is wrong."""
+    ids: list[int] = []
+    for part in filter(None, text.split(",")):
+        low, dash_, high = part.partition("-")
+        digits = (low, high) if dash_ else (low,)
+        if not all(d.isascii() and d.isdigit() for d in digits):
+            raise ValueError(f"not a run id or range: {part[:40]!r}")
+        first, last = int(low), int(high or low)
+        if not 0 < first <= last or last - first + len(ids) >= limit:
+            raise ValueError(f"more than {limit} run ids, or a backwards range: {part[:40]!r}")
+        ids.extend(range(first, last + 1))
+    return sorted(set(ids))
+
+
 @dataclass(frozen=True)
 class Page:
     """What every page needs besides its content."""
@@ -112,6 +143,7 @@ class Page:
     # (the database did not answer in time).
     attention: tuple[str, ...] | None = ()
     who: str = ""  # the login: "alice (operator)", "bob (viewer)"
+    nonce: str = ""  # the response's CSP nonce: the live-update script runs only with it
 
 
 @functools.cache
@@ -124,7 +156,8 @@ def _environment() -> Any:
         "dash": dash,
         "schedule_state": schedule_state,
     }
-    return environment(filters, {"runs_href": runs_href, "version": pgtick.__version__})
+    names = {"runs_href": runs_href, "query_string": query_string, "version": pgtick.__version__}
+    return environment(filters, names)
 
 
 def render(
@@ -134,10 +167,13 @@ def render(
     current: str = "",
     *,
     refresh_seconds: int | None = None,
+    live_seconds: float | None = None,
     **context: Any,
 ) -> str:
     """A page from ``templates/name`` (which extends ``base.html``), every value escaped;
-    ``current`` names the navigation entry shown as the current one."""
+    ``current`` names the navigation entry shown as the current one. ``live_seconds``: the
+    page updates its ``data-live`` regions this often (static/live.js); ``refresh_seconds``:
+    it reloads itself this often when scripts are off."""
     template = _environment().get_template(name)
     return str(
         template.render(
@@ -145,6 +181,7 @@ def render(
             title=title,
             current=current,
             refresh_seconds=refresh_seconds,
+            live_seconds=live_seconds,
             **context,
         )
     )

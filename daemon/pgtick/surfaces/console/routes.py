@@ -9,8 +9,10 @@ trigger, pause, resume) are POSTs that carry an operator's session and its CSRF 
 operators' token itself as ``Authorization: Bearer`` (scripts); a viewer's POST is refused
 (403) whatever it carries, and a POST whose ``Origin`` or ``Sec-Fetch-Site`` says it came from
 elsewhere is refused anyway. Beyond loopback, pages need
-the session too unless ``web.public_reads``. No JavaScript: the Content-Security-Policy forbids
-scripts outright.
+the session too unless ``web.public_reads``. One script, the console's own
+``static/live.js`` (live updates), runs only with the nonce its page's
+Content-Security-Policy names, a new one per response; every other response forbids scripts
+outright, and every page works without it.
 
 A wrong token holds back its own client only (``guard.Guessers``, keyed by the connection's
 peer address). A logout is stored in the database, so every daemon's console refuses the
@@ -41,11 +43,14 @@ from pgtick.surfaces.console.fragments import (
     Page,
     age,
     cut,
+    parse_id_ranges,
     query_string,
+    runs_href,
 )
 from pgtick.surfaces.console.markup import static_file
 from pgtick.surfaces.console.views import (
     RunFilters,
+    bulk_page,
     error_page,
     login_page,
     overview_page,
@@ -67,10 +72,18 @@ SESSION_CHECK_SECONDS = 5.0
 # update for this long (the pages of several browsers polling cost one read a second).
 ATTENTION_SECONDS = 1.0
 
-CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'none'; style-src 'self'; img-src 'self'; "
+CSP_TEMPLATE = (
+    "default-src 'self'; script-src {scripts}; style-src 'self'; img-src 'self'; "
     "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
+CONTENT_SECURITY_POLICY = CSP_TEMPLATE.format(scripts="'none'")
+
+
+def page_policy(nonce: str) -> str:
+    """A page's Content-Security-Policy: the scripts carrying ``nonce`` (live.js) may run."""
+    return CSP_TEMPLATE.format(scripts=f"'nonce-{nonce}'")
+
+
 SECURITY_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
@@ -79,16 +92,21 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
-STATIC_TYPES = {".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+STATIC_TYPES = {
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".js": "text/javascript; charset=utf-8",
+}
+STATIC_FILES = ("console.css", "favicon.svg", "live.js")
 OPEN_PATHS = ("/login", "/static/*")  # served without a session even when reads need one
 
 log = structlog.get_logger("pgtick.console")
 
 
-def _name_filter(request: Request, field: str) -> str | None:
+def _name_filter(request: Request, field: str, *, form: bool = False) -> str | None:
     """A job type or schedule filter (None: not given). No name holds a NUL character, and
     the database refuses one: the client's mistake, not an outage."""
-    value = (request.first(field) or "").strip() or None
+    value = (request.first(field, form=form) or "").strip() or None
     if value is not None and "\x00" in value:
         raise UsageError(f"{field}: contains a NUL character")
     return value
@@ -130,6 +148,7 @@ class Console:
         self._attention: tuple[str, ...] | None = None
         self._attention_at = -ATTENTION_SECONDS
         self._attention_lock = threading.Lock()
+        self._request = threading.local()  # the CSP nonce of the response being built
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         table: dict[tuple[str, str], Handler] = {
@@ -137,6 +156,8 @@ class Console:
             ("GET", "/runs"): self._page(self._runs, self._filters),
             ("GET", "/runs/*"): self._page(self._run, self._run_id),
             ("GET", "/schedules"): self._page(self._schedules),
+            ("GET", "/bulk"): self._bulk_confirmation,
+            ("POST", "/actions/bulk"): self._bulk_action,
             ("GET", "/static/*"): self._static,
             ("GET", "/login"): self._login_form,
             ("POST", "/login"): self._login,
@@ -150,6 +171,14 @@ class Console:
         """The Host check for every route; the session check for pages when reads need it."""
 
         def handle(request: Request) -> Response:
+            self._request.nonce = secrets.token_urlsafe(16)
+            response = checked(request)
+            if response.content_type.startswith("text/html"):
+                policy = {"Content-Security-Policy": page_policy(self._request.nonce)}
+                response = dataclasses.replace(response, headers={**response.headers, **policy})
+            return response
+
+        def checked(request: Request) -> Response:
             host = request.headers.get("host")
             if not guard.host_allowed(host, self.listen_host, self.hosts):
                 shown = cut(host, 60) if host else "(none)"
@@ -194,8 +223,9 @@ class Console:
         flash = request.first("flash")
         shown = cut(flash, FLASH_CHARS) if flash else None
         attention = self._attention
+        nonce = getattr(self._request, "nonce", "")
         if self.sessions is None:
-            return Page(False, db_now, shown, attention=attention)
+            return Page(False, db_now, shown, attention=attention, nonce=nonce)
         try:
             session = self._session(request, store)
         except DatabaseError:
@@ -203,7 +233,7 @@ class Console:
                 raise
             session = None
         if session is None:
-            return Page(False, db_now, shown, login=LOGIN_OUT, attention=attention)
+            return Page(False, db_now, shown, login=LOGIN_OUT, attention=attention, nonce=nonce)
         csrf = self.sessions.csrf(session.cookie)
         return Page(
             session.acts,
@@ -213,6 +243,7 @@ class Console:
             login=LOGIN_IN,
             attention=attention,
             who=session.who,
+            nonce=nonce,
         )
 
     def refresh_attention(self) -> None:
@@ -335,6 +366,78 @@ class Console:
         output = operations.run_output(store, run_id) if detail.attempts else []
         return run_page(detail, self._context(request, detail.db_now, store), output)
 
+    # -- bulk retry and cancel of a filter ------------------------------------------------------
+
+    @staticmethod
+    def _bulk(request: Request, *, form: bool = False) -> operations.FilterBulk:
+        """The bulk action and the runs filter of a confirmation page (query) or of its
+        confirmed form; anything malformed is a UsageError (400)."""
+        fields = request.form() if form else request.query
+        name = request.first("action", form=form) or ""
+        actions = {"retry": operations.RETRY, "cancel": operations.CANCEL}
+        if name not in actions:
+            raise UsageError(f"action: must be retry or cancel, got {cut(name, 20)!r}")
+        statuses = [s for s in fields.get("status", []) if s]
+        return operations.filter_bulk(
+            actions[name],
+            statuses,
+            _name_filter(request, "type", form=form),
+            _name_filter(request, "schedule", form=form),
+        )
+
+    def _bulk_confirmation(self, request: Request) -> Response:
+        """GET /bulk?action=retry&status=dead&type=...: how many runs the filter matches now,
+        and the form that acts on exactly those (their ids in it). Operators only."""
+        try:
+            context = self._context(request)
+        except DatabaseError as exc:
+            return self._unavailable(request, exc)
+        if not context.actions:
+            return error_page(
+                HTTPStatus.FORBIDDEN, "bulk actions are for operators: log in as one", context
+            )
+        return self._page(self._bulk_page, self._bulk)(request)
+
+    def _bulk_page(self, request: Request, store: RunStore) -> str:
+        plan = operations.plan_filter_bulk(store, self._bulk(request))
+        return bulk_page(plan, self._context(request, store.now(), store))
+
+    def _bulk_action(self, request: Request) -> Response:
+        """POST /actions/bulk: the confirmed ids, each still matching the filter, changed in
+        bounded transactions; what was done, as a flash on the filtered runs page."""
+        try:
+            refusal = self._refusal(request)
+        except DatabaseError as exc:
+            log.warning("console_action", what="bulk", result=f"failed: {exc}")
+            return self._unavailable(request, exc)
+        if refusal is not None:
+            log.warning("console_action", what="bulk", result=f"forbidden: {refusal}")
+            return error_page(HTTPStatus.FORBIDDEN, refusal, self._context(request))
+        try:
+            bulk = self._bulk(request, form=True)
+            limit = operations.MAX_FILTER_BULK_RUNS
+            try:
+                ids = parse_id_ranges(request.first("ids", form=True) or "", limit)
+            except ValueError as exc:
+                raise UsageError(f"ids: {exc}") from None
+            if str(len(ids)) != (request.first("count", form=True) or "").strip():
+                raise UsageError("count: does not match the ids confirmed; confirm again")
+        except UsageError as exc:
+            log.warning("console_action", what="bulk", result=str(exc))
+            return error_page(HTTPStatus.BAD_REQUEST, str(exc), self._context(request))
+        verb, past = bulk.action.verb, bulk.action.past
+        try:
+            done = operations.run_filter_bulk(self.store, bulk, ids)
+            message = f"{past} {done.changed} of the {done.confirmed} runs confirmed"
+            if done.skipped:
+                message += f"; {done.skipped} no longer matched the filter and were left alone"
+        except PgtickError as exc:
+            message = f"bulk {verb} refused: {exc}"
+        log.info("console_action", what=f"bulk {verb}", ids=[len(ids)], result=message)
+        back = runs_href(status=list(bulk.statuses), type=bulk.job_type, schedule=bulk.schedule)
+        separator = "&" if "?" in back else "?"
+        return see_other(f"{back}{separator}{query_string([('flash', message)])}")
+
     def _schedules(self, request: Request, store: RunStore) -> str:
         now = store.now()
         views = operations.schedule_views(store, now, UPCOMING_COUNT)
@@ -343,7 +446,7 @@ class Console:
     def _static(self, request: Request) -> Response:
         name = request.path.rsplit("/", 1)[1]
         suffix = name[name.rfind(".") :] if "." in name else ""
-        if suffix not in STATIC_TYPES or name not in ("console.css", "favicon.svg"):
+        if suffix not in STATIC_TYPES or name not in STATIC_FILES:
             return error_page(HTTPStatus.NOT_FOUND, "no such file", self._context(request))
         return Response(
             HTTPStatus.OK,

@@ -17,6 +17,7 @@ from pgtick.surfaces import operations
 from pgtick.surfaces.console.fragments import (
     Page,
     chart,
+    id_ranges,
     render,
     runs_href,
     timeline,
@@ -26,7 +27,13 @@ from pgtick.surfaces.console.fragments import (
 from pgtick.surfaces.http import Response
 from pgtick.surfaces.http import html as html_response
 
-OVERVIEW_REFRESH_SECONDS = 5
+OVERVIEW_REFRESH_SECONDS = 5  # scripts off: the page reloads itself (meta refresh)
+# Scripts on: how often a page fetches itself again and swaps its data-live regions
+# (static/live.js); one request in flight per open page.
+OVERVIEW_LIVE_SECONDS = 2
+RUNS_LIVE_SECONDS = 1
+RUN_LIVE_SECONDS = 1
+SCHEDULES_LIVE_SECONDS = 5
 ERROR_CELL_CHARS = 120  # a run's last error in the listing; the detail page shows it whole
 
 # An action form: (action, hidden fields, button label, dangerous)
@@ -43,6 +50,7 @@ def overview_page(ov: operations.Overview, page: Page) -> str:
         chart=chart(ov.succeeded_per_minute),
         small=type_charts(ov.finished_per_type, ov.queue_depth_per_type),
         refresh_seconds=OVERVIEW_REFRESH_SECONDS,
+        live_seconds=OVERVIEW_LIVE_SECONDS,
     )
 
 
@@ -52,6 +60,11 @@ class RunFilters:
     job_type: str | None
     schedule: str | None
     before: int | None
+
+    def params(self) -> list[tuple[str, str]]:
+        """The filter as query parameters (no page position)."""
+        named = [("type", self.job_type), ("schedule", self.schedule)]
+        return [("status", s) for s in self.statuses] + [(k, v) for k, v in named if v]
 
     def href(self, before: int | None = None) -> str:
         return runs_href(
@@ -69,6 +82,7 @@ def runs_page(rows: operations.RunPage, filters: RunFilters, page: Page) -> str:
         filters=filters,
         statuses=STATUSES,
         error_chars=ERROR_CELL_CHARS,
+        live_seconds=RUNS_LIVE_SECONDS,
     )
 
 
@@ -143,6 +157,22 @@ def run_page(
         timeline=timeline(d.attempts, d.db_now),
         outputs=attempt_outputs(output),
         refresh_seconds=RUN_REFRESH_SECONDS if d.run.status == "running" else None,
+        live_seconds=RUN_LIVE_SECONDS,
+    )
+
+
+def bulk_page(plan: operations.FilterBulkPlan, page: Page) -> str:
+    """The confirmation of a bulk retry or cancel: the count, and the form with the ids."""
+    b = plan.bulk
+    return render(
+        "bulk.html",
+        page,
+        f"{b.action.verb.capitalize()} the matching runs",
+        "runs",
+        plan=plan,
+        bulk=b,
+        ids=id_ranges(plan.ids),
+        back=runs_href(status=list(b.statuses), type=b.job_type, schedule=b.schedule),
     )
 
 
@@ -163,6 +193,7 @@ def schedules_page(views: Sequence[operations.ScheduleView], page: Page) -> str:
         "schedules",
         views=views,
         schedule_forms=_schedule_forms,
+        live_seconds=SCHEDULES_LIVE_SECONDS,
     )
 
 

@@ -4,6 +4,7 @@ command line prints them, the web console renders them. No printing, no argument
 - ``output``: what a run printed, and following a running attempt (``pgtick logs``);
 - ``runs``: list, show, enqueue, retry and cancel (their state rules live there, nowhere
   else), prune;
+- ``bulk``: retry or cancel the runs matching a filter, confirmed by their count and ids;
 - ``schedules``: list, pause, resume, trigger, next occurrences, backfill;
 - ``status``: workers, queues and schedules with the problems among them; the console overview;
 - ``charts``: the overview's queue depth per job type over the last hour (its SQL in
@@ -18,6 +19,15 @@ import ``pgtick.core``, ``pgtick.config``, ``pgtick.storage``, ``pgtick.scheduli
 from __future__ import annotations
 
 from pgtick.storage.store import STATUSES, TERMINAL_STATUSES
+from pgtick.surfaces.operations.bulk import (
+    MAX_FILTER_BULK_RUNS,
+    FilterBulk,
+    FilterBulkDone,
+    FilterBulkPlan,
+    filter_bulk,
+    plan_filter_bulk,
+    run_filter_bulk,
+)
 from pgtick.surfaces.operations.charts import queue_depth_per_type
 from pgtick.surfaces.operations.flow import describe_limits, flow_limits
 from pgtick.surfaces.operations.output import (
@@ -106,6 +116,7 @@ __all__ = [
     "CONFIRM_ABOVE_ROWS",
     "DEFAULT_HORIZON_THRESHOLD_SECONDS",
     "DEFAULT_PAGE_SIZE",
+    "MAX_FILTER_BULK_RUNS",
     "MAX_KEY_BYTES",
     "MAX_OCCURRENCES",
     "MAX_PAGE_SIZE",
@@ -126,6 +137,9 @@ __all__ = [
     "Backfilled",
     "Bulk",
     "Changed",
+    "FilterBulk",
+    "FilterBulkDone",
+    "FilterBulkPlan",
     "Horizon",
     "JobTypeStatus",
     "OutputLine",
@@ -150,6 +164,7 @@ __all__ = [
     "describe_holder",
     "describe_limits",
     "enqueue",
+    "filter_bulk",
     "flow_limits",
     "follow_output",
     "grants_sql",
@@ -163,10 +178,12 @@ __all__ = [
     "parse_run_id",
     "pause_schedule",
     "plan_bulk",
+    "plan_filter_bulk",
     "prune",
     "queue_depth_per_type",
     "resume_schedule",
     "run_bulk",
+    "run_filter_bulk",
     "run_output",
     "schedule_views",
     "show_run",
