@@ -3,6 +3,7 @@ each page, a filter click, a retry through the form, and hostile data shown as t
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC
@@ -250,3 +251,43 @@ def test_schedule_and_cancel_actions_with_a_bearer_token(console: Console) -> No
     assert status == 303 and "not+found" in location
     status, _, _ = console.post("/actions/retry", {"run_id": "x1"}, bearer)
     assert status == 400
+
+
+def test_cron_in_words_relative_times_and_the_error_first(
+    console: Console, chrome: Any, tmp_path: Path
+) -> None:
+    """Issue 46: cron strings also in words, times relative with the instant on hover, and a
+    run's error and output above the fold (a 1280x1000 window)."""
+    chrome.get(console.url + "/schedules")
+    words = {
+        card.get_attribute("id"): card.find_element(By.CSS_SELECTOR, ".cron-words").text
+        for card in chrome.find_elements(By.CSS_SELECTOR, "article.schedule")
+    }
+    assert words["schedule-nightly_report"] == "at 03:00 on 1 January, Europe/Amsterdam"
+    assert words["schedule-hourly_sync"] == "at minute 15 of every hour, UTC"
+    chrome.get(console.url + "/")
+    schedules = {row[0]: row for row in cells(chrome, "#schedules tbody tr")}
+    assert schedules["hourly_sync"][6] == "at minute 15 of every hour, UTC"
+    assert schedules["hourly_sync"][3].startswith("in ")  # the next run, from now
+
+    chrome.get(console.url + "/runs?status=succeeded&type=report")
+    finished = chrome.find_elements(By.CSS_SELECTOR, "#runs tbody tr td:nth-child(6) time")
+    assert finished and all(t.text == "2 min ago" for t in finished), [t.text for t in finished]
+    exact = finished[0].get_attribute("title")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", exact), exact
+    assert finished[0].get_attribute("datetime").startswith(exact[:10])
+
+    chrome.get(f"{console.url}/runs/{console.hostile_id}")
+    height = chrome.execute_script("return window.innerHeight")
+    for selector in ("#last-error", "pre.output"):
+        top = chrome.execute_script(
+            "return document.querySelector(arguments[0]).getBoundingClientRect().top", selector
+        )
+        assert top < height * 0.6, (selector, top, height)
+    order = chrome.execute_script(
+        "const e = document.querySelector('#last-error');"
+        "const f = document.querySelector('#run-fields');"
+        "return !!(e.compareDocumentPosition(f) & Node.DOCUMENT_POSITION_FOLLOWING);"
+    )
+    assert order  # the error before the row's fields
+    chrome.save_screenshot(str(tmp_path / "run-error-first.png"))

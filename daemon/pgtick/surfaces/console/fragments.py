@@ -40,6 +40,47 @@ def when(at: datetime | None) -> str | None:
     return f"{at.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
 
 
+def relative(at: datetime, now: datetime) -> str:
+    """How long ago (or from now) ``at`` is, in one rounded unit: ``42 s ago``, ``2 min ago``,
+    ``in 3 h``, ``5 d ago``."""
+    seconds = (now - at).total_seconds()
+    whole = abs(seconds)
+    if whole < 60:
+        text = f"{whole:.0f} s"
+    elif whole < 3600:
+        text = f"{whole // 60:.0f} min"
+    elif whole < 86400:
+        text = f"{whole // 3600:.0f} h"
+    else:
+        text = f"{whole // 86400:.0f} d"
+    return f"{text} ago" if seconds >= 0 else f"in {text}"
+
+
+def ago(at: datetime | None, now: datetime | None) -> Any:
+    """``at`` as an operator reads it at a glance, ``<time title="2026-12-02 03:04:05 UTC">2
+    min ago</time>``: relative to the database's ``now``, the exact instant on hover (and in
+    ``datetime``); a dash for None, the instant alone when ``now`` is unknown. Escaped markup
+    (Markup), for the templates."""
+    from markupsafe import Markup, escape
+
+    if at is None:
+        return "-"
+    exact = f"{when(at)} UTC"
+    if now is None:
+        return exact
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(
+        escape(at.astimezone(UTC).isoformat()), escape(exact), escape(relative(at, now))
+    )
+
+
+def cron_words(cron: str, timezone: str) -> str | None:
+    """A schedule's cron in words (``at 03:00 every day, Europe/Amsterdam``), None when it
+    has no plain reading."""
+    from pgtick.surfaces.operations import cron_in_words
+
+    return cron_in_words(cron, timezone)
+
+
 def local(at: datetime, zone: str) -> str:
     """An instant on a zone's wall clock with the zone's abbreviation and offset."""
     from zoneinfo import ZoneInfo
@@ -150,6 +191,8 @@ class Page:
 def _environment() -> Any:
     filters: dict[str, Callable[..., Any]] = {
         "when": when,
+        "ago": ago,
+        "cron_words": cron_words,
         "local": local,
         "age": age,
         "cut": cut,

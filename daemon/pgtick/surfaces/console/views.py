@@ -16,13 +16,13 @@ from pgtick.storage.store import STATUSES, ScheduleListing
 from pgtick.surfaces import operations
 from pgtick.surfaces.console.fragments import (
     Page,
+    ago,
     chart,
     id_ranges,
     render,
     runs_href,
     timeline,
     type_charts,
-    when,
 )
 from pgtick.surfaces.http import Response
 from pgtick.surfaces.http import html as html_response
@@ -98,24 +98,26 @@ def _run_forms(d: operations.RunDetail, page: Page) -> list[Form]:
 
 
 def _run_fields(d: operations.RunDetail) -> list[tuple[str, object]]:
+    """The row's fields; times relative to the database's now, the instant on hover."""
     r = d.run
+    now = d.db_now
     return [
         ("Status", r.status),  # the template shows a badge, and the schedule as a link
         ("Job type", r.job_type),
         ("Schedule", None),
-        ("Scheduled for", when(r.scheduled_for)),
-        ("Run at", when(r.run_at)),
+        ("Scheduled for", ago(r.scheduled_for, now)),
+        ("Run at", ago(r.run_at, now)),
         ("Attempts", f"{r.attempts} of {r.max_attempts}" if r.max_attempts else r.attempts),
         ("Idempotency key", r.idempotency_key),
         ("Priority", r.priority),
         ("Concurrency key", r.concurrency_key),
         ("Waiting", d.waiting),
         ("Locked by", r.locked_by),
-        ("Lease until", when(r.locked_until)),
-        ("Started", when(r.started_at)),
-        ("Finished", when(r.finished_at)),
-        ("Created", when(r.created_at)),
-        ("Updated", when(r.updated_at)),
+        ("Lease until", ago(r.locked_until, now)),
+        ("Started", ago(r.started_at, now)),
+        ("Finished", ago(r.finished_at, now)),
+        ("Created", ago(r.created_at, now)),
+        ("Updated", ago(r.updated_at, now)),
         ("Error type", r.error_type),
     ]
 

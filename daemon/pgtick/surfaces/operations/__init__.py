@@ -18,6 +18,7 @@ import ``pgtick.core``, ``pgtick.config``, ``pgtick.storage``, ``pgtick.scheduli
 
 from __future__ import annotations
 
+from pgtick.scheduling.words import cron_in_words
 from pgtick.storage.store import STATUSES, TERMINAL_STATUSES
 from pgtick.surfaces.operations.bulk import (
     MAX_FILTER_BULK_RUNS,
@@ -160,6 +161,7 @@ __all__ = [
     "check_database",
     "check_new_run",
     "check_statuses",
+    "cron_in_words",
     "declares_job_type",
     "describe_holder",
     "describe_limits",
