@@ -27,6 +27,7 @@ import functools
 import secrets
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from http import HTTPStatus
@@ -52,6 +53,7 @@ from pgtick.surfaces.console.views import (
     RunFilters,
     bulk_page,
     error_page,
+    job_type_page,
     login_page,
     overview_page,
     run_page,
@@ -156,6 +158,7 @@ class Console:
             ("GET", "/runs"): self._page(self._runs, self._filters),
             ("GET", "/runs/*"): self._page(self._run, self._run_id),
             ("GET", "/schedules"): self._page(self._schedules),
+            ("GET", "/types/*"): self._page(self._job_type, self._job_type_name),
             ("GET", "/bulk"): self._bulk_confirmation,
             ("POST", "/actions/bulk"): self._bulk_action,
             ("GET", "/static/*"): self._static,
@@ -365,6 +368,24 @@ class Console:
         detail = operations.show_run(store, run_id, self.limits)
         output = operations.run_output(store, run_id) if detail.attempts else []
         return run_page(detail, self._context(request, detail.db_now, store), output)
+
+    @staticmethod
+    def _job_type_name(request: Request) -> str:
+        """The name in ``/types/<name>``; one no job type can have is no such page (404)."""
+        name = urllib.parse.unquote(request.path.rsplit("/", 1)[1])
+        try:
+            return operations.check_job_type(name)
+        except UsageError as exc:
+            raise NotFoundError(str(exc)) from None
+
+    def _job_type(self, request: Request, store: RunStore) -> str:
+        view = operations.job_type_view(
+            store,
+            self._job_type_name(request),
+            heartbeat_seconds=self.heartbeat_seconds,
+            limits=self.limits,
+        )
+        return job_type_page(view, self._context(request, view.db_now, store))
 
     # -- bulk retry and cancel of a filter ------------------------------------------------------
 

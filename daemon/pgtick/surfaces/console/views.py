@@ -163,6 +163,20 @@ def run_page(
     )
 
 
+JOB_TYPE_LIVE_SECONDS = 2
+
+
+def job_type_page(view: operations.JobTypeView, page: Page) -> str:
+    return render(
+        "job_type.html",
+        page,
+        f"Job type {view.status.stats.job_type}",
+        "overview",
+        view=view,
+        live_seconds=JOB_TYPE_LIVE_SECONDS,
+    )
+
+
 def bulk_page(plan: operations.FilterBulkPlan, page: Page) -> str:
     """The confirmation of a bulk retry or cancel: the count, and the form with the ids."""
     b = plan.bulk

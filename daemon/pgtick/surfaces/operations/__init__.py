@@ -7,6 +7,7 @@ command line prints them, the web console renders them. No printing, no argument
 - ``bulk``: retry or cancel the runs matching a filter, confirmed by their count and ids;
 - ``schedules``: list, pause, resume, trigger, next occurrences, backfill;
 - ``status``: workers, queues and schedules with the problems among them; the console overview;
+- ``job_types``: one job type's page (its queue, running and waiting runs, schedules);
 - ``charts``: the overview's queue depth per job type over the last hour (its SQL in
   ``charts.sql`` beside it);
 - ``setup``: the one-connection store of a command, migrations, grants, ``check``.
@@ -31,6 +32,7 @@ from pgtick.surfaces.operations.bulk import (
 )
 from pgtick.surfaces.operations.charts import queue_depth_per_type
 from pgtick.surfaces.operations.flow import describe_limits, flow_limits
+from pgtick.surfaces.operations.job_types import JobTypeView, check_job_type, job_type_view
 from pgtick.surfaces.operations.output import (
     OUTPUT_STREAMS,
     SHOW_TAIL_LINES,
@@ -143,6 +145,7 @@ __all__ = [
     "FilterBulkPlan",
     "Horizon",
     "JobTypeStatus",
+    "JobTypeView",
     "OutputLine",
     "Overview",
     "Pruned",
@@ -159,6 +162,7 @@ __all__ = [
     "backfill_window",
     "change_runs",
     "check_database",
+    "check_job_type",
     "check_new_run",
     "check_statuses",
     "cron_in_words",
@@ -171,6 +175,7 @@ __all__ = [
     "follow_output",
     "grants_sql",
     "handler_summary",
+    "job_type_view",
     "list_runs",
     "list_schedules",
     "migrate",

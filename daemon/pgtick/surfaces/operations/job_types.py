@@ -1,0 +1,66 @@
+"""One job type as the console's page shows it: its queue counts (the same read model as
+``status``), the runs it is running and those waiting, and its schedules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from pgtick import config as config_mod
+from pgtick.errors import ConfigError, UsageError
+from pgtick.storage.store import ClaimType, JobTypeStats, RunStore, RunSummary
+from pgtick.surfaces.operations.runs import list_runs
+from pgtick.surfaces.operations.schedules import ScheduleView, schedule_views
+from pgtick.surfaces.operations.status import JobTypeStatus, _workers_and_queues
+
+# The job type page lists this many running and this many waiting runs (newest first); the
+# runs page, filtered, has the rest.
+JOB_TYPE_RUNS_SHOWN = 20
+JOB_TYPE_UPCOMING = 3
+WAITING_STATUSES = ("queued", "failed")
+
+
+@dataclass(frozen=True)
+class JobTypeView:
+    """A job type's page: ``status`` is its row of the overview (zeros when it has no queued,
+    running or recently dead run), with the live daemons that handle it."""
+
+    db_now: datetime
+    status: JobTypeStatus
+    running: list[RunSummary]
+    waiting: list[RunSummary]
+    schedules: list[ScheduleView]
+
+
+def check_job_type(name: str) -> str:
+    """A job type name from a URL; UsageError for what no job type can be called."""
+    try:
+        return config_mod.job_type_name("job type", name)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def job_type_view(
+    store: RunStore, job_type: str, *, heartbeat_seconds: float, limits: Sequence[ClaimType] = ()
+) -> JobTypeView:
+    """Everything the job type page shows, from one store (one snapshot under ``reading``)."""
+    now = store.now()
+    workers, types = _workers_and_queues(store, heartbeat_seconds, limits)
+    found = next((t for t in types if t.stats.job_type == job_type), None)
+    if found is None:  # no queued, running or recently dead run: zeros, and who handles it
+        mine = [t for t in limits if t.job_type == job_type]
+        served = sum(1 for w in workers if not w.stale and job_type in w.worker.job_types)
+        idle = JobTypeStats(job_type, 0, None, 0, 0, 0, 0, 0)
+        found = JobTypeStatus(idle, served, mine[0] if mine else None)
+    running = list_runs(
+        store, statuses=["running"], job_type=job_type, limit=JOB_TYPE_RUNS_SHOWN
+    ).runs
+    waiting = list_runs(
+        store, statuses=list(WAITING_STATUSES), job_type=job_type, limit=JOB_TYPE_RUNS_SHOWN
+    ).runs
+    schedules = [
+        v for v in schedule_views(store, now, JOB_TYPE_UPCOMING) if v.listing.job_type == job_type
+    ]
+    return JobTypeView(now, found, running, waiting, schedules)
