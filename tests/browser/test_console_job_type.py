@@ -56,3 +56,14 @@ def test_a_name_no_job_type_can_have_is_404(console: Console) -> None:
     assert console.get("/types/has%20space")[0] == 404
     assert console.get("/types/" + "x" * 300)[0] == 404
     assert console.get("/types/report")[0] == 200
+
+
+def test_the_overview_lists_every_job_type_a_live_daemon_handles(
+    console: Console, chrome: Any
+) -> None:
+    chrome.get(console.url + "/")
+    rows = {r[0]: r for r in cells(chrome, "#job-types tbody tr")}
+    # report has runs and no daemon; the daemon's own types are there with no run at all
+    assert rows["report"][1] == "3" and rows["report"][8] == "0"
+    assert {"record", "pickup", "boom"} <= set(rows)
+    assert (rows["pickup"][1], rows["pickup"][7], rows["pickup"][8]) == ("0", "0", "1")

@@ -260,6 +260,24 @@ def _schedule_status(
     return ScheduleStatus(state, next_at, last_ok, overdue, error)
 
 
+def _idle_types(
+    workers: Sequence[WorkerStatus], job_types: Sequence[JobTypeStatus], limits: Sequence[ClaimType]
+) -> list[JobTypeStatus]:
+    """The job types live daemons handle (their config's) that have no queued, running or
+    recently dead run: zeros, so that the overview lists every job type, busy or not."""
+    present = {t.stats.job_type for t in job_types}
+    served: dict[str, int] = {}
+    for w in workers:
+        if not w.stale:
+            for name in w.worker.job_types:
+                served[name] = served.get(name, 0) + 1
+    by_type = {t.job_type: t for t in limits}
+    return [
+        JobTypeStatus(JobTypeStats(name, 0, None, 0, 0, 0, 0, 0), served[name], by_type.get(name))
+        for name in sorted(set(served) - present)
+    ]
+
+
 @dataclass(frozen=True)
 class Overview:
     """The console's front page: queues per job type, throughput, workers, schedules.
@@ -287,6 +305,7 @@ def overview(
     ``RunStore.reading``); a chart's query that runs out of time leaves that chart empty."""
     now = store.now()
     workers, job_types = _workers_and_queues(store, heartbeat_seconds, limits)
+    job_types = job_types + _idle_types(workers, job_types, limits)
     schedules = schedule_views(store, now, next_count)
     try:
         per_minute: list[int] | None = store.succeeded_per_minute(THROUGHPUT_MINUTES)
