@@ -303,8 +303,9 @@ def chrome() -> Iterator[object]:
         driver.quit()
 
 
-def keep_screenshot(shot: Path) -> None:
-    """With PGTICK_UPDATE_DOCS_SCREENSHOT=1, the README's screenshot is refreshed from ``shot``."""
+def keep_screenshot(shot: Path, name: str = "console.png") -> None:
+    """With PGTICK_UPDATE_DOCS_SCREENSHOT=1, the docs' screenshot ``docs/name`` (the README's
+    and docs/console.md's) is refreshed from ``shot``."""
     if os.environ.get("PGTICK_UPDATE_DOCS_SCREENSHOT") == "1":
         (REPO / "docs").mkdir(exist_ok=True)
-        shutil.copyfile(shot, REPO / "docs" / "console.png")
+        shutil.copyfile(shot, REPO / "docs" / name)

@@ -142,6 +142,7 @@ def test_run_detail_renders_hostile_data_as_text(
     assert len(outputs[0].find_elements(By.CSS_SELECTOR, "span.stderr")) == 1
     assert 'http-equiv="refresh"' not in chrome.page_source
     chrome.save_screenshot(str(tmp_path / "run.png"))
+    keep_screenshot(tmp_path / "run.png", "console-run.png")
     # the runs list shows the hostile error too, still as text
     chrome.get(f"{console.url}/runs?status=dead")
     assert no_alert(chrome) and chrome.find_elements(By.TAG_NAME, "img") == []

@@ -12,7 +12,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.wait import WebDriverWait
 
-from .conftest import TOKEN, Console, start_console
+from .conftest import TOKEN, Console, keep_screenshot, start_console
 from .test_console import cells
 
 
@@ -42,6 +42,7 @@ def test_the_job_type_page_shows_its_queue_runs_and_schedules(
     assert cells(chrome, "#running tbody tr") == [["Nothing running."]]
     assert cells(chrome, "#type-schedules tbody tr") == [["No schedules of this job type."]]
     chrome.save_screenshot(str(tmp_path / "report.png"))
+    keep_screenshot(tmp_path / "report.png", "console-job-type.png")
 
     chrome.get(console.url + "/types/record")
     schedules = {r[0]: r for r in cells(chrome, "#type-schedules tbody tr")}
