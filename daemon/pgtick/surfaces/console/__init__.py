@@ -8,11 +8,13 @@ as the CLI, with login-guarded actions.
   geometry, ``render``;
 - ``markup``: the Jinja2 environment (autoescaping every template) over ``templates/``, and the
   static files of ``static/``;
+- ``attention``: the banner's items, `pgtick status`'s problems read at most once a second;
+- ``forms``: the filters, bulk confirmations and their result lines read from a request;
 - ``guard``: the session cookie, the CSRF token, the throttle of wrong tokens, the Host and
   origin checks (pure).
 
-Layered in that order (server | routes -> views -> fragments -> markup | guard). waitress and
-Jinja2 come with the ``console`` extra and are imported only when the console starts. May
-import ``pgtick.surfaces.operations``, ``pgtick.surfaces.http``, ``pgtick.storage`` (the store
-and its records) and ``pgtick.errors``.
+Layered in that order (server | routes -> attention | forms -> views -> fragments -> markup |
+guard). waitress and Jinja2 come with the ``console`` extra and are imported only when the
+console starts. May import ``pgtick.surfaces.operations``, ``pgtick.surfaces.http``,
+``pgtick.storage`` (the store and its records) and ``pgtick.errors``.
 """

@@ -26,7 +26,6 @@ import dataclasses
 import functools
 import secrets
 import threading
-import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -37,16 +36,15 @@ import structlog
 from pgtick.errors import DatabaseError, NotFoundError, PgtickError, UsageError
 from pgtick.storage.store import ClaimType, RunStore
 from pgtick.surfaces import operations
-from pgtick.surfaces.console import guard
+from pgtick.surfaces.console import forms, guard
+from pgtick.surfaces.console.attention import Attention
 from pgtick.surfaces.console.fragments import (
     LOGIN_IN,
     LOGIN_OUT,
     Page,
     age,
     cut,
-    parse_id_ranges,
     query_string,
-    runs_href,
 )
 from pgtick.surfaces.console.markup import static_file
 from pgtick.surfaces.console.views import (
@@ -70,9 +68,6 @@ UPCOMING_COUNT = 5
 FLASH_CHARS = 300
 # How old an answer about a session's logout a page may use; actions always ask the database.
 SESSION_CHECK_SECONDS = 5.0
-# How old the attention banner's items may be: one `status` read serves every page and live
-# update for this long (the pages of several browsers polling cost one read a second).
-ATTENTION_SECONDS = 1.0
 
 CSP_TEMPLATE = (
     "default-src 'self'; script-src {scripts}; style-src 'self'; img-src 'self'; "
@@ -103,15 +98,6 @@ STATIC_FILES = ("console.css", "favicon.svg", "live.js")
 OPEN_PATHS = ("/login", "/static/*")  # served without a session even when reads need one
 
 log = structlog.get_logger("pgtick.console")
-
-
-def _name_filter(request: Request, field: str, *, form: bool = False) -> str | None:
-    """A job type or schedule filter (None: not given). No name holds a NUL character, and
-    the database refuses one: the client's mistake, not an outage."""
-    value = (request.first(field, form=form) or "").strip() or None
-    if value is not None and "\x00" in value:
-        raise UsageError(f"{field}: contains a NUL character")
-    return value
 
 
 class Console:
@@ -146,10 +132,14 @@ class Console:
             self.sessions is not None and not public_reads and not guard.is_loopback(listen_host)
         )
         self._known = guard.KnownSessions()  # what the database said lately about logouts
-        # The banner's items (None: not known) and when they were read (monotonic).
-        self._attention: tuple[str, ...] | None = None
-        self._attention_at = -ATTENTION_SECONDS
-        self._attention_lock = threading.Lock()
+        self.attention = Attention(
+            store,
+            heartbeat_seconds=heartbeat_seconds,
+            tick_interval_seconds=tick_interval_seconds,
+            limits=limits,
+            timeout_seconds=READ_TIMEOUT_SECONDS,
+            pool_timeout_seconds=POOL_TIMEOUT_SECONDS,
+        )
         self._request = threading.local()  # the CSP nonce of the response being built
 
     def routes(self) -> dict[tuple[str, str], Handler]:
@@ -225,7 +215,7 @@ class Console:
         database cannot say."""
         flash = request.first("flash")
         shown = cut(flash, FLASH_CHARS) if flash else None
-        attention = self._attention
+        attention = self.attention.items
         nonce = getattr(self._request, "nonce", "")
         if self.sessions is None:
             return Page(False, db_now, shown, attention=attention, nonce=nonce)
@@ -249,37 +239,6 @@ class Console:
             nonce=nonce,
         )
 
-    def refresh_attention(self) -> None:
-        """Read the banner's items again if they are older than ATTENTION_SECONDS: the
-        problems of ``operations.status``, the very function behind `pgtick status`'s
-        ATTENTION lines, so the two cannot disagree. Before a page's read transaction (it
-        takes connections of its own); one request reads while the others use what is
-        there; a database that does not answer in time leaves them unknown."""
-        if time.monotonic() - self._attention_at < ATTENTION_SECONDS:
-            return
-        if not self._attention_lock.acquire(blocking=False):
-            return
-        try:
-            with self.store.reading(
-                "console_attention",
-                statement_timeout_seconds=READ_TIMEOUT_SECONDS,
-                pool_timeout_seconds=POOL_TIMEOUT_SECONDS,
-            ) as store:
-                st = operations.status(
-                    store,
-                    heartbeat_seconds=self.heartbeat_seconds,
-                    tick_interval_seconds=self.tick_interval_seconds,
-                    limits=self.limits,
-                    timeout_seconds=READ_TIMEOUT_SECONDS,
-                )
-            self._attention = tuple(st.problems)
-        except PgtickError as exc:
-            log.warning("console_attention_failed", error=str(exc))
-            self._attention = None
-        finally:
-            self._attention_at = time.monotonic()
-            self._attention_lock.release()
-
     def _unavailable(self, request: Request, exc: DatabaseError) -> Response:
         log.warning("console_read_failed", path=request.path, error=str(exc))
         return error_page(
@@ -300,7 +259,7 @@ class Console:
             try:
                 if check is not None:
                     check(request)
-                self.refresh_attention()
+                self.attention.refresh()
                 with self.store.reading(
                     "console",
                     statement_timeout_seconds=READ_TIMEOUT_SECONDS,
@@ -337,8 +296,8 @@ class Console:
                 raise UsageError(f"before: {exc}") from None
         return RunFilters(
             operations.check_statuses(statuses),
-            _name_filter(request, "type"),
-            _name_filter(request, "schedule"),
+            forms.name_filter(request, "type"),
+            forms.name_filter(request, "schedule"),
             before,
         )
 
@@ -389,23 +348,6 @@ class Console:
 
     # -- bulk retry and cancel of a filter ------------------------------------------------------
 
-    @staticmethod
-    def _bulk(request: Request, *, form: bool = False) -> operations.FilterBulk:
-        """The bulk action and the runs filter of a confirmation page (query) or of its
-        confirmed form; anything malformed is a UsageError (400)."""
-        fields = request.form() if form else request.query
-        name = request.first("action", form=form) or ""
-        actions = {"retry": operations.RETRY, "cancel": operations.CANCEL}
-        if name not in actions:
-            raise UsageError(f"action: must be retry or cancel, got {cut(name, 20)!r}")
-        statuses = [s for s in fields.get("status", []) if s]
-        return operations.filter_bulk(
-            actions[name],
-            statuses,
-            _name_filter(request, "type", form=form),
-            _name_filter(request, "schedule", form=form),
-        )
-
     def _bulk_confirmation(self, request: Request) -> Response:
         """GET /bulk?action=retry&status=dead&type=...: how many runs the filter matches now,
         and the form that acts on exactly those (their ids in it). Operators only."""
@@ -417,10 +359,10 @@ class Console:
             return error_page(
                 HTTPStatus.FORBIDDEN, "bulk actions are for operators: log in as one", context
             )
-        return self._page(self._bulk_page, self._bulk)(request)
+        return self._page(self._bulk_page, forms.bulk_request)(request)
 
     def _bulk_page(self, request: Request, store: RunStore) -> str:
-        plan = operations.plan_filter_bulk(store, self._bulk(request))
+        plan = operations.plan_filter_bulk(store, forms.bulk_request(request))
         return bulk_page(plan, self._context(request, store.now(), store))
 
     def _bulk_action(self, request: Request) -> Response:
@@ -435,29 +377,16 @@ class Console:
             log.warning("console_action", what="bulk", result=f"forbidden: {refusal}")
             return error_page(HTTPStatus.FORBIDDEN, refusal, self._context(request))
         try:
-            bulk = self._bulk(request, form=True)
-            limit = operations.MAX_FILTER_BULK_RUNS
-            try:
-                ids = parse_id_ranges(request.first("ids", form=True) or "", limit)
-            except ValueError as exc:
-                raise UsageError(f"ids: {exc}") from None
-            if str(len(ids)) != (request.first("count", form=True) or "").strip():
-                raise UsageError("count: does not match the ids confirmed; confirm again")
+            bulk, ids = forms.bulk_confirmed(request)
         except UsageError as exc:
             log.warning("console_action", what="bulk", result=str(exc))
             return error_page(HTTPStatus.BAD_REQUEST, str(exc), self._context(request))
-        verb, past = bulk.action.verb, bulk.action.past
         try:
-            done = operations.run_filter_bulk(self.store, bulk, ids)
-            message = f"{past} {done.changed} of the {done.confirmed} runs confirmed"
-            if done.skipped:
-                message += f"; {done.skipped} no longer matched the filter and were left alone"
+            message = forms.bulk_done(bulk, operations.run_filter_bulk(self.store, bulk, ids))
         except PgtickError as exc:
-            message = f"bulk {verb} refused: {exc}"
-        log.info("console_action", what=f"bulk {verb}", ids=[len(ids)], result=message)
-        back = runs_href(status=list(bulk.statuses), type=bulk.job_type, schedule=bulk.schedule)
-        separator = "&" if "?" in back else "?"
-        return see_other(f"{back}{separator}{query_string([('flash', message)])}")
+            message = f"bulk {bulk.action.verb} refused: {exc}"
+        log.info("console_action", what=f"bulk {bulk.action.verb}", ids=[len(ids)], result=message)
+        return see_other(forms.back_to_runs(bulk, message))
 
     def _schedules(self, request: Request, store: RunStore) -> str:
         now = store.now()
