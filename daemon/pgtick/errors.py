@@ -53,7 +53,12 @@ class SchemaNewerError(PgtickError):
 
 
 class DatabaseError(PgtickError):
-    """The database could not be reached or a statement failed."""
+    """The database could not be reached or a statement failed; ``unreachable``: the former
+    (the connection, not the statement: every loop meets it until the database is back)."""
+
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 class NotFoundError(PgtickError):

@@ -40,6 +40,7 @@ from pgtick.core.worker import Worker, claim_type
 from pgtick.observability import logs, tracing
 from pgtick.observability.database import DatabaseCollector, PoolStatsCollector, Readiness
 from pgtick.observability.metrics import Metrics
+from pgtick.observability.outage import tell_pool_warnings
 from pgtick.observability.systemd import Notifier
 from pgtick.storage import db, migrate
 from pgtick.storage.store import ClaimType, RunStore, WorkerInfo
@@ -220,6 +221,7 @@ class Service:
     ) -> int:
         cfg = self.config
         metrics = Metrics(job_types, pgtick.__version__, cfg.worker.threads)
+        tell_pool_warnings(metrics.outage)  # one outage, told once (outage.py)
         limits = [
             t for jt in job_types.values() if (t := claim_type(jt.config, jt.lease_seconds)).limited
         ]
@@ -261,8 +263,10 @@ class Service:
             listen_dsn=cfg.database.listen_dsn,
             on_rescan=worker.rescan,
             on_due=worker.due,
+            on_controls=worker.controls_changed,
         )
         worker.bounds.notifying = lambda: listener.connected
+        worker.controls.notifying = lambda: listener.connected
         reaper = Reaper(
             store,
             job_types,
@@ -279,6 +283,7 @@ class Service:
             cfg.ticker,
             metrics,
             priorities=priorities,
+            service=cfg.worker.service,
         )
         self._ticker = ticker
         store.sync_job_type_settings(priorities)

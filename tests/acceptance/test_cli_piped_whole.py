@@ -46,3 +46,42 @@ def test_columns_still_cuts_on_purpose(dsn: str, conn: Connection) -> None:
     out = _piped(dsn, "runs", columns="100")
     assert "disk full" not in out
     assert all(len(line) <= 100 for line in out.splitlines())
+
+
+LONG_SCHEDULE = "nightly_export_of_customers_for_the_finance_team_in_amsterdam"
+
+
+def _seed_schedules(conn: Connection) -> None:
+    """Schedules as an operator names them, one with a run that succeeded."""
+    conn.execute(
+        "INSERT INTO schedules (name, job_type, cron, timezone, materialized_until) VALUES"
+        " (%s, %s, '*/15 9-17 * * 1-5', 'America/Argentina/Buenos_Aires', now()),"
+        " ('hourly_cleanup', 'cleanup_sessions', '0 * * * *', 'UTC', now())",
+        (LONG_SCHEDULE, LONG_TYPE),
+    )
+    conn.execute(
+        "INSERT INTO runs (schedule_id, scheduled_for, job_type, status, attempts, run_at,"
+        " started_at, finished_at) SELECT id, now() - interval '1 hour', job_type, 'succeeded',"
+        " 1, now() - interval '1 hour', now() - interval '1 hour', now() - interval '59 minutes'"
+        " FROM schedules"
+    )
+
+
+def test_schedules_fit_a_terminal(dsn: str, conn: Connection) -> None:
+    """`pgtick schedules` was some 170 columns wide (issue 44, item 7)."""
+    _seed_schedules(conn)
+    out = _piped(dsn, "schedules", columns="100")
+    lines = out.splitlines()
+    assert len(lines) == 3, out
+    assert all(len(line) <= 100 for line in lines), out
+    # Names, job types and zones are cut (`--json` has them whole); cron and state never.
+    assert any(line.startswith("hourly_c") for line in lines), out
+    assert "*/15 9-17 * * 1-5" in out and "active" in out and "succeeded" in out
+
+
+def test_piped_schedules_keep_every_value_whole(dsn: str, conn: Connection) -> None:
+    _seed_schedules(conn)
+    out = _piped(dsn, "schedules")
+    assert LONG_SCHEDULE in out and LONG_TYPE in out and "America/Argentina/Buenos_Aires" in out
+    assert "…" not in out
+    assert "T" in out.splitlines()[1].split()[-1]  # whole ISO 8601 instants, for scripts

@@ -69,6 +69,8 @@ def test_status_healthy(conn: Connection, dsn: str) -> None:
         "live_workers": 1,
         "unserved": False,
         "limits": None,  # flow control: none configured (tests/acceptance/test_flow_control.py)
+        "limit_sources": None,  # nor changed at runtime (pgtick limits)
+        "paused": False,
         "waiting_concurrency": 0,
         "waiting_rate": 0,
     }

@@ -320,8 +320,11 @@ def test_list_pause_resume_trigger_and_backfill(
     assert listed["nightly"]["last_success_at"] is None
     assert set(listed["nightly"]) == {
         "name", "job_type", "cron", "timezone", "state", "paused_reason", "paused_detail",
-        "next_at", "last_status", "last_scheduled_for", "last_success_at",
+        "next_at", "last_status", "last_scheduled_for", "last_success_at", "service", "owner",
+        "on_pause",
     }  # fmt: skip
+    nightly_owner = (listed["nightly"]["owner"], listed["nightly"]["on_pause"])
+    assert nightly_owner == ("service default", "hold")
     [nightly] = [line for line in pgtick(dsn, "schedules", *cfg).out if line.startswith("nightly")]
     assert "queued (triggered)" in nightly
 

@@ -32,6 +32,8 @@ EXPECTED_TABLES = {
     "run_keys",
     "partitioned_tables",
     "console_logouts",
+    "job_type_controls",
+    "audit_log",
 }
 
 

@@ -58,6 +58,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = subprocess.run(
         [str(venv / "bin" / "pip"), "install", "--quiet", f"{wheel}{EXTRAS}"],
+        # Not the caller's PYTHONPATH: a source tree on it (daemon/, with the egg-info the
+        # build leaves there) reads to pip as pgtick installed already.
+        env=clean_env(),
         capture_output=True,
         text=True,
         timeout=600,

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.torture.controls import paused_not_started
 from tests.torture.daemons import daemon_lifecycle
 from tests.torture.findings import Finding
 from tests.torture.history import Event
@@ -35,6 +36,7 @@ INVARIANTS = {
     "single-execution": 2,
     "lease-kept": 2,
     "limits": 3,
+    "paused": 3,
     "held-run-kept": 3,
     "no-loss": 4,
     "success-recorded": 5,
@@ -60,6 +62,7 @@ CHECKS: tuple[Callable[[Model], list[Finding]], ...] = (
     single_execution,
     lease_kept,
     limits,
+    paused_not_started,
     held_run_kept,
     no_loss,
     success_recorded,

@@ -5,8 +5,9 @@ limits, nor more starts than its rate; and a held run is never removed under its
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from tests.torture.controls import max_running_at
 from tests.torture.findings import (
     EPISODES_SHOWN,
     RATE_SLACK_SECONDS,
@@ -124,30 +125,40 @@ def lease_kept(model: Model) -> list[Finding]:
 
 
 def over_limit(
-    executions: Sequence[Execution], limit: int
+    executions: Sequence[Execution], limit: int | Callable[[int], int]
 ) -> list[tuple[Execution, list[Execution]]]:
-    """The starts that made more than ``limit`` executions run at once: each start, with the
-    executions running when it came."""
+    """The starts that made more than ``limit`` (in force at each start: an operator may
+    change it at runtime) executions run at once: each start, with the executions running
+    when it came."""
+    limit_at = limit if callable(limit) else lambda _t: limit
     out = []
     for ex in sorted(executions, key=lambda e: e.begin):
         others = [o for o in executions if o is not ex and o.begin <= ex.begin < o.surely_until]
-        if len(others) >= limit:
+        if len(others) >= limit_at(ex.begin):
             out.append((ex, others))
     return out
 
 
 def limit_findings(
-    model: Model, subject: str, limit_name: str, limit: int, executions: Sequence[Execution]
+    model: Model,
+    subject: str,
+    limit_name: str,
+    limit: int | Callable[[int], int],
+    executions: Sequence[Execution],
+    lenient: Callable[[int], int] | None = None,
 ) -> list[Finding]:
+    """Findings for the starts over ``limit``; with ``lenient`` (a limit changed at runtime,
+    controls.py), those within the lenient reading are excused."""
     out: list[Finding] = []
     shown: set[frozenset[tuple[int, int, str]]] = set()
     moments = over_limit(executions, limit)
     for starter, running in moments:
         t = starter.begin
+        limit_now = limit(t) if callable(limit) else limit
         # The slots' holders it is judged against: first those whose lease was not taken
         # before it started for a documented reason (frozen, cut off).
         reasons = {id(o): taken(model, o, t) for o in running}
-        holders = sorted(running, key=lambda o: (bool(reasons[id(o)][0]), o.begin))[:limit]
+        holders = sorted(running, key=lambda o: (bool(reasons[id(o)][0]), o.begin))[:limit_now]
         group = [starter, *holders]
         ident = frozenset((e.run, e.attempt, e.process) for e in group)
         if ident in shown:
@@ -160,11 +171,16 @@ def limit_findings(
         context = model.context(runs, since, t, [e.daemon for e in holders])
         excuse = next((reasons[id(o)][0] for o in holders if reasons[id(o)][0]), "")
         locked = next((reasons[id(o)][1] for o in holders if reasons[id(o)][1]), None)
+        if not excuse and lenient is not None and len(running) < lenient(t):
+            excuse = (
+                f"{limit_name} was changed at runtime just before: a run claimed under the"
+                f" earlier {lenient(t)} may start after the change"
+            )
         out.append(
             Finding(
                 "limits",
                 subject,
-                f"{len(group)} handlers at once with {limit_name} = {limit}: "
+                f"{len(group)} handlers at once with {limit_name} = {limit_now}: "
                 + "; ".join(e.describe() for e in group)
                 + (f" ({len(moments)} such starts in all)" if len(moments) > 1 else ""),
                 unique([*(line for e in group for line in e.events()), *context, locked]),
@@ -212,7 +228,11 @@ def limits(model: Model) -> list[Finding]:
     for jt in model.world.job_types:
         mine = [e for e in model.executions if e.job_type == jt.name]
         if jt.max_running is not None:
-            out += limit_findings(model, f"job type {jt.name}", "max_running", jt.max_running, mine)
+            # The limit in force at each start: the config's, or an operator's (pgtick limits).
+            strict, lenient = max_running_at(model, jt)
+            out += limit_findings(
+                model, f"job type {jt.name}", "max_running", strict, mine, lenient
+            )
         if jt.max_running_per_key is not None:
             keys: dict[str, list[Execution]] = defaultdict(list)
             for e in mine:

@@ -7,7 +7,9 @@ rolls back. Its history line says what each enqueue answered (the run id, and wh
 transaction created it: its payload carries the transaction's tag ``n``) and how the
 transaction ended: ``ok`` committed, ``fail`` rolled back or refused, ``info`` unknown (the
 connection broke during COMMIT). A key race is two to four such transactions at once on one
-fresh idempotency key. Cancel, retry and prune go through the `pgtick` CLI as an operator's do.
+fresh idempotency key. Cancel, retry and prune go through the `pgtick` CLI as an operator's do;
+so do the runtime controls: a job type paused for some seconds then resumed, a limited type's
+max_running changed or reset.
 """
 
 from __future__ import annotations
@@ -235,6 +237,20 @@ class Clients:
             )
             return
         self.cli(step, "retry", [str(run_id)], {"run": run_id, "seen": args["status"]})
+
+    def pause(self, step: int, args: Mapping[str, Any]) -> None:
+        """`pgtick pause TYPE`, then `pgtick resume TYPE` after ``args["seconds"]``."""
+        job_type = args["job_type"]
+        reason = ["--reason", f"torture step {step}"]
+        self.cli(step, "pause", [job_type, *reason], {"job_type": job_type})
+        time.sleep(args["seconds"])
+        self.cli(step, "resume", [job_type], {"job_type": job_type})
+
+    def limits(self, step: int, args: Mapping[str, Any]) -> None:
+        """`pgtick limits TYPE --max-running N`, or ``--reset`` (max_running None)."""
+        job_type, most = args["job_type"], args["max_running"]
+        change = ["--reset"] if most is None else ["--max-running", str(most)]
+        self.cli(step, "limits", [job_type, *change], {"job_type": job_type, "max_running": most})
 
     def prune(self, step: int, args: Mapping[str, Any]) -> None:
         older = ["--older-than", args["older_than"]] if args["older_than"] else []

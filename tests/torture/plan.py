@@ -184,7 +184,17 @@ OPERATIONS: dict[str, float] = {
     "cancel": 8.0,
     "retry": 5.0,
     "prune": 0.8,
+    # An operator's runtime controls (docs/operations/runtime.md): a job type paused for a few
+    # seconds, then resumed; a limited type's max_running changed or reset to the config's.
+    "pause": 2.5,
+    "limits": 1.5,
 }
+PAUSED_TYPES = ("free", "keyed", "capped", "tx")
+PAUSE_SECONDS = (2.0, 12.0)
+# Only types limited in the config: a runtime limit on an unlimited one would hold its backlog
+# past the quiet end of the run (no-loss), and it is the same check.
+LIVE_LIMITED_TYPES = ("capped", "pair", "keyed")
+LIVE_MAX_RUNNING = (1, 1, 2, 3, 4, None)  # None: --reset, back to the config's
 FAULTS: dict[str, float] = {
     "kill": 0.4,
     "term": 0.4,
@@ -379,6 +389,16 @@ def operation_args(kind: str, rng: random.Random, world: World) -> dict[str, Any
         }
     if kind == "prune":
         return {"older_than": rng.choice((None, "1m"))}
+    if kind == "pause":
+        return {
+            "job_type": rng.choice(PAUSED_TYPES),
+            "seconds": round(rng.uniform(*PAUSE_SECONDS), 1),
+        }
+    if kind == "limits":
+        return {
+            "job_type": rng.choice(LIVE_LIMITED_TYPES),
+            "max_running": rng.choice(LIVE_MAX_RUNNING),
+        }
     raise PlanError(f"no arguments for {kind}")
 
 

@@ -145,6 +145,8 @@ def run_steps(plan: Plan, began: float, clients: Clients, nemesis: Nemesis) -> N
         "cancel": clients.cancel,
         "retry": clients.retry,
         "prune": clients.prune,
+        "pause": clients.pause,
+        "limits": clients.limits,
         "kill": nemesis.kill,
         "term": nemesis.term,
         "freeze": nemesis.freeze,

@@ -20,7 +20,7 @@ FAULT_KINDS = (
     "held-snapshot",
     "migrate",
 )
-OPERATOR_VERBS = ("cancel", "retry", "prune")
+OPERATOR_VERBS = ("cancel", "retry", "prune", "pause", "resume", "limits")
 
 
 def summary(model: Model, findings: Sequence[Finding]) -> dict[str, Counter[str]]:

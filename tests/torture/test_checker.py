@@ -367,6 +367,54 @@ def test_per_key_limits_count_by_key() -> None:
     assert verdict.violations[0].subject == "job type keyed key a"
 
 
+def _limits(h: Hand, begin: float, end: float | None, job_type: str, most: int | None) -> None:
+    """An operator's `pgtick limits` call (``most`` None: --reset), invoked and answered."""
+    value = {"job_type": job_type, "max_running": most}
+    h.at(begin, f"operator-{int(begin)}", INVOKE, "limits", **value)
+    if end is not None:
+        h.at(end, f"operator-{int(begin)}", OK, "limits", **value)
+
+
+def test_a_start_is_judged_against_the_max_running_in_force_at_that_moment() -> None:
+    h = Hand()
+    _limits(h, 5.0, 5.5, "capped", 2)  # capped's config says 1
+    h.execution(10.0, 30.0, run=1, job_type="capped")
+    h.execution(12.0, 14.0, run=2, job_type="capped", daemon="d1#1")  # 2 at once: allowed
+    assert names(h.verdict()) == []
+    _limits(h, 20.0, 20.5, "capped", None)  # back to the config's 1
+    h.execution(25.0, 26.0, run=3, job_type="capped", daemon="d1#1")  # beside run 1
+    verdict = h.verdict()
+    assert names(verdict) == ["limits"]
+    assert "max_running = 1" in verdict.violations[0].summary
+
+
+def test_a_start_just_after_a_lowered_limit_is_excused_and_one_later_is_not() -> None:
+    h = Hand()
+    _limits(h, 5.0, 5.5, "pair", 1)  # pair's config says 2
+    h.execution(4.0, 30.0, run=1, job_type="pair")
+    h.execution(6.0, 7.0, run=2, job_type="pair", daemon="d1#1")  # claimed before the change
+    verdict = h.verdict()
+    assert names(verdict) == [] and excuses(verdict) == ["limits"]
+    h.execution(20.0, 21.0, run=3, job_type="pair", daemon="d1#1")
+    assert names(h.verdict()) == ["limits"]
+
+
+def test_a_start_of_a_paused_type_a_poll_interval_after_the_pause_is_a_violation() -> None:
+    h = Hand()
+    h.at(10.0, "operator-3", INVOKE, "pause", job_type="free")
+    h.at(10.5, "operator-3", OK, "pause", job_type="free")
+    h.at(30.0, "operator-3", INVOKE, "resume", job_type="free")
+    h.at(30.5, "operator-3", OK, "resume", job_type="free")
+    h.execution(11.0, 12.0, run=1)  # claimed before the daemons read the pause
+    h.execution(31.0, 32.0, run=2)  # after the resume
+    h.execution(20.0, 21.0, run=3, job_type="tx")  # another type
+    assert names(h.verdict()) == []
+    h.execution(20.0, 21.0, run=4)
+    verdict = h.verdict()
+    assert names(verdict) == ["paused"]
+    assert verdict.violations[0].subject == "job type free"
+
+
 def test_more_claims_in_a_window_than_the_rate_is_a_violation() -> None:
     h = Hand()
     for i in range(12):

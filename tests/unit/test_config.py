@@ -73,6 +73,7 @@ def load_text(text: str) -> Config:
         ("retention.dead_seconds", 30 * DAY),
         ("retention.cancelled_seconds", 7 * DAY),
         ("retention.skipped_seconds", 1 * DAY),
+        ("retention.audit_seconds", 90 * DAY),
         ("job_types", {}),
         ("schedules", {}),
         ("path", None),
@@ -134,6 +135,7 @@ shutdown_grace = "0s"
 imports = ["myapp.jobs", "other"]
 prefetch = 16
 refuse_undeclared_job_types = true
+service = "billing"
 
 [ticker]
 interval = "30s"
@@ -154,6 +156,7 @@ succeeded = "1d"
 dead = "90d"
 cancelled = "2d"
 skipped = "6h"
+audit = "30d"
 
 [job_types.send_invoice_emails]
 handler = "myapp.jobs:send_invoice_emails"
@@ -183,6 +186,7 @@ payload = { days = 30, tags = ["a", "b"], nested = { x = 1.5 } }
 catchup = "all"
 catchup_limit = 5
 overlap = "allow"
+on_pause = "skip"
 jitter = "30s"
 max_attempts = 2
 priority = 7
@@ -207,6 +211,7 @@ def test_every_key_loads_into_its_field() -> None:
         imports=("myapp.jobs", "other"),
         prefetch=16,
         refuse_undeclared_job_types=True,
+        service="billing",
     )
     assert cfg.ticker == TickerConfig(
         interval_seconds=30.0, lookahead_seconds=0.0, reaper_interval_seconds=5.0
@@ -218,6 +223,7 @@ def test_every_key_loads_into_its_field() -> None:
         dead_seconds=90 * DAY,
         cancelled_seconds=2 * DAY,
         skipped_seconds=6 * 3600,
+        audit_seconds=30 * DAY,
     )
     assert cfg.job_types["send_invoice_emails"] == JobTypeConfig(
         name="send_invoice_emails",
@@ -251,6 +257,7 @@ def test_every_key_loads_into_its_field() -> None:
         catchup="all",
         catchup_limit=5,
         overlap="allow",
+        on_pause="skip",
         jitter_seconds=30.0,
         max_attempts=2,
         priority=7,

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import pgtick
-from pgtick.cli import deploy, runs, schedules, setup, status
+from pgtick.cli import audit, controls, deploy, runs, schedules, setup, status
 from pgtick.cli.exits import EXIT_USAGE
+from pgtick.config import values as config_values
 from pgtick.config.schema import MAX_PRIORITY
 from pgtick.config.values import MAX_INT4
-from pgtick.errors import UsageError
+from pgtick.errors import ConfigError, UsageError
 from pgtick.surfaces import operations
 
 WHEN_HELP = "ISO 8601 time (no offset = UTC) or a duration such as 90m, 2h, 7d"
@@ -162,7 +163,7 @@ def _add_change(sub: Any, common: argparse.ArgumentParser, action: operations.Ac
 
 def _add_schedules(sub: Any, common: argparse.ArgumentParser) -> None:
     """``schedules`` lists; its verbs manage and inspect one schedule."""
-    text = "list schedules (verbs: pause, resume, trigger, next, backfill)"
+    text = "list schedules (verbs: add, edit, remove, pause, resume, trigger, next, backfill)"
     p = sub.add_parser("schedules", parents=[common], help=text, description=text)
     p.set_defaults(func=schedules.cmd_schedules)
     p.add_argument("--json", action="store_true", help="a JSON list instead of a table")
@@ -195,6 +196,76 @@ def _add_schedules(sub: Any, common: argparse.ArgumentParser) -> None:
         "--from", dest="from_", required=True, metavar="WHEN", help=f"inclusive: {WHEN_HELP} ago"
     )
     v.add_argument("--to", required=True, metavar="WHEN", help=f"inclusive: {WHEN_HELP} ago")
+    v = verb(
+        "add",
+        schedules.cmd_schedules_add,
+        "create a schedule owned by the database (no config sync touches it)",
+    )
+    _definition_options(v, required=True)
+    v = verb("edit", schedules.cmd_schedules_edit, "change a schedule created with add")
+    _definition_options(v, required=False)
+    verb("remove", schedules.cmd_schedules_remove, "remove a schedule created with add")
+
+
+def _definition_options(v: argparse.ArgumentParser, *, required: bool) -> None:
+    """``schedules add`` and ``edit``: the keys of a [schedules.NAME] table, checked as the
+    config file's."""
+    v.add_argument("--type", dest="job_type", required=required, metavar="T", help="job type")
+    v.add_argument("--cron", required=required, metavar="EXPR", help="five-field cron expression")
+    v.add_argument("--tz", dest="timezone", metavar="ZONE", help="IANA time zone (default UTC)")
+    v.add_argument("--payload", metavar="JSON", help="a JSON object handed to the handler")
+    v.add_argument("--catchup", metavar="latest|all|none", help="after downtime (default latest)")
+    v.add_argument("--catchup-limit", type=_positive_int, metavar="N")
+    v.add_argument("--overlap", metavar="skip|allow", help="default skip")
+    v.add_argument(
+        "--on-pause", metavar="hold|skip", help="while its job type is paused (default hold)"
+    )
+    v.add_argument("--jitter", metavar="DURATION", help="delay each run by up to this")
+    v.add_argument("--max-attempts", type=_max_attempts, metavar="N")
+    v.add_argument("--priority", type=_priority, metavar="N")
+
+
+def _rate(text: str) -> tuple[int, float]:
+    """A rate as the config writes it: ``N/second``, ``N/minute`` or ``N/hour``."""
+    try:
+        limit, window = config_values.rate("rate", text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("rate: ")) from None
+    return limit, window
+
+
+def _add_controls(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``pause``, ``resume`` and ``limits``: a job type at runtime, on every daemon."""
+    text = "pause a job type on every daemon: its runs stay queued until resume"
+    p = sub.add_parser("pause", parents=[common], help=text, description=text)
+    p.set_defaults(func=controls.cmd_pause)
+    p.add_argument("job_type", metavar="TYPE")
+    p.add_argument("--reason", metavar="TEXT", help="why (shown by status and the console)")
+    text = "resume a paused job type: its runs are claimed again at once"
+    p = sub.add_parser("resume", parents=[common], help=text, description=text)
+    p.set_defaults(func=controls.cmd_resume)
+    p.add_argument("job_type", metavar="TYPE")
+    text = (
+        "show a job type's limits with their source, or override them on every daemon from "
+        "its next claim (the config's stay the default: --reset)"
+    )
+    p = sub.add_parser("limits", parents=[common], help=text, description=text)
+    p.set_defaults(func=controls.cmd_limits)
+    p.add_argument("job_type", metavar="TYPE")
+    p.add_argument("--max-running", type=_positive_int, metavar="N", help="fleet-wide at once")
+    p.add_argument("--max-running-per-key", type=_positive_int, metavar="N", help="at once per key")
+    p.add_argument("--rate", type=_rate, metavar="N/UNIT", help="starts per second|minute|hour")
+    p.add_argument("--rate-per-key", type=_rate, metavar="N/UNIT", help="the same per key")
+    p.add_argument("--reset", action="store_true", help="back to the config's limits")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    text = "who did what, when, to which runs: the operators' actions, newest first"
+    p = sub.add_parser("audit", parents=[common], help=text, description=text)
+    p.set_defaults(func=audit.cmd_audit)
+    p.add_argument("--since", metavar="WHEN", help=f"recorded since: {WHEN_HELP} ago")
+    p.add_argument(
+        "--limit", type=_positive_int, default=100, metavar="N", help="at most N (default 100)"
+    )
+    p.add_argument("--json", action="store_true", help="a JSON list instead of a table")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -336,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", choices=operations.OUTPUT_STREAMS, help="only this stream")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     _add_schedules(sub, common)
+    _add_controls(sub, common)
     p = add("demo", setup.cmd_demo, "run the daemon on an embedded PostgreSQL, for a first look")
     p.add_argument(
         "--data-dir", default=setup.DEMO_DATA_DIR, help="where the embedded server lives"

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 MIN_FLEX_WIDTH = 10  # a last column narrower than this is left empty ("-")
+MIN_CUT_WIDTH = 8  # fit_table cuts a column no narrower than this
 
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
@@ -39,6 +40,25 @@ def flex_width(header: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
     fixed = [max(len(line[i]) for line in [header, *rows]) for i in range(len(rows[0]))]
     room = shutil.get_terminal_size().columns - sum(fixed) - 2 * len(fixed)
     return 0 if room < MIN_FLEX_WIDTH else room
+
+
+def fit_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], cuttable: Sequence[int]
+) -> list[tuple[str, ...]]:
+    """``rows`` with the ``cuttable`` columns cut, widest first, until the table fits the
+    terminal (no column below MIN_CUT_WIDTH); whole when nothing is cut (``cutting``)."""
+    if not cutting() or not rows:
+        return [tuple(row) for row in rows]
+    widths = [max(len(line[i]) for line in [header, *rows]) for i in range(len(header))]
+    over = sum(widths) + 2 * (len(widths) - 1) - shutil.get_terminal_size().columns
+    while over > 0:
+        # One character at a time off the widest cuttable column that may still give one.
+        open_ = [i for i in cuttable if widths[i] > max(MIN_CUT_WIDTH, len(header[i]))]
+        if not open_:
+            break
+        widths[max(open_, key=lambda i: widths[i])] -= 1
+        over -= 1
+    return [tuple(cut(c, widths[i]) for i, c in enumerate(row)) for row in rows]
 
 
 def print_json(doc: Any) -> None:

@@ -149,7 +149,7 @@ def _change(args: argparse.Namespace, action: operations.Action) -> int:
     since = parse_since(args.since, "--since")
     with context.store(args, cfg) as store:
         if args.run_ids:
-            done = operations.change_runs(store, action, args.run_ids)
+            done = operations.change_runs(store, action, args.run_ids, actor=operations.cli_actor())
             print(f"{action.past} {len(done.changed)} run(s): {ids_text(done.changed)}")
             if done.missed:
                 raise PgtickError(
@@ -161,7 +161,7 @@ def _change(args: argparse.Namespace, action: operations.Action) -> int:
         if not _confirm(question, count, args.yes):
             print(f"nothing {action.past}")
             return EXIT_OK
-        changed = operations.run_bulk(store, bulk)
+        changed = operations.run_bulk(store, bulk, actor=operations.cli_actor())
     print(f"{action.past} {changed} run(s) ({args.status} {args.type})")
     return EXIT_OK
 
@@ -185,6 +185,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
             statuses=args.status or (),
             dry_run=args.dry_run,
             progress_stream=sys.stderr,
+            actor=None if args.dry_run else operations.cli_actor(),
         )
     verb = "would delete" if pruned.dry_run else "deleted"
     for status, count in pruned.counts.items():

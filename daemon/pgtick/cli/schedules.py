@@ -1,5 +1,5 @@
 """The verbs on schedules: ``schedules`` (the listing), ``pause``, ``resume``, ``trigger``,
-``next`` and ``backfill``.
+``next`` and ``backfill``; ``add``, ``edit`` and ``remove`` for those the database owns.
 """
 
 from __future__ import annotations
@@ -8,13 +8,12 @@ import argparse
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pgtick.cli import context, views
-from pgtick.cli.args import parse_when, resolve_when
+from pgtick.cli.args import parse_payload, parse_when, resolve_when
 from pgtick.cli.exits import EXIT_OK
 from pgtick.cli.render import iso, local_text, print_json, print_table, seconds_text
-from pgtick.storage.store import RunStore
 from pgtick.surfaces import operations
 
 DEFAULT_NEXT_COUNT = 5
@@ -28,7 +27,7 @@ def cmd_schedules(args: argparse.Namespace) -> int:
     elif not lines:
         print("no schedules")
     else:
-        print_table(views.SCHEDULE_COLUMNS, [views.schedule_cells(line) for line in lines])
+        print_table(views.SCHEDULE_COLUMNS, views.schedule_table(lines))
         invalid = [
             line.listing
             for line in lines
@@ -43,9 +42,12 @@ def cmd_schedules(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _on_schedule(args: argparse.Namespace, verb: Callable[[RunStore, str], T]) -> T:
-    """``verb(store, NAME)``: pause, resume and trigger."""
-    return context.call(args, context.begin(args), lambda store: verb(store, args.name))
+def _on_schedule(args: argparse.Namespace, verb: Callable[..., T]) -> T:
+    """``verb(store, NAME, actor=...)``: pause, resume and trigger, recorded as this user's."""
+    actor = operations.cli_actor()
+    return context.call(
+        args, context.begin(args), lambda store: verb(store, args.name, actor=actor)
+    )
 
 
 def cmd_schedules_pause(args: argparse.Namespace) -> int:
@@ -88,7 +90,10 @@ def cmd_schedules_backfill(args: argparse.Namespace) -> int:
     start = resolve_when(parse_when(args.from_, "--from"), now, ahead=False)
     end = resolve_when(parse_when(args.to, "--to"), now, ahead=False)
     after, end = operations.backfill_window(start, end, args.from_)
-    done = context.call(args, cfg, lambda store: operations.backfill(store, args.name, after, end))
+    actor = operations.cli_actor()
+    done = context.call(
+        args, cfg, lambda store: operations.backfill(store, args.name, after, end, actor=actor)
+    )
     print(
         f"created {done.created} runs for {args.name} ({done.existing} occurrences already had one)"
     )
@@ -100,4 +105,66 @@ def cmd_schedules_backfill(args: argparse.Namespace) -> int:
             " runs them one at a time)",
             file=sys.stderr,
         )
+    return EXIT_OK
+
+
+# Options of `schedules add` and `edit`: (attribute, [schedules.NAME] key).
+DEFINITION_OPTIONS = (
+    ("job_type", "job_type"),
+    ("cron", "cron"),
+    ("timezone", "timezone"),
+    ("catchup", "catchup"),
+    ("catchup_limit", "catchup_limit"),
+    ("overlap", "overlap"),
+    ("on_pause", "on_pause"),
+    ("jitter", "jitter"),
+    ("max_attempts", "max_attempts"),
+    ("priority", "priority"),
+)
+
+
+def _definition(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given on the command line, as a [schedules.NAME] table has them."""
+    table = {key: getattr(args, attr) for attr, key in DEFINITION_OPTIONS}
+    table = {key: value for key, value in table.items() if value is not None}
+    if args.payload is not None:
+        table["payload"] = parse_payload(args.payload)
+    return table
+
+
+def cmd_schedules_add(args: argparse.Namespace) -> int:
+    table = _definition(args)
+    actor = operations.cli_actor()
+    schedule_id = context.call(
+        args,
+        context.begin(args),
+        lambda store: operations.add_schedule(store, args.name, table, actor),
+    )
+    print(
+        f"added {args.name} (schedule {schedule_id}, owned by the database: no config sync "
+        "changes it)"
+    )
+    return EXIT_OK
+
+
+def cmd_schedules_edit(args: argparse.Namespace) -> int:
+    table = _definition(args)
+    actor = operations.cli_actor()
+    context.call(
+        args,
+        context.begin(args),
+        lambda store: operations.edit_schedule(store, args.name, table, actor),
+    )
+    print(f"changed {args.name} ({', '.join(sorted(table))})")
+    return EXIT_OK
+
+
+def cmd_schedules_remove(args: argparse.Namespace) -> int:
+    actor = operations.cli_actor()
+    context.call(
+        args,
+        context.begin(args),
+        lambda store: operations.remove_schedule(store, args.name, actor),
+    )
+    print(f"removed {args.name} (paused as removed; its runs keep their history)")
     return EXIT_OK

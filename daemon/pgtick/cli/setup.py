@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import structlog
 
 import pgtick
 from pgtick import config as config_mod
-from pgtick.cli import context
+from pgtick.cli import context, demo
 from pgtick.cli.exits import EXIT_OK, EXIT_USAGE
 from pgtick.observability import logs
 from pgtick.surfaces import operations
@@ -103,14 +102,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from pgtick.embedded import EmbeddedPostgres
     from pgtick.service import Service
 
-    cfg = context.load(args)
-    if not cfg.web.enabled:
-        cfg = dataclasses.replace(cfg, web=dataclasses.replace(cfg.web, listen=DEMO_WEB_LISTEN))
+    cfg, source = demo.load(args.config)
+    cfg = demo.with_free_ports(cfg, DEMO_WEB_LISTEN)
     logs.configure_logging(cfg.logging.format, "debug" if args.debug else cfg.logging.level)
     server = EmbeddedPostgres(Path(args.data_dir))
     try:
         print(f"PGTICK_DSN={server.dsn}", flush=True)
-        print(f"console: http://{cfg.web.listen}/", flush=True)
+        print("\n".join(demo.next_steps(cfg, server.dsn, source)), flush=True)
         if DEMO_JOB_TYPE in cfg.job_types:
             # One run due now, so the first success shows within seconds, not at the schedule's
             # next minute.

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from pgtick.cli.render import (
     age_text,
     attempts_text,
     cut,
+    cutting,
     duration_text,
+    fit_table,
     flex_width,
     in_zone,
     iso,
@@ -28,14 +30,31 @@ from pgtick.surfaces import operations
 
 # -- schedules -------------------------------------------------------------------------------------
 
-SCHEDULE_COLUMNS = ("NAME", "JOB TYPE", "CRON", "TIMEZONE", "STATE", "NEXT", "LAST RUN", "LAST OK")
+SCHEDULE_COLUMNS = (
+    "NAME",
+    "JOB TYPE",
+    "CRON",
+    "TIMEZONE",
+    "STATE",
+    "NEXT",
+    "LAST RUN",
+    "LAST OK",
+    "OWNER",
+)
+# NAME, JOB TYPE, TIMEZONE, OWNER: `schedules --json` has them whole
+SCHEDULE_CUTTABLE = (0, 1, 3, 8)
+
+
+def schedule_owner(listing: ScheduleListing) -> str:
+    """The service whose config owns it, or ``database`` (created at runtime)."""
+    return "database" if listing.service is None else f"service {listing.service}"
 
 
 def schedule_state(listing: ScheduleListing) -> str:
     if not listing.paused:
         return "active"
     if listing.paused_reason == operations.PAUSED_REASON_REMOVED:
-        return "paused (gone from config)"
+        return "removed" if listing.service is None else "paused (gone from config)"
     if listing.paused_reason == operations.PAUSED_REASON_INVALID:
         return "paused (invalid)"
     return "paused"
@@ -55,15 +74,27 @@ def schedule_fields(line: operations.ScheduleLine) -> dict[str, Any]:
         "last_status": listing.last_status,
         "last_scheduled_for": iso(listing.last_scheduled_for),
         "last_success_at": iso(listing.last_success_at),
+        "service": listing.service,
+        "owner": schedule_owner(listing),
+        "on_pause": listing.on_pause,
     }
 
 
-def schedule_cells(line: operations.ScheduleLine) -> tuple[str, ...]:
+def schedule_cells(line: operations.ScheduleLine, *, short_times: bool) -> tuple[str, ...]:
+    """One row of the listing; ``short_times``: instants as short cells next to the database's
+    now (a terminal), else whole ISO 8601 (piped, for scripts)."""
     listing = line.listing
+
+    def at(value: datetime | None) -> str:
+        if short_times:
+            return utc_cell(value, line.db_now)
+        return iso(value, whole_seconds=True) or "-"
+
     last_run = "-"
     if listing.last_status is not None:
         # A triggered run has no occurrence.
-        when = iso(listing.last_scheduled_for, whole_seconds=True) or "(triggered)"
+        occurrence = listing.last_scheduled_for
+        when = "(triggered)" if occurrence is None else at(occurrence)
         last_run = f"{listing.last_status} {when}"
     return (
         listing.name,
@@ -71,10 +102,18 @@ def schedule_cells(line: operations.ScheduleLine) -> tuple[str, ...]:
         listing.cron,
         listing.timezone,
         schedule_state(listing),
-        iso(line.next_at, whole_seconds=True) or "-",
+        at(line.next_at),
         last_run,
-        iso(listing.last_success_at, whole_seconds=True) or "-",
+        at(listing.last_success_at),
+        schedule_owner(listing),
     )
+
+
+def schedule_table(lines: Sequence[operations.ScheduleLine]) -> list[tuple[str, ...]]:
+    """The listing's rows: on a terminal short times and the names, job types and zones cut
+    to fit its width (issue 44: 170 columns wide before); piped, every value whole."""
+    rows = [schedule_cells(line, short_times=cutting()) for line in lines]
+    return fit_table(SCHEDULE_COLUMNS, rows, SCHEDULE_CUTTABLE)
 
 
 # -- runs ------------------------------------------------------------------------------------------
@@ -326,6 +365,13 @@ def _horizon_fields(h: operations.Horizon) -> dict[str, Any]:
     }
 
 
+def _limit_fields(t: operations.JobTypeStatus) -> dict[str, Any] | None:
+    """Each limit in force: its value and source (config, or runtime)."""
+    if t.in_force is None or not t.in_force.limits:
+        return None
+    return {lim.name: {"value": lim.value, "source": lim.source} for lim in t.in_force.limits}
+
+
 def status_fields(st: operations.Status) -> dict[str, Any]:
     return {
         "healthy": st.healthy,
@@ -334,6 +380,15 @@ def status_fields(st: operations.Status) -> dict[str, Any]:
         "horizon": _horizon_fields(st.horizon),
         "db_now": iso(st.db_now),
         "stale_after_seconds": st.stale_after_seconds,
+        "paused_job_types": [
+            {
+                "job_type": c.job_type,
+                "paused_at": iso(c.paused_at),
+                "paused_by": c.paused_by,
+                "reason": c.paused_reason,
+            }
+            for c in st.paused
+        ],
         "workers": [
             {
                 "id": w.worker.id,
@@ -362,6 +417,8 @@ def status_fields(st: operations.Status) -> dict[str, Any]:
                 "live_workers": t.live_workers,
                 "unserved": t.unserved,
                 "limits": t.limits_text or None,
+                "limit_sources": _limit_fields(t),
+                "paused": t.paused,
                 "waiting_concurrency": t.flow.waiting_concurrency if t.flow else 0,
                 "waiting_rate": t.flow.waiting_rate if t.flow else 0,
             }
@@ -454,13 +511,25 @@ def print_status(st: operations.Status) -> None:
             ],
         )
         for t in st.job_types:
-            if t.limits is not None:
+            if t.limits_text:
                 print(f"  {t.stats.job_type}: {t.limits_text}")
+    _print_paused(st)
     print()
     print("schedules:" if st.schedules else "schedules: none")
     _print_schedules(st)
     print()
     _print_horizon(st)
+
+
+def _print_paused(st: operations.Status) -> None:
+    """The job types paused fleet-wide, with who, when and why (`pgtick resume TYPE`)."""
+    if not st.paused:
+        return
+    print()
+    print("paused job types (their runs wait; `pgtick resume TYPE`):")
+    for c in st.paused:
+        why = f": {one_line(c.paused_reason)}" if c.paused_reason else ""
+        print(f"  {c.job_type} by {c.paused_by} at {iso(c.paused_at, whole_seconds=True)}{why}")
 
 
 def _print_horizon(st: operations.Status) -> None:

@@ -25,6 +25,7 @@ from pgtick.config.schema import (
     DEFAULT_LOOKAHEAD_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_METRICS_LISTEN,
+    DEFAULT_ON_PAUSE,
     DEFAULT_OTHER_JOB_TYPES,
     DEFAULT_OUTPUT_MAX_BYTES,
     DEFAULT_OVERLAP,
@@ -33,12 +34,14 @@ from pgtick.config.schema import (
     DEFAULT_PREFETCH,
     DEFAULT_PRIORITY,
     DEFAULT_REAPER_INTERVAL_SECONDS,
+    DEFAULT_RETAIN_AUDIT_SECONDS,
     DEFAULT_RETAIN_CANCELLED_SECONDS,
     DEFAULT_RETAIN_DEAD_SECONDS,
     DEFAULT_RETAIN_SKIPPED_SECONDS,
     DEFAULT_RETAIN_SUCCEEDED_SECONDS,
     DEFAULT_SCHEDULE_JITTER_SECONDS,
     DEFAULT_SCHEMA,
+    DEFAULT_SERVICE,
     DEFAULT_SHUTDOWN_GRACE_SECONDS,
     DEFAULT_THREADS,
     DEFAULT_TICK_INTERVAL_SECONDS,
@@ -113,6 +116,7 @@ class WorkerConfig:
     imports: tuple[str, ...] = ()
     prefetch: int = DEFAULT_PREFETCH
     refuse_undeclared_job_types: bool = False
+    service: str = DEFAULT_SERVICE
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,7 @@ class RetentionConfig:
     dead_seconds: float = DEFAULT_RETAIN_DEAD_SECONDS
     cancelled_seconds: float = DEFAULT_RETAIN_CANCELLED_SECONDS
     skipped_seconds: float = DEFAULT_RETAIN_SKIPPED_SECONDS
+    audit_seconds: float = DEFAULT_RETAIN_AUDIT_SECONDS  # the audit log's, not a run status
 
     def by_status(self) -> dict[str, float]:
         """The retention of each terminal status, in the order retention prunes them."""
@@ -245,6 +250,7 @@ class ScheduleConfig:
     catchup: str = DEFAULT_CATCHUP
     catchup_limit: int = DEFAULT_CATCHUP_LIMIT
     overlap: str = DEFAULT_OVERLAP
+    on_pause: str = DEFAULT_ON_PAUSE
     jitter_seconds: float = DEFAULT_SCHEDULE_JITTER_SECONDS
     max_attempts: int | None = None
     priority: int | None = None  # None: the job type's

@@ -58,6 +58,8 @@ DEFAULT_HEARTBEAT_SECONDS = DEFAULT_LEASE_SECONDS / 3
 DEFAULT_POLL_INTERVAL_SECONDS = 5.0
 DEFAULT_SHUTDOWN_GRACE_SECONDS = 30.0
 DEFAULT_PREFETCH = 256  # an upper bound: see Worker.prefetch_now
+# The service a daemon belongs to: its config sync owns this service's schedules only.
+DEFAULT_SERVICE = "default"
 MAX_PREFETCH = 1024
 
 DEFAULT_TICK_INTERVAL_SECONDS = 60.0
@@ -92,6 +94,7 @@ DEFAULT_RETAIN_SUCCEEDED_SECONDS = 7 * DAY_SECONDS
 DEFAULT_RETAIN_DEAD_SECONDS = 30 * DAY_SECONDS
 DEFAULT_RETAIN_CANCELLED_SECONDS = 7 * DAY_SECONDS
 DEFAULT_RETAIN_SKIPPED_SECONDS = 1 * DAY_SECONDS
+DEFAULT_RETAIN_AUDIT_SECONDS = 90 * DAY_SECONDS
 
 DEFAULT_MAX_ATTEMPTS = 10
 BACKOFFS = ("exponential", "linear", "fixed")
@@ -114,6 +117,10 @@ DEFAULT_CATCHUP = "latest"
 DEFAULT_CATCHUP_LIMIT = 100  # Kubernetes CronJob's figure
 OVERLAPS = ("skip", "allow")
 DEFAULT_OVERLAP = "skip"
+# What a schedule does while its job type is paused (pgtick pause): hold materializes its
+# occurrences as queued runs that start after the resume; skip records them as skipped.
+ON_PAUSE = ("hold", "skip")
+DEFAULT_ON_PAUSE = "hold"
 DEFAULT_SCHEDULE_JITTER_SECONDS = 0.0
 
 # -- The keys --------------------------------------------------------------------------------------
@@ -198,6 +205,9 @@ KEYS: tuple[Key, ...] = (
         integer(0, MAX_PREFETCH),
         "at most this many runs claimed beyond free threads while a backlog of short runs "
         "waits (none when idle or when handlers take long); 0: never"),
+    Key(WORKER, "service", "name", DEFAULT_SERVICE, job_type_ref,
+        "the service this daemon belongs to: its config sync creates, updates and pauses only "
+        "this service's schedules (daemons of one service share its [schedules])"),
     Key(WORKER, "refuse_undeclared_job_types", "boolean", False, flag,
         "`pgtick enqueue` refuses (exit 2) a job type this config does not declare; the SQL "
         "and Python enqueue do not read the config"),
@@ -256,6 +266,8 @@ KEYS: tuple[Key, ...] = (
         "cancelled runs older than this are pruned"),
     Key(RETENTION, "skipped", DURATION, DEFAULT_RETAIN_SKIPPED_SECONDS, _SECONDS,
         "skipped runs older than this are pruned"),
+    Key(RETENTION, "audit", DURATION, DEFAULT_RETAIN_AUDIT_SECONDS, _SECONDS,
+        "audit log entries (pgtick audit) older than this are deleted by the daemon"),
 
     Key(JOB, "handler", '"module:function"', None, handler,
         "the Python handler, called as fn(ctx, payload); or command, or a @pgtick.job"),
@@ -305,6 +317,9 @@ KEYS: tuple[Key, ...] = (
         'with catchup = "all": at most this many missed runs'),
     Key(SCHEDULE, "overlap", " | ".join(OVERLAPS), DEFAULT_OVERLAP, choice(OVERLAPS),
         "skip: an occurrence due while the previous run is unfinished is skipped | allow"),
+    Key(SCHEDULE, "on_pause", " | ".join(ON_PAUSE), DEFAULT_ON_PAUSE, choice(ON_PAUSE),
+        "while its job type is paused: hold (runs wait, queued, and start after the resume) "
+        "| skip (occurrences recorded as skipped)"),
     Key(SCHEDULE, "jitter", DURATION_OR_ZERO, DEFAULT_SCHEDULE_JITTER_SECONDS, _SECONDS_OR_ZERO,
         "delay each run by a stable offset of up to this, so not all start at :00"),
     Key(SCHEDULE, "max_attempts", INT_POSITIVE, None, integer(1),

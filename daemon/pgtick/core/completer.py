@@ -96,6 +96,10 @@ class Completer:
         # Results whose runs' rows another session holds locked: (when to try again, result).
         self._parked: list[tuple[float, Result]] = []
 
+    def limits_changed(self, limited: frozenset[str], keyed: frozenset[str]) -> None:
+        """An operator changed limits at runtime (controls.py): announce these types' slots."""
+        self._limited, self._keyed = limited, keyed
+
     def submit(self, held: Held, outcome: Outcome, duration: float | None) -> None:
         self.submit_many([(held, outcome, duration)])
 
@@ -139,12 +143,14 @@ class Completer:
         while True:
             try:
                 with self._store.pinned("complete") as store:
+                    self._metrics.outage.succeeded("complete")  # a connection again
                     if self._loop(store):
                         return
             except DatabaseError as exc:
                 failures += 1
                 self._metrics.db_error("complete")
-                log.warning("complete_failed", error=str(exc), retry_in=retry_delay(failures))
+                if not self._metrics.outage.failed("complete", exc, retry_delay(failures)):
+                    log.warning("complete_failed", error=str(exc), retry_in=retry_delay(failures))
                 with self._cond:
                     closing = self._closing
                 if closing and failures > 3:

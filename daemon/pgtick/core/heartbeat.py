@@ -150,13 +150,15 @@ class Heartbeat:
                     self.beat(only_blocked=not full)
                     if failures:
                         log.info("heartbeat_recovered", after_failures=failures)
+                        self._metrics.outage.succeeded("heartbeat")
                     failures = 0
                     next_beat = self.beaten(now, full=full)
                 except DatabaseError as exc:
                     failures += 1
                     self._metrics.db_error("heartbeat")
                     delay = min(self._interval, retry_delay(failures))
-                    log.warning("heartbeat_failed", error=str(exc), retry_in=delay)
+                    if not self._metrics.outage.failed("heartbeat", exc, delay):
+                        log.warning("heartbeat_failed", error=str(exc), retry_in=delay)
                     next_beat = now + delay
             self._nudged.clear()  # before looking: a run started after this wakes us
             deadline = self._worker.expire_timeouts()

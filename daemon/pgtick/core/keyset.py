@@ -176,6 +176,11 @@ class ClaimBounds:
                 looks = self._look(now)
             return dict(self._lows), looks
 
+    def set_key_windows(self, key_windows: Mapping[str, float]) -> None:
+        """The per-key rates' windows changed at runtime (an operator's limits)."""
+        with self._lock:
+            self._key_windows = dict(key_windows)
+
     def claimed(self, runs: Iterable[ClaimedRun]) -> None:
         """Move each type's bound up to just below the latest ``run_at`` claimed of it at
         priority 0: the claim takes that lane's runs in ``run_at`` order, so the ones it left
@@ -222,7 +227,9 @@ class ClaimBounds:
         now = time.monotonic()
         with self._lock:
             for job_type, run_at in earliest.items():
-                window = self._key_windows[job_type]
+                window = self._key_windows.get(job_type)
+                if window is None:  # its per-key rate was lifted at runtime meanwhile
+                    continue
                 queue = self._put_back.setdefault(job_type, collections.deque())
                 if queue and now + window - queue[-1][0] < window * KEY_WINDOW_MERGE:
                     queue[-1] = (queue[-1][0], min(queue[-1][1], run_at))

@@ -29,6 +29,7 @@ from pgtick.storage.db import retry_delay
 NOTIFY_POLL_SECONDS = 1.0
 RESCAN_PAYLOAD = "!rescan"  # runs were put behind the claimers' lower bounds (keyset.py)
 DUE_PREFIX = "!due "  # "!due SECONDS JOB_TYPE": a run of that type due at that second
+CONTROLS_PAYLOAD = "!controls"  # a job type was paused, resumed or limited (controls.py)
 
 log = structlog.get_logger("pgtick.listener")
 
@@ -47,6 +48,7 @@ class Listener:
         listen_dsn: str = "",
         on_rescan: Callable[[], None] | None = None,
         on_due: Callable[[str, datetime], None] | None = None,
+        on_controls: Callable[[], None] | None = None,
     ) -> None:
         self._dsn = listen_dsn or dsn
         self._detect_pooler = not listen_dsn  # an explicit listen_dsn is trusted
@@ -55,6 +57,7 @@ class Listener:
         self._on_wake = on_wake
         self._on_rescan = on_rescan or on_wake
         self._on_due = on_due
+        self._on_controls = on_controls or (lambda: None)
         self._metrics = metrics
         self.stop_event = threading.Event()
         self.alive_at = time.monotonic()
@@ -72,9 +75,12 @@ class Listener:
                         self.connected = True
                     if failures:
                         log.info("listener_reconnected", after_failures=failures)
+                        self._metrics.outage.succeeded("listen")
                     failures = 0
                     if not pooled:
-                        # Catch up on what was enqueued (or given back) while we were away.
+                        # Catch up on what was enqueued (or given back), paused or limited
+                        # while we were away.
+                        self._on_controls()
                         self._on_rescan()
                         self._listen(notifications)
                 if pooled:
@@ -84,7 +90,8 @@ class Listener:
                 self.connected = False
                 failures += 1
                 self._metrics.db_error("listen")
-                log.warning("listener_failed", error=str(exc), retry_in=retry_delay(failures))
+                if not self._metrics.outage.failed("listen", exc, retry_delay(failures)):
+                    log.warning("listener_failed", error=str(exc), retry_in=retry_delay(failures))
                 self.stop_event.wait(retry_delay(failures))
         self.connected = False
 
@@ -108,6 +115,8 @@ class Listener:
                     self._on_wake()
                 elif payload == RESCAN_PAYLOAD:
                     self._on_rescan()
+                elif payload == CONTROLS_PAYLOAD:
+                    self._on_controls()
                 elif self._on_due is not None and payload.startswith(DUE_PREFIX):
                     due = parse_due(payload)
                     if due is not None and due[0] in self._job_types:

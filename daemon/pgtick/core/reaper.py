@@ -148,6 +148,9 @@ class Reaper:
                     total += change.rows
         if total:
             log.info("runs_pruned", count=total)
+        audited = self._store.prune_audit_log(self._retention.audit_seconds)
+        if audited:
+            log.info("audit_log_pruned", count=audited)
         # The next pass an interval after this one ended, whoever ran it (the daemon's start
         # runs the first, which can take seconds on a loaded server).
         self._next_prune = time.monotonic() + self.prune_every
@@ -165,6 +168,8 @@ class Reaper:
                         self.reap_once(store)
                         if time.monotonic() >= self._next_prune:
                             self.prune_once()
+                        if failures:
+                            self._metrics.outage.succeeded("reap")
                         failures = 0
                         self.stop_event.wait(self._interval)
             except DatabaseError as exc:
@@ -175,5 +180,6 @@ class Reaper:
                 failures += 1
                 self._metrics.db_error("reap")
                 wait = min(self._interval, retry_delay(failures))
-                log.warning("reap_failed", error=str(exc), retry_in=wait)
+                if not self._metrics.outage.failed("reap", exc, wait):
+                    log.warning("reap_failed", error=str(exc), retry_in=wait)
                 self.stop_event.wait(wait)

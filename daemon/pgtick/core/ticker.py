@@ -109,6 +109,7 @@ def schedule_def(cfg: ScheduleConfig, type_priority: int = 0) -> ScheduleDef:
         overlap=cfg.overlap,
         jitter_seconds=cfg.jitter_seconds,
         priority=cfg.priority if cfg.priority is not None else type_priority,
+        on_pause=cfg.on_pause,
     )
 
 
@@ -216,8 +217,10 @@ class Ticker:
         metrics: Metrics,
         wall_clock: Callable[[], float] = time.time,
         priorities: Mapping[str, int] | None = None,
+        service: str = "default",
     ) -> None:
         self._store = store
+        self._service = service  # whose schedules this daemon's config sync owns
         priorities = priorities or {}
         self._defs = [schedule_def(s, priorities.get(s.job_type, 0)) for s in schedules]
         self._job_types = list(job_types)
@@ -231,8 +234,20 @@ class Ticker:
         self._next_wake: datetime | None = None
 
     def sync(self) -> None:
-        """Upsert the config's schedules; pause those of our job types that vanished."""
-        changed, paused = self._store.sync_schedules(self._defs, self._job_types)
+        """Upsert the config's schedules; pause those of our service and job types that
+        vanished. A name another service or the database owns is left as it is, loudly."""
+        changed, paused, elsewhere = self._store.sync_schedules(
+            self._defs, self._job_types, self._service
+        )
+        for name, owner in elsewhere.items():
+            log.warning(
+                "schedule_owned_elsewhere",
+                schedule=name,
+                owner=f"service {owner}" if owner is not None else "the database",
+                service=self._service,
+                message="not synced: its name belongs to another owner; rename it in this "
+                "config, or move it (docs/scheduling.md, Who owns a schedule)",
+            )
         if changed:
             log.info("schedules_synced", changed=changed)
         if paused:
@@ -301,11 +316,14 @@ class Ticker:
             self.alive_at = time.monotonic()
             try:
                 self.tick()
+                if failures:
+                    self._metrics.outage.succeeded("tick")
                 failures = 0
             except DatabaseError as exc:
                 failures += 1
                 self._metrics.db_error("tick")
                 delay = retry_delay(failures)
-                log.warning("tick_failed", error=str(exc), retry_in=delay)
+                if not self._metrics.outage.failed("tick", exc, delay):
+                    log.warning("tick_failed", error=str(exc), retry_in=delay)
                 if self.stop_event.wait(delay):
                     return

@@ -30,6 +30,7 @@ import structlog
 from pgtick.config import JobTypeConfig, WorkerConfig
 from pgtick.core import handlers
 from pgtick.core.completer import Completer, Result, announce_freed, limited_among
+from pgtick.core.controls import ControlsClock, with_controls
 from pgtick.core.handlers import JobType
 from pgtick.core.keyset import ClaimBounds
 from pgtick.core.lifecycle import UNSTARTED_MAX_WAIT_SECONDS, Held, Lifecycle, State
@@ -98,9 +99,14 @@ class Worker:
         self._cfg = cfg
         self._job_types = dict(job_types)
         self._metrics = metrics
-        self._claim_types = [
+        # The config's claim types; those claimed with: less the paused, with the limits
+        # operators override (controls.py, read by the dispatcher).
+        self._base_types = [
             claim_type(jt.config, jt.lease_seconds) for jt in self._job_types.values()
         ]
+        self._claim_types = list(self._base_types)
+        self.paused: frozenset[str] = frozenset()
+        self.controls = ControlsClock(cfg.poll_interval_seconds)
         # Types with a limit: a slot they free is announced to the fleet (NOTIFY), and a
         # claim that finds their due runs held back waits instead of asking again at once.
         self.limited = frozenset(t.job_type for t in self._claim_types if t.limited)
@@ -109,6 +115,7 @@ class Worker:
         self._held_back = False
         self._empty_claims = 0  # claims in a row that found nothing
         self.handled = sorted(self._job_types)
+        self._claimable = list(self.handled)  # handled and not paused
         leases = [jt.lease_seconds for jt in self._job_types.values()]
         self.life = Lifecycle(
             metrics, log_each_run=log_each_run, min_lease_seconds=min(leases, default=math.inf)
@@ -173,6 +180,12 @@ class Worker:
         self.bounds.lower(job_type, run_at)
         self.notified()
 
+    def controls_changed(self) -> None:
+        """A ``!controls`` NOTIFY (a job type paused, resumed or limited), or the LISTEN
+        connection (re)connected: read the controls before the next claim."""
+        self.controls.changed()
+        self._wake.set()
+
     def rescan(self) -> None:
         """Runs were put behind the claim's lower bounds (a ``!rescan`` NOTIFY): claim now,
         scanning every type from the start."""
@@ -208,12 +221,14 @@ class Worker:
         while not self._stop_claiming.is_set():
             try:
                 with self._store.pinned("claim") as store:
+                    self._metrics.outage.succeeded("claim")  # a connection again
                     self._claim_loop(store)
             except DatabaseError as exc:
                 self.dispatcher_alive_at = time.monotonic()  # retrying is progress
                 failures += 1
                 self._metrics.db_error("claim")
-                log.warning("claim_failed", error=str(exc), retry_in=retry_delay(failures))
+                if not self._metrics.outage.failed("claim", exc, retry_delay(failures)):
+                    log.warning("claim_failed", error=str(exc), retry_in=retry_delay(failures))
                 self._stop_claiming.wait(retry_delay(failures))
             else:
                 failures = 0
@@ -223,6 +238,7 @@ class Worker:
         idle = False  # the last claim found nothing: ask when the next run is due first
         while not self._stop_claiming.is_set():
             self.dispatcher_alive_at = time.monotonic()
+            self._read_controls(store)
             capacity = self._capacity(backlog)
             ahead = self.prefetch_now()
             # With a backlog of short runs, wait for a real batch of free slots: one claim
@@ -246,7 +262,7 @@ class Worker:
             if idle and not self.bounds.look_due():
                 # Idle: one cheap probe per poll, and a claim only when something is due
                 # (a NOTIFY wakes us and claims at once) or a look back is (keyset.py).
-                due_in = store.next_due_in(self.handled, self.bounds.probe_lows())
+                due_in = store.next_due_in(self._claimable, self.bounds.probe_lows())
                 if due_in is not None and due_in <= 0 and self._held_back:
                     self._held_back = False
                     idle = not self._wake.wait(self._held_back_wait(store))
@@ -282,6 +298,32 @@ class Worker:
                 self._accept(store, runs, sent_at)
             backlog = len(runs) == capacity
             idle = not runs and not behind
+
+    def _read_controls(self, store: RunStore) -> None:
+        """Read the runtime controls and claim by them from now on; give back the runs of a
+        type paused now that no thread has started (paused: not started, whoever holds it).
+        Only when they may have changed (controls.py): otherwise this costs nothing."""
+        if not self.controls.due():
+            return
+        self.controls.reading()
+        types, paused = with_controls(self._base_types, store.job_type_controls())
+        self._claim_types = types
+        self._claimable = sorted(t.job_type for t in types)
+        newly = paused - self.paused
+        if paused != self.paused:
+            log.info("job_types_paused", paused=sorted(paused))
+        self.paused = paused
+        self._metrics.paused(self.handled, paused)
+        self.limited = frozenset(t.job_type for t in types if t.limited)
+        self._keyed = frozenset(t.job_type for t in types if t.max_running_per_key)
+        self.completer.limits_changed(self.limited, self._keyed)
+        self.bounds.set_key_windows(
+            {t.job_type: t.rate_per_key[1] for t in types if t.rate_per_key}
+        )
+        if newly:
+            unstarted = [h for h in self.life.unstarted() if h.run.job_type in newly]
+            if unstarted:
+                self.release(unstarted, store)
 
     def _held_back_wait(self, store: RunStore) -> float:
         """Due runs the last claim did not take: held back by a limit, row-locked by another

@@ -28,6 +28,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from pgtick.observability.outage import DatabaseOutage
+
 ATTEMPT_OUTCOMES = ("succeeded", "failed", "lost", "cancelled", "released")
 # The daemon's database operations, pre-initialised so a dashboard shows 0, not "no data",
 # until the first error; an operation missing here still gets its series on first use.
@@ -117,6 +119,8 @@ class Metrics:
 
     def __init__(self, job_types: Iterable[str], version: str, threads: int) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        # The loops count their database errors here and tell an outage through this.
+        self.outage = DatabaseOutage()
         # (job type, start delay) of runs started since the last flush.
         self._pending_delays: collections.deque[tuple[str, float]] = collections.deque()
         self.registry.register(_FlushFirst(self.flush))
@@ -164,6 +168,12 @@ class Metrics:
         self.last_tick = Gauge(
             "pgtick_ticker_last_tick_timestamp_seconds", "Liveness of the ticker", registry=r
         )
+        self.job_type_paused = Gauge(
+            "pgtick_job_type_paused",
+            "1 while the job type is paused fleet-wide (pgtick pause), as this daemon last read it",
+            ["job_type"],
+            registry=r,
+        )
         self.build_info = Gauge("pgtick_build_info", "Always 1", ["version"], registry=r)
         self.build_info.labels(version).set(1)
         self.worker_threads.set(threads)
@@ -175,6 +185,7 @@ class Metrics:
         for job_type in self.job_types:
             self.leases_lost.labels(job_type)
             self.start_delay.labels(job_type)
+            self.job_type_paused.labels(job_type).set(0)
             for outcome in ATTEMPT_OUTCOMES:
                 self.attempts.labels(job_type, outcome)
                 self.duration.labels(job_type, outcome)
@@ -212,6 +223,11 @@ class Metrics:
             if histogram is None:
                 histogram = self._delays[job_type] = self.start_delay.labels(job_type)
             histogram.observe(max(0.0, delay))
+
+    def paused(self, job_types: Iterable[str], paused: frozenset[str]) -> None:
+        """Which of ``job_types`` are paused now (the dispatcher, when it reads controls)."""
+        for job_type in job_types:
+            self.job_type_paused.labels(job_type).set(1 if job_type in paused else 0)
 
     def claimed(self, seconds: float) -> None:
         """One claim statement's round trip (the dispatcher's thread)."""

@@ -116,7 +116,22 @@ def wrap_errors(operation: str) -> Iterator[None]:
     try:
         yield
     except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-        raise DatabaseError(f"{operation}: {describe(exc)}") from exc
+        raise DatabaseError(f"{operation}: {describe(exc)}", unreachable=_lost(exc)) from exc
+
+
+# SQLSTATEs of a server going away or not taking connections: connection exceptions (class 08),
+# admin_shutdown, crash_shutdown and cannot_connect_now.
+LOST_SQLSTATES = ("57P01", "57P02", "57P03")
+
+
+def _lost(exc: Exception) -> bool:
+    """Whether ``exc`` says the database is out of reach rather than a statement failed."""
+    if isinstance(exc, psycopg_pool.PoolTimeout | psycopg.InterfaceError):
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in LOST_SQLSTATES
 
 
 def moved_row(exc: BaseException) -> bool:

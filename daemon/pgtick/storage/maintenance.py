@@ -4,6 +4,7 @@ behind the database-derived metrics, ``pgtick status`` queues and the console's 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,6 +17,12 @@ from pgtick.storage.base import SKIPPING_TRIES, StoreBase, set_statement_timeout
 from pgtick.storage.runs import TERMINAL_STATUSES, announce
 
 PRUNE_BATCH_ROWS = 1000
+# `pgtick prune` tries a step that found a lock taken ("busy": no step waits in a lock's queue,
+# migration 0020) again after 0.05, 0.1, 0.2 ... seconds, at most PRUNE_BUSY_RETRIES times
+# (some 13 s in all), before it leaves that table's partitions to the rows' deletion.
+PRUNE_BUSY_RETRIES = 10
+PRUNE_BUSY_FIRST_WAIT_SECONDS = 0.05
+PRUNE_BUSY_MAX_WAIT_SECONDS = 2.0
 # How far ahead the terminal runs', attempts' and output's partitions are created: longer than
 # a reader that blocks their creation (pg_dump holds a lock on every table it dumps) is likely
 # to run, so that rows meanwhile still find their partition.
@@ -37,6 +44,11 @@ LEASE_END_SLACK_SECONDS = 0.5
 # by the history's own times, not by their runs' finish (ended attempts, output), and the rest.
 RUN_HISTORY_TABLES = ("attempts_ended", "output_chunks")
 RUN_TABLES = ("runs_succeeded", "runs_dead", "runs_cancelled", "runs_skipped", "attempts_succeeded")
+
+
+def busy_wait_seconds(tries: int) -> float:
+    """The pause before trying a busy partition step again for the ``tries``-th time."""
+    return float(min(PRUNE_BUSY_MAX_WAIT_SECONDS, PRUNE_BUSY_FIRST_WAIT_SECONDS * 2 ** (tries - 1)))
 
 
 @dataclass(frozen=True)
@@ -214,14 +226,18 @@ class MaintenanceQueries(StoreBase):
         *,
         delete_default: bool = True,
         skip: Sequence[str] = (),
+        busy_retries: int = 0,
     ) -> list[PartitionChange]:
         """Create the partitions ahead and drop those past ``retention`` (seconds per terminal
         status; the attempts and output ones only when all four are given), one step per
         transaction, so that no step holds its locks longer than itself. A parent whose lock
         could not be had at once ("busy") is left for the next pass. ``delete_default``:
         also delete the DEFAULT partitions' rows past retention (``prune`` deletes those
-        itself). ``skip``: partitioned tables (parents) left alone. Returns what changed;
-        nothing when another caller is at it."""
+        itself). ``skip``: partitioned tables (parents) left alone. ``busy_retries``: how many
+        times a busy step is tried again, after a growing pause, before its parent is left
+        for the next pass (the daemon's passes come again anyway; ``pgtick prune``'s does
+        not). Returns what changed, a busy step only once it is given up; nothing when
+        another caller is at it."""
         changes: list[PartitionChange] = []
         busy: list[str] = list(skip)  # the parents to skip, sent with every step
         params = {
@@ -236,6 +252,7 @@ class MaintenanceQueries(StoreBase):
                 sqlfile.query("maintain_partitions", conn.schema), params
             ).fetchall()
 
+        tries: dict[str, int] = {}  # busy steps per parent
         for _ in range(MAX_PARTITION_STEPS):
             # Again when a DEFAULT partition's row that the step deletes was moved out of it
             # (an operator's `retry`) after the step's snapshot (base.SKIPPING_TRIES).
@@ -244,9 +261,14 @@ class MaintenanceQueries(StoreBase):
                 break
             action, parent, table, count = rows[0]
             change = PartitionChange(str(action), str(parent), str(table), int(count))
-            changes.append(change)
             if change.action == "busy":
+                tried = tries[change.parent] = tries.get(change.parent, 0) + 1
+                if tried <= busy_retries:
+                    # The CLI's own wait (prune_partitions), never a daemon loop's.
+                    time.sleep(busy_wait_seconds(tried))
+                    continue
                 busy.append(change.parent)
+            changes.append(change)
         return changes
 
     def prune_partitions(self, retention: Mapping[str, float]) -> list[PartitionChange]:
@@ -254,12 +276,17 @@ class MaintenanceQueries(StoreBase):
         terminal status): ended attempts and output are partitioned by their own times, not
         their runs', so their partitions go only as far back as the oldest run the prune keeps
         (one awaiting a retry, one that succeeded after an old failure) was enqueued."""
-        changes = self.maintain_partitions(retention, delete_default=False, skip=RUN_HISTORY_TABLES)
+        retries = PRUNE_BUSY_RETRIES
+        changes = self.maintain_partitions(
+            retention, delete_default=False, skip=RUN_HISTORY_TABLES, busy_retries=retries
+        )
         seconds = min(retention.values())
         row = self._all("kept_history_age", "kept_history_age", {"seconds": seconds})
         kept = row[0][0] if row and row[0][0] is not None else 0.0
         keep = dict.fromkeys(retention, max(seconds, float(kept)))
-        return changes + self.maintain_partitions(keep, delete_default=False, skip=RUN_TABLES)
+        return changes + self.maintain_partitions(
+            keep, delete_default=False, skip=RUN_TABLES, busy_retries=retries
+        )
 
     def prune(
         self,

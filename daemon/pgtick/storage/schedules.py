@@ -31,6 +31,7 @@ class ScheduleDef:
     overlap: str
     jitter_seconds: float
     priority: int = 0  # of its runs
+    on_pause: str = "hold"  # while its job type is paused: hold | skip
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class ScheduleRow:
     materialized_until: datetime | None
     db_now: datetime
     priority: int = 0
+    on_pause: str = "hold"
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ class ScheduleListing:
     last_scheduled_for: datetime | None
     last_finished_at: datetime | None
     last_success_at: datetime | None
+    service: str | None = "default"  # whose config owns it; None: the database (runtime)
+    on_pause: str = "hold"
 
 
 @dataclass(frozen=True)
@@ -109,15 +113,50 @@ class ScheduleState:
     paused_detail: str | None
 
 
+_DEFINITION_KEYS = (
+    "job_type",
+    "cron",
+    "timezone",
+    "payload",
+    "catchup",
+    "catchup_limit",
+    "overlap",
+    "on_pause",
+    "jitter_seconds",
+    "max_attempts",
+    "priority",
+)
+
+
+def _definition(d: ScheduleDef) -> dict[str, Any]:
+    """A definition as the schedule functions' parameters."""
+    return {
+        "name": d.name,
+        "job_type": d.job_type,
+        "cron": d.cron,
+        "timezone": d.timezone,
+        "payload": Jsonb(dict(d.payload)),
+        "catchup": d.catchup,
+        "catchup_limit": d.catchup_limit,
+        "overlap": d.overlap,
+        "on_pause": d.on_pause,
+        "jitter_seconds": d.jitter_seconds,
+        "max_attempts": d.max_attempts,
+        "priority": d.priority,
+    }
+
+
 class ScheduleQueries(StoreBase):
     """The schedules aggregate (``schedules``, and the runs it materializes)."""
 
     def sync_schedules(
-        self, defs: Sequence[ScheduleDef], job_types: Sequence[str]
-    ) -> tuple[list[str], list[str]]:
-        """Upsert the config's schedules; pause vanished ones of these job types.
+        self, defs: Sequence[ScheduleDef], job_types: Sequence[str], service: str = "default"
+    ) -> tuple[list[str], list[str], dict[str, str | None]]:
+        """Upsert the config's schedules that are ``service``'s (or new); pause the service's
+        vanished ones of these job types.
 
-        Returns (names created or changed, names paused).
+        Returns (names created or changed, names paused, {name: owner} of the config's names
+        another service or (None) the database owns, left as they are).
         """
         with self._conn("sync_schedules") as conn, conn.transaction():
             changed = []
@@ -136,15 +175,40 @@ class ScheduleQueries(StoreBase):
                         "overlap": d.overlap,
                         "jitter_seconds": d.jitter_seconds,
                         "priority": d.priority,
+                        "on_pause": d.on_pause,
+                        "service": service,
                     },
                 ).fetchone()
                 if row is not None:
                     changed.append(row[0])
+            names = [d.name for d in defs]
             paused = conn.execute(
                 sqlfile.query("pause_vanished_schedules", conn.schema),
-                {"job_types": list(job_types), "names": [d.name for d in defs]},
+                {"job_types": list(job_types), "names": names, "service": service},
             ).fetchall()
-        return changed, sorted(r[0] for r in paused)
+            elsewhere = conn.execute(
+                sqlfile.query("sync_owned_elsewhere", conn.schema),
+                {"names": names, "service": service},
+            ).fetchall()
+        return changed, sorted(r[0] for r in paused), {str(n): o for n, o in elsewhere}
+
+    def create_schedule(self, d: ScheduleDef, actor: str, via: str) -> int:
+        """A schedule owned by the database (no config sync touches it); its id."""
+        params = _definition(d) | {"actor": actor, "via": via}
+        return int(self._all("schedules", "create_schedule", params)[0][0])
+
+    def update_schedule(self, name: str, changes: Mapping[str, Any], actor: str, via: str) -> bool:
+        """Change a database-owned schedule's settings named in ``changes`` (the keys of
+        ``ScheduleDef``); False: none such."""
+        params = dict.fromkeys(_DEFINITION_KEYS) | {"name": name, "actor": actor, "via": via}
+        for key, value in changes.items():
+            params[key] = Jsonb(dict(value)) if key == "payload" else value
+        return bool(self._all("schedules", "update_schedule", params)[0][0])
+
+    def remove_schedule(self, name: str, actor: str, via: str) -> bool:
+        """Remove a database-owned schedule (paused as removed); False: none such."""
+        params = {"name": name, "actor": actor, "via": via}
+        return bool(self._all("schedules", "remove_schedule", params)[0][0])
 
     @contextlib.contextmanager
     def materializing(self) -> Iterator[tuple[db.Connection, list[ScheduleRow]]]:
@@ -193,6 +257,7 @@ class ScheduleQueries(StoreBase):
                     "max_attempts": schedule.max_attempts,
                     "priority": schedule.priority,
                     "skip": schedule.overlap == "skip",
+                    "skip_paused": schedule.on_pause == "skip",
                     "scheduled_for": [o.scheduled_for for o in occurrences],
                     "run_at": [o.run_at for o in occurrences],
                     "until": until,

@@ -4,7 +4,8 @@ Methods take and return plain values and frozen dataclasses; psycopg errors leav
 ``DatabaseError`` (via ``db.wrap_errors``). The queries live with their aggregate (``runs``:
 runs and attempts on the daemon's hot path; ``run_admin``: the operator's reads and actions
 on them; ``schedules``; ``workers``; ``maintenance``: reaping, pruning and the metrics
-reads; ``output``: job output; ``console``: the console's logouts), each a class over
+reads; ``output``: job output; ``console``: the console's logouts; ``controls``: job types
+paused and limited at runtime; ``audit``: the operators' actions), each a class over
 ``base.StoreBase``; ``RunStore`` is all of them on one pool, because a daemon's loops, a
 command and a console page each hold one store and cross aggregates in one unit (a claim's
 lease and its attempt; a schedule and the runs it materializes). This module is the storage
@@ -13,12 +14,15 @@ API the rest of pgtick imports: the store and the records it returns.
 
 from __future__ import annotations
 
+from pgtick.storage.audit import AuditEntry, AuditQueries
 from pgtick.storage.base import Pool
 from pgtick.storage.console import ConsoleQueries
+from pgtick.storage.controls import ControlQueries, JobTypeControl, LimitChange
 from pgtick.storage.maintenance import (
     HOLDER_ALIVE_SECONDS,
     LEASE_END_SLACK_SECONDS,
     PRUNE_BATCH_ROWS,
+    PRUNE_BUSY_RETRIES,
     REAP_BATCH_ROWS,
     HorizonHolder,
     JobTypeStats,
@@ -69,6 +73,8 @@ class RunStore(
     MaintenanceQueries,
     OutputQueries,
     ConsoleQueries,
+    ControlQueries,
+    AuditQueries,
 ):
     """Typed access to the pgtick schema through a connection pool."""
 
@@ -78,11 +84,13 @@ __all__ = [
     "HOLDER_ALIVE_SECONDS",
     "LEASE_END_SLACK_SECONDS",
     "PRUNE_BATCH_ROWS",
+    "PRUNE_BUSY_RETRIES",
     "REAP_BATCH_ROWS",
     "STATUSES",
     "TERMINAL_STATUSES",
     "Attempt",
     "AttemptState",
+    "AuditEntry",
     "Beat",
     "Chunk",
     "Claim",
@@ -93,8 +101,10 @@ __all__ = [
     "Failure",
     "FlowState",
     "HorizonHolder",
+    "JobTypeControl",
     "JobTypeStats",
     "Lease",
+    "LimitChange",
     "MetricsSnapshot",
     "NewRun",
     "Notifications",

@@ -64,7 +64,7 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off
 -- open transaction, a FOR UPDATE): the completer then writes the batch's other results
 -- without that run and tries it again later, so one locked row never holds up every result
 -- of the daemon (completer.py).
-SELECT set_config('lock_timeout', %(ms)s, true);
+SELECT set_config('lock_timeout', %(ms)s, true) AS lock_wait;
 
 -- utc_by_name --
 -- A pool connection whose server zone is UTC under another name (Etc/UTC, the default of
@@ -358,13 +358,23 @@ held AS (
 -- started_at and the rate rows use statement_timestamp(): claims of one limited type run
 -- one after another under the lock, so their times are in the order of their counting, and
 -- no window of the rate's length ever holds more starts than the rate.
+-- A limit changed at runtime (job_type_controls, migration 0021) overrides the one sent: read
+-- here, after the lock, so a lowered limit holds from the next claim of every daemon, whatever
+-- it last read (one primary-key probe of a table of a row per job type an operator touched).
 WITH types AS (
-    SELECT * FROM unnest(%(job_types)s::text[], %(leases)s::float8[], %(max_attempts)s::int[],
-                         %(lows)s::timestamptz[], %(max_running)s::int[], %(key_paths)s::text[],
-                         %(per_key)s::int[], %(rates)s::int[], %(rate_windows)s::float8[],
-                         %(key_rates)s::int[], %(key_windows)s::float8[])
+    SELECT t.job_type, t.lease, t.max_attempts, t.low,
+           coalesce(o.max_running, t.max_running) AS max_running, t.key_path,
+           coalesce(o.max_running_per_key, t.per_key) AS per_key,
+           coalesce(o.rate, t.rate) AS rate, coalesce(o.rate_window, t.rate_window) AS rate_window,
+           coalesce(o.rate_per_key, t.key_rate) AS key_rate,
+           coalesce(o.rate_per_key_window, t.key_window) AS key_window
+    FROM unnest(%(job_types)s::text[], %(leases)s::float8[], %(max_attempts)s::int[],
+                %(lows)s::timestamptz[], %(max_running)s::int[], %(key_paths)s::text[],
+                %(per_key)s::int[], %(rates)s::int[], %(rate_windows)s::float8[],
+                %(key_rates)s::int[], %(key_windows)s::float8[])
         AS t(job_type, lease, max_attempts, low, max_running, key_path, per_key, rate,
              rate_window, key_rate, key_window)
+    LEFT JOIN {schema}.job_type_controls o ON o.job_type = t.job_type
 ),
 -- include: limit_counts
 , rooms AS (
@@ -496,12 +506,19 @@ WHERE w.n >= t.rate;
 -- runs not claimed, and how many of those wait on a concurrency limit (the type's or their
 -- key's) and how many on a rate; the rest wait for a free thread. With %(run_id)s, the due
 -- runs are that one run alone (`pgtick show`: why it is not starting). Read-only; counts
--- may be a moment old by the time they are shown.
+-- may be a moment old by the time they are shown. Limits changed at runtime override the
+-- ones sent, as in claim_limited.
 WITH types AS (
-    SELECT * FROM unnest(%(job_types)s::text[], %(max_running)s::int[], %(key_paths)s::text[],
-                         %(per_key)s::int[], %(rates)s::int[], %(rate_windows)s::float8[],
-                         %(key_rates)s::int[], %(key_windows)s::float8[])
+    SELECT t.job_type, coalesce(o.max_running, t.max_running) AS max_running, t.key_path,
+           coalesce(o.max_running_per_key, t.per_key) AS per_key,
+           coalesce(o.rate, t.rate) AS rate, coalesce(o.rate_window, t.rate_window) AS rate_window,
+           coalesce(o.rate_per_key, t.key_rate) AS key_rate,
+           coalesce(o.rate_per_key_window, t.key_window) AS key_window
+    FROM unnest(%(job_types)s::text[], %(max_running)s::int[], %(key_paths)s::text[],
+                %(per_key)s::int[], %(rates)s::int[], %(rate_windows)s::float8[],
+                %(key_rates)s::int[], %(key_windows)s::float8[])
         AS t(job_type, max_running, key_path, per_key, rate, rate_window, key_rate, key_window)
+    LEFT JOIN {schema}.job_type_controls o ON o.job_type = t.job_type
 ),
 -- include: limit_counts
 , due AS (
@@ -1018,19 +1035,23 @@ ON CONFLICT (key) DO NOTHING
 RETURNING key;
 
 -- sync_schedule --
--- Upsert one schedule from the config file by name. A schedule paused because it had vanished
+-- Upsert one schedule from the config file by name, if it is this service's (migration 0022):
+-- one another service's config or the database owns is left alone (sync_owned_elsewhere says
+-- which). A schedule paused because it had vanished
 -- from the config, or because its row was invalid, comes back un-paused and continues from now;
 -- an operator's pause stays. Any change forgets next_due_at, so the next tick plans it afresh.
 INSERT INTO {schema}.schedules (name, job_type, payload, cron, timezone, max_attempts, catchup,
-                       catchup_limit, overlap, jitter_seconds, priority, materialized_until)
+                       catchup_limit, overlap, jitter_seconds, priority, on_pause,
+                       service, materialized_until)
 VALUES (%(name)s, %(job_type)s, %(payload)s, %(cron)s, %(timezone)s, %(max_attempts)s,
-        %(catchup)s, %(catchup_limit)s, %(overlap)s, %(jitter_seconds)s, %(priority)s, now())
+        %(catchup)s, %(catchup_limit)s, %(overlap)s, %(jitter_seconds)s, %(priority)s,
+        %(on_pause)s, %(service)s, now())
 ON CONFLICT (name) DO UPDATE
 SET job_type = excluded.job_type, payload = excluded.payload, cron = excluded.cron,
     timezone = excluded.timezone, max_attempts = excluded.max_attempts,
     catchup = excluded.catchup, catchup_limit = excluded.catchup_limit,
     overlap = excluded.overlap, jitter_seconds = excluded.jitter_seconds,
-    priority = excluded.priority,
+    priority = excluded.priority, on_pause = excluded.on_pause,
     paused = schedules.paused AND schedules.paused_reason NOT IN ('removed', 'invalid'),
     paused_reason = CASE WHEN schedules.paused_reason IN ('removed', 'invalid') THEN NULL
                          ELSE schedules.paused_reason END,
@@ -1040,21 +1061,49 @@ SET job_type = excluded.job_type, payload = excluded.payload, cron = excluded.cr
                               ELSE schedules.materialized_until END,
     next_due_at = NULL,
     updated_at = now()
-WHERE (schedules.job_type, schedules.payload, schedules.cron, schedules.timezone,
+WHERE schedules.service IS NOT DISTINCT FROM excluded.service
+  AND (schedules.job_type, schedules.payload, schedules.cron, schedules.timezone,
        schedules.max_attempts, schedules.catchup, schedules.catchup_limit, schedules.overlap,
-       schedules.jitter_seconds, schedules.priority, schedules.paused_reason)
+       schedules.jitter_seconds, schedules.priority, schedules.on_pause, schedules.paused_reason)
       IS DISTINCT FROM
       (excluded.job_type, excluded.payload, excluded.cron, excluded.timezone,
        excluded.max_attempts, excluded.catchup, excluded.catchup_limit, excluded.overlap,
-       excluded.jitter_seconds, excluded.priority, NULL)
+       excluded.jitter_seconds, excluded.priority, excluded.on_pause, NULL)
 RETURNING name;
 
 -- pause_vanished_schedules --
--- Pause (never delete) schedules of this daemon's job types that are gone from its config.
+-- Pause (never delete) this service's schedules of this daemon's job types that are gone from
+-- its config: never another service's, nor one the database owns (service NULL).
 UPDATE {schema}.schedules
 SET paused = true, paused_reason = 'removed', updated_at = now()
-WHERE NOT paused AND job_type = ANY(%(job_types)s::text[]) AND name <> ALL(%(names)s::text[])
+WHERE NOT paused AND service = %(service)s AND job_type = ANY(%(job_types)s::text[])
+  AND name <> ALL(%(names)s::text[])
 RETURNING name;
+
+-- sync_owned_elsewhere --
+-- The config's schedules whose names another service or the database owns (not synced):
+-- (name, owner; NULL: the database).
+SELECT name, service FROM {schema}.schedules
+WHERE name = ANY(%(names)s::text[]) AND service IS DISTINCT FROM %(service)s
+ORDER BY name;
+
+-- create_schedule --
+-- A schedule owned by the database (the schema's function; recorded in the audit log).
+SELECT {schema}.create_schedule(%(name)s, %(job_type)s, %(cron)s, %(timezone)s, %(payload)s,
+                                %(catchup)s, %(catchup_limit)s, %(overlap)s, %(on_pause)s,
+                                %(jitter_seconds)s, %(max_attempts)s, %(priority)s, %(actor)s,
+                                %(via)s);
+
+-- update_schedule --
+-- Change a database-owned schedule (NULL: leave that setting).
+SELECT {schema}.update_schedule(%(name)s, %(job_type)s, %(cron)s, %(timezone)s, %(payload)s,
+                                %(catchup)s, %(catchup_limit)s, %(overlap)s, %(on_pause)s,
+                                %(jitter_seconds)s, %(max_attempts)s, %(priority)s, %(actor)s,
+                                %(via)s);
+
+-- remove_schedule --
+-- Remove a database-owned schedule (paused as removed, never deleted).
+SELECT {schema}.remove_schedule(%(name)s, %(actor)s, %(via)s);
 
 -- lock_due_schedules --
 -- The enabled schedules that need a tick now (next_due_at reached, or unknown), locked for one
@@ -1062,7 +1111,7 @@ RETURNING name;
 -- neither read nor locked. A schedule another daemon is materializing right now is skipped
 -- (it does the same work).
 SELECT id, name, job_type, payload, cron, timezone, max_attempts, catchup, catchup_limit,
-       overlap, jitter_seconds, materialized_until, now(), priority
+       overlap, jitter_seconds, materialized_until, now(), priority, on_pause
 FROM {schema}.schedules
 WHERE NOT paused AND (next_due_at IS NULL OR next_due_at <= now())
 ORDER BY id
@@ -1088,7 +1137,9 @@ WHERE id = %(id)s;
 -- (lock_due_schedules): every writer of occurrences holds it, which keeps an occurrence to
 -- one run across runs' partitions, however many daemons tick. With overlap = skip an
 -- occurrence is recorded as skipped when an earlier run is still queued, running or
--- failed-awaiting-retry, and only the last of a catch-up batch is queued.
+-- failed-awaiting-retry, and only the last of a catch-up batch is queued. While the job type
+-- is paused (job_type_controls) a schedule whose on_pause is 'skip' records every occurrence
+-- as skipped; one that holds (the default) queues them as ever: the paused type's runs wait.
 WITH occ AS (
     SELECT o.scheduled_for, o.run_at, o.ord, count(*) OVER () AS total
     FROM unnest(%(scheduled_for)s::timestamptz[], %(run_at)s::timestamptz[])
@@ -1098,15 +1149,20 @@ WITH occ AS (
         SELECT 1 FROM {schema}.runs
         WHERE schedule_id = %(schedule_id)s AND status IN ('queued', 'running', 'failed')
     ) AS busy
+), paused AS (
+    SELECT %(skip_paused)s AND EXISTS (
+        SELECT 1 FROM {schema}.job_type_controls c WHERE c.job_type = %(job_type)s AND c.paused
+    ) AS skipping
 ), inserted AS (
     INSERT INTO {schema}.runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts,
                       priority, status, finished_at)
     SELECT %(schedule_id)s, occ.scheduled_for, %(job_type)s, %(payload)s, occ.run_at,
            %(max_attempts)s, %(priority)s,
-           CASE WHEN %(skip)s AND (busy.busy OR occ.ord < occ.total)
+           CASE WHEN paused.skipping OR (%(skip)s AND (busy.busy OR occ.ord < occ.total))
                 THEN 'skipped' ELSE 'queued' END,
-           CASE WHEN %(skip)s AND (busy.busy OR occ.ord < occ.total) THEN now() END
-    FROM occ, busy
+           CASE WHEN paused.skipping OR (%(skip)s AND (busy.busy OR occ.ord < occ.total))
+                THEN now() END
+    FROM occ, busy, paused
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.runs r
                       WHERE r.schedule_id = %(schedule_id)s
                         AND r.scheduled_for = occ.scheduled_for)
@@ -1125,7 +1181,7 @@ SELECT status, count(*) FROM inserted GROUP BY status;
 -- backward probe of runs_schedule_occurrence_idx (schedule_id, scheduled_for) per partition.
 SELECT s.id, s.name, s.job_type, s.cron, s.timezone, s.paused, s.paused_reason,
        s.paused_detail, s.overlap, s.catchup, s.materialized_until,
-       last.status, last.scheduled_for, last.finished_at, ok.finished_at
+       last.status, last.scheduled_for, last.finished_at, ok.finished_at, s.service, s.on_pause
 FROM {schema}.schedules s
 LEFT JOIN LATERAL (
     SELECT c.status, c.scheduled_for, c.finished_at
@@ -1149,7 +1205,8 @@ ORDER BY s.name;
 
 -- get_schedule --
 SELECT id, name, job_type, payload, cron, timezone, max_attempts, catchup, catchup_limit,
-       overlap, jitter_seconds, paused, paused_reason, paused_detail, materialized_until
+       overlap, jitter_seconds, paused, paused_reason, paused_detail, materialized_until,
+       service, on_pause, priority
 FROM {schema}.schedules WHERE name = %(name)s;
 
 -- pause_schedule --
@@ -1602,6 +1659,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.output_chunks TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.rate_starts TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_type_settings TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.console_logouts TO {role};
+GRANT SELECT ON {schema}.job_type_controls TO {role};
+GRANT SELECT ON {schema}.audit_log TO {role};
 GRANT USAGE ON SEQUENCE {schema}.runs_id_seq TO {role};
 GRANT USAGE ON SEQUENCE {schema}.attempts_id_seq TO {role};
 GRANT SELECT ON {schema}.partitions TO {role};
@@ -1691,3 +1750,50 @@ ON CONFLICT (nonce) DO NOTHING;
 -- console_logged_out --
 -- Whether a console session was logged out, on any daemon (through the primary key).
 SELECT EXISTS (SELECT 1 FROM {schema}.console_logouts WHERE nonce = %(nonce)s);
+
+-- job_type_controls --
+-- What operators changed at runtime, per job type (migration 0021): paused (who, when, why)
+-- and the limits that override the config's. A daemon reads it on a `!controls` NOTIFY, when
+-- its LISTEN connection (re)connects, and at its poll interval without one; status and the
+-- console read it to show each limit's value and source.
+SELECT job_type, paused, paused_at, paused_by, paused_reason, max_running, max_running_per_key,
+       rate, rate_window, rate_per_key, rate_per_key_window, limits_at, limits_by
+FROM {schema}.job_type_controls
+ORDER BY job_type;
+
+-- pause_job_type --
+-- Pause a job type fleet-wide (the schema's function: it NOTIFYs the daemons).
+SELECT {schema}.pause_job_type(%(job_type)s, %(reason)s, %(actor)s, %(via)s);
+
+-- resume_job_type --
+-- Resume a paused job type (the schema's function).
+SELECT {schema}.resume_job_type(%(job_type)s, %(actor)s, %(via)s);
+
+-- set_job_type_limits --
+-- Override some of a job type's limits (NULL: leave that one as it is).
+SELECT {schema}.set_job_type_limits(%(job_type)s, %(max_running)s, %(max_running_per_key)s,
+                                    %(rate)s, %(rate_window)s, %(rate_per_key)s,
+                                    %(rate_per_key_window)s, %(actor)s, %(via)s);
+
+-- reset_job_type_limits --
+-- Back to the config's limits.
+SELECT {schema}.reset_job_type_limits(%(job_type)s, %(actor)s, %(via)s);
+
+-- record_action --
+-- One operator action in the audit log (migration 0019), after it was done: who (the name
+-- given, and how: cli, console), what, its arguments, the runs it affected.
+SELECT {schema}.record_action(%(action)s, %(target)s, %(args)s, %(actor)s, %(via)s,
+                              %(runs_affected)s, %(run_ids)s::bigint[]);
+
+-- audit_log --
+-- The audit log since a time, newest first, up to a page (`pgtick audit`); served by
+-- audit_log_at_idx.
+SELECT id, at, actor, via, db_role, action, target, args, runs_affected, run_ids
+FROM {schema}.audit_log
+WHERE at >= coalesce(%(since)s::timestamptz, '-infinity')
+ORDER BY at DESC, id DESC
+LIMIT %(limit)s;
+
+-- prune_audit_log --
+-- Retention of the audit log (retention.audit): a batch of the rows older than the cutoff.
+SELECT {schema}.prune_audit_log(%(older_than_seconds)s, %(batch)s);

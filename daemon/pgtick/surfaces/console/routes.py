@@ -541,24 +541,34 @@ class Console:
             return error_page(HTTPStatus.BAD_REQUEST, message, self._context(request))
         back = f"/runs/{run_id}" if runs else "/schedules"
         try:
-            message = self._apply(name, run_id, target)
+            message = self._apply(name, run_id, target, self._actor(request))
         except PgtickError as exc:  # not found, a state the action refuses, the database
             message = f"{name} refused: {exc}"
         log.info("console_action", what=name, ids=[shown], result=message)
         return see_other(f"{back}?{query_string([('flash', message)])}")
 
-    def _apply(self, name: str, run_id: int, target: str) -> str:
+    def _actor(self, request: Request) -> operations.Actor:
+        """Who acts, as the audit log names them: the session (by the start of its nonce,
+        which no page shows and a logout ends), or the bearer token's caller."""
+        if self.sessions is not None:
+            session = self.sessions.signed(guard.session_cookie(request.headers))
+            if session is not None:
+                return operations.Actor(f"console session {session.nonce[:8]}", "console")
+        return operations.Actor(f"console token from {request.peer}", "console")
+
+    def _apply(self, name: str, run_id: int, target: str, actor: operations.Actor) -> str:
         """Do the action (the target already checked); what happened, one line."""
         if name in ("retry", "cancel"):
             action = operations.RETRY if name == "retry" else operations.CANCEL
-            changed = operations.change_runs(self.store, action, [run_id])
+            changed = operations.change_runs(self.store, action, [run_id], actor=actor)
             if changed.changed:
                 return f"run {run_id} {action.past}"
             return f"run {run_id} changed state meanwhile; nothing done"
         if name == "trigger":
-            return f"triggered {target}: run {operations.trigger_schedule(self.store, target)}"
+            run = operations.trigger_schedule(self.store, target, actor=actor)
+            return f"triggered {target}: run {run}"
         if name == "pause":
-            operations.pause_schedule(self.store, target)
+            operations.pause_schedule(self.store, target, actor=actor)
             return f"paused {target}"
-        operations.resume_schedule(self.store, target)
+        operations.resume_schedule(self.store, target, actor=actor)
         return f"resumed {target} (continues from now)"

@@ -6,6 +6,9 @@ command line prints them, the web console renders them. No printing, no argument
   else), prune;
 - ``bulk``: retry or cancel the runs matching a filter, confirmed by their count and ids;
 - ``schedules``: list, pause, resume, trigger, next occurrences, backfill;
+- ``runtime_schedules``: schedules the database owns (add, edit, remove);
+- ``audit``: who acts (the CLI's user@host, the console's session) and the audit log;
+- ``controls``: a job type paused, resumed, or limited at runtime, and each limit's source;
 - ``status``: workers, queues and schedules with the problems among them; the console overview;
 - ``job_types``: one job type's page (its queue, running and waiting runs, schedules);
 - ``charts``: the overview's queue depth per job type over the last hour (its SQL in
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from pgtick.scheduling.words import cron_in_words
 from pgtick.storage.store import STATUSES, TERMINAL_STATUSES
+from pgtick.surfaces.operations.audit import Actor, audit_entries, cli_actor, record
 from pgtick.surfaces.operations.bulk import (
     MAX_FILTER_BULK_RUNS,
     FilterBulk,
@@ -31,6 +35,20 @@ from pgtick.surfaces.operations.bulk import (
     run_filter_bulk,
 )
 from pgtick.surfaces.operations.charts import queue_depth_per_type
+from pgtick.surfaces.operations.controls import (
+    LIMIT_NAMES,
+    Limit,
+    Limits,
+    controls_for,
+    describe,
+    effective_limits,
+    limits_in_force,
+    pause_job_type,
+    paused_types,
+    reset_limits,
+    resume_job_type,
+    set_limits,
+)
 from pgtick.surfaces.operations.flow import describe_limits, flow_limits
 from pgtick.surfaces.operations.job_types import JobTypeView, check_job_type, job_type_view
 from pgtick.surfaces.operations.output import (
@@ -71,6 +89,11 @@ from pgtick.surfaces.operations.runs import (
     prune,
     run_bulk,
     show_run,
+)
+from pgtick.surfaces.operations.runtime_schedules import (
+    add_schedule,
+    edit_schedule,
+    remove_schedule,
 )
 from pgtick.surfaces.operations.schedules import (
     MAX_OCCURRENCES,
@@ -119,6 +142,7 @@ __all__ = [
     "CONFIRM_ABOVE_ROWS",
     "DEFAULT_HORIZON_THRESHOLD_SECONDS",
     "DEFAULT_PAGE_SIZE",
+    "LIMIT_NAMES",
     "MAX_FILTER_BULK_RUNS",
     "MAX_KEY_BYTES",
     "MAX_OCCURRENCES",
@@ -137,6 +161,7 @@ __all__ = [
     "TERMINAL_STATUSES",
     "THROUGHPUT_MINUTES",
     "Action",
+    "Actor",
     "Backfilled",
     "Bulk",
     "Changed",
@@ -146,6 +171,8 @@ __all__ = [
     "Horizon",
     "JobTypeStatus",
     "JobTypeView",
+    "Limit",
+    "Limits",
     "OutputLine",
     "Overview",
     "Pruned",
@@ -158,6 +185,8 @@ __all__ = [
     "Upcoming",
     "When",
     "WorkerStatus",
+    "add_schedule",
+    "audit_entries",
     "backfill",
     "backfill_window",
     "change_runs",
@@ -165,10 +194,15 @@ __all__ = [
     "check_job_type",
     "check_new_run",
     "check_statuses",
+    "cli_actor",
+    "controls_for",
     "cron_in_words",
     "declares_job_type",
+    "describe",
     "describe_holder",
     "describe_limits",
+    "edit_schedule",
+    "effective_limits",
     "enqueue",
     "filter_bulk",
     "flow_limits",
@@ -176,6 +210,7 @@ __all__ = [
     "grants_sql",
     "handler_summary",
     "job_type_view",
+    "limits_in_force",
     "list_runs",
     "list_schedules",
     "migrate",
@@ -183,16 +218,23 @@ __all__ = [
     "output_tail",
     "overview",
     "parse_run_id",
+    "pause_job_type",
     "pause_schedule",
+    "paused_types",
     "plan_bulk",
     "plan_filter_bulk",
     "prune",
     "queue_depth_per_type",
+    "record",
+    "remove_schedule",
+    "reset_limits",
+    "resume_job_type",
     "resume_schedule",
     "run_bulk",
     "run_filter_bulk",
     "run_output",
     "schedule_views",
+    "set_limits",
     "show_run",
     "status",
     "trigger_schedule",

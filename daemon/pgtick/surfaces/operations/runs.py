@@ -18,6 +18,7 @@ from pgtick.core import handlers
 from pgtick.errors import ConfigError, NotFoundError, PgtickError, UsageError
 from pgtick.observability.progress import Progress
 from pgtick.storage.store import (
+    PRUNE_BUSY_RETRIES,
     STATUSES,
     TERMINAL_STATUSES,
     Attempt,
@@ -30,6 +31,8 @@ from pgtick.storage.store import (
     RunSummary,
     ScheduleRef,
 )
+from pgtick.surfaces.operations.audit import Actor, record
+from pgtick.surfaces.operations.controls import effective_limits
 from pgtick.surfaces.operations.flow import describe_limits
 from pgtick.surfaces.operations.output import OutputLine, output_tail
 
@@ -175,9 +178,21 @@ def show_run(store: RunStore, run_id: int, limits: Sequence[ClaimType] = ()) -> 
 
 
 def _waiting(store: RunStore, run: Run, limits: Sequence[ClaimType]) -> str | None:
-    """Why this due run is held back by its job type's limits (None: it is not)."""
-    mine = [t for t in limits if t.job_type == run.job_type and t.limited]
-    if run.status not in ("queued", "failed") or not mine:
+    """Why this due run is held back: its job type paused, or its limits (None: it is not).
+    The limits in force: the config's (``limits``) with what an operator changed at runtime."""
+    if run.status not in ("queued", "failed"):
+        return None
+    control = store.job_type_controls().get(run.job_type)
+    if control is not None and control.paused:
+        why = f": {control.paused_reason}" if control.paused_reason else ""
+        return (
+            f"its job type is paused (by {control.paused_by}{why}): it starts after"
+            f" `pgtick resume {run.job_type}`"
+        )
+    config = [t for t in limits if t.job_type == run.job_type]
+    controls = {run.job_type: control} if control is not None else {}
+    mine = effective_limits(config, controls)
+    if not mine:
         return None
     flows = store.flow_state(mine, run.id)
     if not flows or flows[0].due == 0:
@@ -243,9 +258,12 @@ def _ids_text(ids: Sequence[int]) -> str:
     return ", ".join(str(i) for i in sorted(ids))
 
 
-def change_runs(store: RunStore, action: Action, run_ids: Sequence[int]) -> Changed:
+def change_runs(
+    store: RunStore, action: Action, run_ids: Sequence[int], *, actor: Actor | None = None
+) -> Changed:
     """Retry or cancel the given runs, all or none: an unknown id is NotFoundError, a run in a
-    state the action does not accept is UsageError naming its status; nothing changes then."""
+    state the action does not accept is UsageError naming its status; nothing changes then.
+    Recorded in the audit log as ``actor``'s, with the runs it changed."""
     ids = sorted(set(run_ids))
     if not ids:
         raise UsageError(f"{action.verb}: give run ids, or --status and --type")
@@ -268,6 +286,7 @@ def change_runs(store: RunStore, action: Action, run_ids: Sequence[int]) -> Chan
     if reason is not None:
         raise UsageError(reason)
     changed = action.apply(store, ids)
+    record(store, actor, action.verb, None, {"run_ids": ids[:100]}, run_ids=changed)
     return Changed(changed, sorted(set(ids) - set(changed)))
 
 
@@ -292,15 +311,28 @@ def plan_bulk(
     return bulk, store.count_bulk(bulk.status, bulk.job_type, bulk.since)
 
 
-def run_bulk(store: RunStore, bulk: Bulk, batch: int = BULK_BATCH_ROWS) -> int:
-    """Apply a bulk change in batches of ``batch`` runs; how many runs changed."""
+def run_bulk(
+    store: RunStore, bulk: Bulk, batch: int = BULK_BATCH_ROWS, *, actor: Actor | None = None
+) -> int:
+    """Apply a bulk change in batches of ``batch`` runs; how many runs changed (recorded in
+    the audit log as ``actor``'s, once, with the filter and the runs)."""
     total, after = 0, 0
+    changed: list[int] = []
     while True:
         ids = store.bulk_ids(bulk.status, bulk.job_type, bulk.since, after, batch)
         if not ids:
-            return total
-        total += len(bulk.action.apply(store, ids))
+            break
+        done = bulk.action.apply(store, ids)
+        total += len(done)
+        changed.extend(done[: max(0, 1000 - len(changed))])
         after = ids[-1]
+    args = {
+        "status": bulk.status,
+        "type": bulk.job_type,
+        "since": None if bulk.since is None else bulk.since.isoformat(),
+    }
+    record(store, actor, bulk.action.verb, bulk.job_type, args, changed, total)
+    return total
 
 
 # -- prune -----------------------------------------------------------------------------------------
@@ -327,6 +359,7 @@ def prune(
     statuses: Sequence[str] = (),
     dry_run: bool = False,
     progress_stream: TextIO | None = None,
+    actor: Actor | None = None,
 ) -> Pruned:
     """Remove terminal runs finished longer ago than ``older_than`` (default: each status's
     retention), with their attempts and output: the partitions wholly past the cutoff are
@@ -356,7 +389,9 @@ def prune(
         # A cutoff shorter than the configured retention: keep the history of the runs kept.
         changes = store.prune_partitions(used)
     else:
-        changes = store.maintain_partitions(used, delete_default=False)
+        changes = store.maintain_partitions(
+            used, delete_default=False, busy_retries=PRUNE_BUSY_RETRIES
+        )
     for change in changes:
         if change.action == "dropped" and change.status is not None:
             dropped[change.status] += change.rows
@@ -367,6 +402,8 @@ def prune(
         )
         counts[status] = dropped[status] + store.prune(status, age, on_batch=progress.advance)
         progress.finish()
+    args = {"older_than_seconds": used, "counts": counts}
+    record(store, actor, "prune", None, args, runs_affected=sum(counts.values()))
     return Pruned(used, counts, dry_run)
 
 

@@ -14,6 +14,7 @@ from pgtick.core import ticker
 from pgtick.errors import ConfigError, NotFoundError, PgtickError, ScheduleError, UsageError
 from pgtick.scheduling.cron import Cron
 from pgtick.storage.store import RunStore, ScheduleListing
+from pgtick.surfaces.operations.audit import Actor, record
 from pgtick.surfaces.operations.setup import open_store
 
 # `schedules next --count` and `schedules backfill` refuse more occurrences than this: a typo in
@@ -51,19 +52,21 @@ def schedule_views(store: RunStore, now: datetime, count: int) -> list[ScheduleV
     return views
 
 
-def pause_schedule(store: RunStore, name: str) -> None:
+def pause_schedule(store: RunStore, name: str, *, actor: Actor | None = None) -> None:
     """Pause a schedule (the operator's reason); NotFoundError when there is none."""
     if not store.pause_schedule(name):
         raise _not_found(name)
+    record(store, actor, "schedule_pause", name)
 
 
-def resume_schedule(store: RunStore, name: str) -> None:
+def resume_schedule(store: RunStore, name: str, *, actor: Actor | None = None) -> None:
     """Resume a schedule from now; NotFoundError when there is none."""
     if not store.resume_schedule(name):
         raise _not_found(name)
+    record(store, actor, "schedule_resume", name)
 
 
-def trigger_schedule(store: RunStore, name: str) -> int:
+def trigger_schedule(store: RunStore, name: str, *, actor: Actor | None = None) -> int:
     """Enqueue a run of the schedule now; its id. NotFoundError when there is none; PgtickError
     when its overlap is "skip" and a run of it is active."""
     run_id = store.trigger_schedule(name)
@@ -75,6 +78,7 @@ def trigger_schedule(store: RunStore, name: str) -> int:
             f'schedule {name!r} has run {active} {status} and its overlap is "skip": not '
             "triggered (`pgtick enqueue` adds a run whatever the overlap)"
         )
+    record(store, actor, "trigger", name, run_ids=[run_id])
     return run_id
 
 
@@ -105,6 +109,7 @@ class ScheduleLine:
 
     listing: ScheduleListing
     next_at: datetime | None
+    db_now: datetime  # the database clock when listed: a table shows times next to it
 
 
 def _next_at(listing: ScheduleListing, now: datetime) -> datetime | None:
@@ -120,7 +125,7 @@ def list_schedules(store: RunStore) -> list[ScheduleLine]:
     """Every schedule with its latest run and its next occurrence after the database's now."""
     listings = store.list_schedules()
     now = store.now()
-    return [ScheduleLine(listing, _next_at(listing, now)) for listing in listings]
+    return [ScheduleLine(listing, _next_at(listing, now), now) for listing in listings]
 
 
 # -- next occurrences ------------------------------------------------------------------------------
@@ -203,7 +208,9 @@ class Backfilled:
     job_type: str
 
 
-def backfill(store: RunStore, name: str, after: datetime, end: datetime) -> Backfilled:
+def backfill(
+    store: RunStore, name: str, after: datetime, end: datetime, *, actor: Actor | None = None
+) -> Backfilled:
     """Create runs for the schedule's past occurrences in (after, end] that have none."""
     row = store.get_schedule(name)
     if row is None:
@@ -222,6 +229,8 @@ def backfill(store: RunStore, name: str, after: datetime, end: datetime) -> Back
             "range; backfill it in parts"
         )
     created = store.backfill_schedule(name, occurrences) if occurrences else []
+    args = {"from": after.isoformat(), "to": end.isoformat()}
+    record(store, actor, "backfill", name, args, run_ids=created)
     return Backfilled(
         len(created), len(occurrences) - len(created), str(row["overlap"]), str(row["job_type"])
     )

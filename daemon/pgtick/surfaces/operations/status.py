@@ -5,7 +5,7 @@ problems among them) and the console's overview, from the same reads.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pgtick.core import dbstate
@@ -15,6 +15,7 @@ from pgtick.storage.store import (
     ClaimType,
     FlowState,
     HorizonHolder,
+    JobTypeControl,
     JobTypeStats,
     RunStore,
     ScheduleHealth,
@@ -22,6 +23,13 @@ from pgtick.storage.store import (
     WorkerRow,
 )
 from pgtick.surfaces.operations.charts import queue_depth_per_type
+from pgtick.surfaces.operations.controls import (
+    Limits,
+    describe,
+    effective_limits,
+    limits_in_force,
+    paused_types,
+)
 from pgtick.surfaces.operations.flow import describe_limits
 from pgtick.surfaces.operations.schedules import ScheduleView, schedule_views
 
@@ -99,11 +107,20 @@ class JobTypeStatus:
     live_workers: int
     limits: ClaimType | None = None
     flow: FlowState | None = None
+    # Each limit with its source (config, or runtime: `pgtick limits`), and the pause.
+    in_force: Limits | None = None
+    control: JobTypeControl | None = None
 
     @property
     def limits_text(self) -> str:
-        """``max_running 3, 1 per key, rate 60/second`` ('' without limits)."""
+        """``max_running 3 (config), rate 60/second (runtime)`` ('' without limits)."""
+        if self.in_force is not None:
+            return describe(self.in_force)
         return describe_limits(self.limits) if self.limits is not None else ""
+
+    @property
+    def paused(self) -> bool:
+        return self.control is not None and self.control.paused
 
     @property
     def held_back_text(self) -> str:
@@ -142,6 +159,7 @@ class Status:
     problems: list[str]
     horizon: Horizon
     notes: list[str]  # what status could not see, and why
+    paused: list[JobTypeControl] = field(default_factory=list)  # job types paused, by name
 
     @property
     def healthy(self) -> bool:
@@ -162,7 +180,12 @@ def _workers_and_queues(
     store: RunStore, heartbeat_seconds: float, limits: Sequence[ClaimType] = ()
 ) -> tuple[list[WorkerStatus], list[JobTypeStatus]]:
     """Registered daemons (stale after a few missed heartbeats) and each job type's queue with
-    how many live daemons handle it: what `status` and the console's overview both show."""
+    how many live daemons handle it, its limits in force (``limits``: the config's, with what
+    operators changed at runtime) and its pause: what `status` and the console's overview
+    both show."""
+    controls = store.job_type_controls()
+    config_limits = {t.job_type: t for t in limits}
+    limits = effective_limits(limits, controls)
     stale_after = STALE_AFTER_HEARTBEATS * heartbeat_seconds
     workers = [WorkerStatus(w, w.heartbeat_age_seconds > stale_after) for w in store.list_workers()]
     served: dict[str, int] = {}
@@ -173,7 +196,14 @@ def _workers_and_queues(
     by_type = {t.job_type: t for t in limits}
     flows = {f.job_type: f for f in store.flow_state(limits)}
     job_types = [
-        JobTypeStatus(t, served.get(t.job_type, 0), by_type.get(t.job_type), flows.get(t.job_type))
+        JobTypeStatus(
+            t,
+            served.get(t.job_type, 0),
+            by_type.get(t.job_type),
+            flows.get(t.job_type),
+            limits_in_force(t.job_type, config_limits.get(t.job_type), controls.get(t.job_type)),
+            controls.get(t.job_type),
+        )
         for t in store.job_type_stats()
     ]
     return workers, job_types
@@ -239,7 +269,8 @@ def status(
         else [NO_MONITOR_NOTE.format(user=store.current_user())]
     )
     stale_after = STALE_AFTER_HEARTBEATS * heartbeat_seconds
-    return Status(now, stale_after, workers, job_types, schedules, problems, horizon, notes)
+    paused = paused_types(store.job_type_controls())
+    return Status(now, stale_after, workers, job_types, schedules, problems, horizon, notes, paused)
 
 
 def _schedule_status(

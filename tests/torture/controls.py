@@ -1,0 +1,134 @@
+"""Guarantee 3 under runtime controls (docs/guarantees.md, "Runtime controls"): the limit a
+start is judged against is the one in force at that moment, and a paused job type starts
+nothing from one poll interval after its pause until its resume.
+
+An operator's change (``pgtick limits``, ``pause``, ``resume``) is a CLI call: its invoke line
+comes before its transaction commits, its answer after. What is in force at a moment is
+certain only outside those windows, so each limit has two readings: the strict one (the last
+answered change before the moment, the one before it while a change is in flight) and the
+lenient one (the highest that a run claimed up to ``CLAIM_SLACK_SECONDS`` before its start
+could have been counted against: a run claimed ahead of a free thread starts a little later).
+A start over the strict limit but within the lenient one is an excused finding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tests.torture.findings import Finding, unique
+from tests.torture.history import INVOKE, Event
+from tests.torture.model import NS, Model
+from tests.torture.plan import POLL_SECONDS, JobType
+
+# A run claimed before a change may start this much later (waiting for a thread, prefetched).
+CLAIM_SLACK_SECONDS = 3.0
+# A pause holds from the daemons' next read of it: a NOTIFY, at the latest a poll interval;
+# plus the claims already in flight and a loaded 2-core machine's scheduling.
+PAUSE_SLACK_SECONDS = POLL_SECONDS + 2.0
+
+
+@dataclass(frozen=True)
+class Change:
+    """One operator's call: invoked at ``begin``, answered at ``end`` (None: never)."""
+
+    begin: int
+    end: int | None
+    value: float  # the limit it sets (math.inf: none), or 1.0 paused / 0.0 resumed
+    line: Event
+
+
+def _calls(model: Model, verbs: tuple[str, ...], job_type: str) -> list[Change]:
+    """The answered or unanswered calls of ``verbs`` on ``job_type``, in invoke order."""
+    invoked: dict[tuple[str, str], Event] = {}
+    out: list[Change] = []
+    for e in model.operations:
+        if e.f not in verbs or e.get("job_type") != job_type:
+            continue
+        key = (e.process, e.f)
+        if e.type == INVOKE:
+            invoked[key] = e
+            continue
+        start = invoked.pop(key, None)
+        if start is not None:
+            out.append(Change(start.t, e.t, _value(start), start))
+    out += [Change(e.t, None, _value(e), e) for e in invoked.values()]
+    return sorted(out, key=lambda c: c.begin)
+
+
+def _value(e: Event) -> float:
+    if e.f == "limits":
+        most = e.get("max_running")
+        return -1.0 if most is None else float(most)  # -1: reset to the config's
+    return 1.0 if e.f == "pause" else 0.0
+
+
+def max_running_at(model: Model, jt: JobType) -> tuple[Callable[[int], int], Callable[[int], int]]:
+    """(strict, lenient): the max_running of ``jt`` in force at a moment, as above."""
+    config = float(jt.max_running) if jt.max_running is not None else math.inf
+    changes = [
+        Change(c.begin, c.end, config if c.value < 0 else c.value, c.line)
+        for c in _calls(model, ("limits",), jt.name)
+    ]
+
+    def possible(t: int) -> list[float]:
+        """Every value that may be in force at ``t``."""
+        values = [config]
+        for c in changes:
+            if c.begin > t:
+                break
+            if c.end is not None and c.end <= t:
+                values = [c.value]  # answered: from the next claim on
+            else:
+                values.append(c.value)  # in flight, or its answer never came
+        return values
+
+    def strict(t: int) -> int:
+        return _int(max(possible(t)))
+
+    def lenient(t: int) -> int:
+        begin = t - int(CLAIM_SLACK_SECONDS * NS)
+        edges = [begin, t, *(c.begin for c in changes), *(c.end for c in changes if c.end)]
+        return _int(max(v for edge in edges if begin <= edge <= t for v in possible(edge)))
+
+    return strict, lenient
+
+
+def _int(value: float) -> int:
+    return 2**31 if math.isinf(value) else int(value)
+
+
+def paused_not_started(model: Model) -> list[Finding]:
+    """A paused job type starts nothing from ``PAUSE_SLACK_SECONDS`` after `pgtick pause`
+    answered until `pgtick resume` was invoked: its runs stay queued."""
+    out = []
+    for jt in model.world.job_types:
+        calls = _calls(model, ("pause", "resume"), jt.name)
+        windows = []
+        for i, c in enumerate(calls):
+            if c.value != 1.0 or c.end is None:
+                continue
+            after = next((r for r in calls[i + 1 :] if r.value == 0.0), None)
+            until = after.begin if after is not None else model.end
+            windows.append((c.end + int(PAUSE_SLACK_SECONDS * NS), until, c.line, after))
+        for begin, until, paused, resumed in windows:
+            started = [
+                e for e in model.executions if e.job_type == jt.name and begin < e.begin < until
+            ]
+            if not started:
+                continue
+            stall = model.stall_between(begin - int(PAUSE_SLACK_SECONDS * NS), until, NS)
+            out.append(
+                Finding(
+                    "paused",
+                    f"job type {jt.name}",
+                    f"{len(started)} handler(s) started while it was paused: "
+                    + "; ".join(e.describe() for e in started[:3]),
+                    unique(
+                        [paused, *(e.start for e in started[:3]), resumed.line if resumed else None]
+                    ),
+                    excuse="the harness was starved of CPU meanwhile" if stall else "",
+                )
+            )
+    return out
