@@ -13,7 +13,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.wait import WebDriverWait
 
 from .conftest import TOKEN, Console, keep_screenshot, start_console
-from .test_console import cells
+from .test_console import cells, log_in
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +68,78 @@ def test_the_overview_lists_every_job_type_a_live_daemon_handles(
     assert rows["report"][1] == "3" and rows["report"][8] == "0"
     assert {"record", "pickup", "boom"} <= set(rows)
     assert (rows["pickup"][1], rows["pickup"][7], rows["pickup"][8]) == ("0", "0", "1")
+
+
+def _submit(chrome: Any, selector: str) -> str:
+    """Submit a form of the page; the flash of the page it lands on."""
+    old = chrome.find_element(By.TAG_NAME, "html")
+    chrome.find_element(By.CSS_SELECTOR, f"{selector} button").click()
+    WebDriverWait(chrome, 20).until(lambda d: d.find_element(By.TAG_NAME, "html") != old)
+    WebDriverWait(chrome, 20).until(lambda d: d.find_elements(By.ID, "flash"))
+    return str(chrome.find_element(By.ID, "flash").text)
+
+
+def test_an_operator_controls_the_job_type_and_the_audit_log_names_them(
+    console: Console, chrome: Any, tmp_path: Path
+) -> None:
+    """Issue 46, Must show 3 (second half): pause, limits, resume, a bulk retry and a run's
+    retry from the console, each in the audit log under the name the operator logged in
+    with."""
+    log_in(chrome, console.url, TOKEN, name="Olga Operator")
+    chrome.get(console.url + "/types/report")
+    chrome.find_element(By.CSS_SELECTOR, "form.action-pause-type input[name=reason]").send_keys(
+        "smtp is down"
+    )
+    assert _submit(chrome, "form.action-pause-type") == "paused report on every daemon"
+    state = chrome.find_element(By.ID, "pause-state").text
+    assert "by Olga Operator: smtp is down" in state, state
+
+    form = chrome.find_element(By.ID, "limits-form")
+    form.find_element(By.NAME, "max_running").send_keys("2")
+    form.find_element(By.NAME, "rate").send_keys("10/minute")
+    assert _submit(chrome, "#limits-form").startswith("limits of report changed")
+    limits = {r[0]: r[1:] for r in cells(chrome, "#limits-table tbody tr")}
+    assert limits == {"max_running": ["2", "runtime"], "rate": ["10/minute", "runtime"]}
+    assert "by Olga Operator" in chrome.find_element(By.ID, "limits-changed").text
+    chrome.save_screenshot(str(tmp_path / "controlled.png"))
+    keep_screenshot(tmp_path / "controlled.png", "console-job-type.png")
+    chrome.get(console.url + "/")
+    [row] = cells(chrome, 'tr[data-job-type="report"]')
+    assert row[0] == "report paused" and "max_running 2 (runtime)" in row[9]
+
+    chrome.get(console.url + "/types/report")
+    assert _submit(chrome, "form.action-reset-limits") == "limits of report back to the config's"
+    assert _submit(chrome, "form.action-resume-type") == "resumed report"
+    # a bad limit is refused, naming the field
+    status, _, body = console.post(
+        "/actions/limits",
+        {"job_type": "report", "max_running": "0", "csrf": "x"},
+        {"Authorization": f"Bearer {TOKEN}"},
+    )
+    assert status == 400 and "max_running" in body
+
+    chrome.find_element(By.ID, "retry-dead").click()
+    WebDriverWait(chrome, 10).until(lambda d: d.find_elements(By.ID, "bulk-count"))
+    assert chrome.find_element(By.ID, "bulk-count").get_attribute("data-count") == "2"
+    assert _submit(chrome, "form#bulk-confirm") == "retried 2 of the 2 runs confirmed"
+
+    rows = console.sql(
+        "SELECT actor, via, action, target, runs_affected FROM audit_log ORDER BY id"
+    )
+    assert [r[:4] for r in rows] == [
+        ("Olga Operator", "console", "pause", "report"),
+        ("Olga Operator", "console", "limits", "report"),
+        ("Olga Operator", "console", "limits_reset", "report"),
+        ("Olga Operator", "console", "resume", "report"),
+        ("Olga Operator", "console", "retry", "report"),
+    ]
+    assert rows[-1][4] == 2
+    [(reason,)] = console.sql("SELECT args->>'reason' FROM audit_log WHERE action = 'pause'")
+    assert reason == "smtp is down"
+
+
+def test_the_controls_show_only_to_an_operator(console: Console) -> None:
+    # a viewer's page: tests/browser/test_console_roles.py
+    cookie = {"Cookie": f"pgtick_session={console.login()}"}  # an operator: forms shown
+    assert "/actions/pause-type" in console.get("/types/report", cookie)[1]
+    assert "/actions/pause-type" not in console.get("/types/report")[1]  # not logged in

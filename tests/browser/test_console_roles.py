@@ -54,7 +54,14 @@ def action_forms(chrome: Any) -> list[str]:
 
 
 def pages(console: Console) -> list[str]:
-    return ["/", "/runs", "/runs?status=dead", f"/runs/{console.dead_id}", "/schedules"]
+    return [
+        "/",
+        "/runs",
+        "/runs?status=dead",
+        f"/runs/{console.dead_id}",
+        "/schedules",
+        "/types/report",
+    ]
 
 
 def test_a_viewer_sees_every_page_and_no_action(
@@ -94,6 +101,9 @@ def test_a_viewers_forged_post_is_403_and_changes_nothing(console: Console) -> N
         ("trigger", {"schedule": "nightly_report"}),
         ("pause", {"schedule": "nightly_report"}),
         ("resume", {"schedule": "nightly_report"}),
+        ("pause-type", {"job_type": "report"}),
+        ("limits", {"job_type": "report", "max_running": "1"}),
+        ("bulk", {"action": "retry", "status": "dead", "ids": "1", "count": "1"}),
     ):
         status, _, body = console.post(f"/actions/{action}", {**form, "csrf": csrf}, headers)
         assert status == 403, (action, status)

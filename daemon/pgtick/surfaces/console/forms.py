@@ -1,10 +1,12 @@
-"""What the console reads from a request besides a run id: the name filters of the runs page,
-and a bulk action's filter, confirmed ids and result line (pure: no database, no response).
+"""What the console reads from a request besides a run id, and the job type controls it
+asks for: the name filters of the runs page, a bulk action's filter, confirmed ids and result
+line, a job type's new limits; ``apply_type_action`` calls the operations (no response here).
 """
 
 from __future__ import annotations
 
 from pgtick.errors import UsageError
+from pgtick.storage.store import LimitChange, RunStore
 from pgtick.surfaces import operations
 from pgtick.surfaces.console.fragments import cut, parse_id_ranges, query_string, runs_href
 from pgtick.surfaces.http import Request
@@ -64,3 +66,35 @@ def back_to_runs(bulk: operations.FilterBulk, message: str) -> str:
     back = runs_href(status=list(bulk.statuses), type=bulk.job_type, schedule=bulk.schedule)
     separator = "&" if "?" in back else "?"
     return f"{back}{separator}{query_string([('flash', message)])}"
+
+
+def limit_change(request: Request) -> LimitChange:
+    """The limits a job type's form sets (empty fields: unchanged); UsageError (400) for a
+    value ``pgtick limits`` would refuse, or none at all."""
+    change = operations.limit_change(*(request.first(f, form=True) for f in operations.LIMIT_NAMES))
+    if change.empty:
+        raise UsageError("limits: give at least one limit (or reset them to the config's)")
+    return change
+
+
+def apply_type_action(
+    store: RunStore,
+    name: str,
+    job_type: str,
+    request: Request,
+    change: LimitChange | None,
+    actor: operations.Actor,
+) -> str:
+    """Do a job type's control; what happened, one line."""
+    if name == "pause-type":
+        reason = cut(request.first("reason", form=True), 500) or None
+        done = operations.pause_job_type(store, job_type, reason, actor)
+        return f"paused {job_type} on every daemon" if done else f"{job_type} was paused already"
+    if name == "resume-type":
+        done = operations.resume_job_type(store, job_type, actor)
+        return f"resumed {job_type}" if done else f"{job_type} was not paused"
+    if name == "limits" and change is not None:
+        operations.set_limits(store, job_type, change, actor)
+        return f"limits of {job_type} changed on every daemon from its next claim"
+    done = operations.reset_limits(store, job_type, actor)
+    return f"limits of {job_type} back to the config's" if done else "no limit was overridden"

@@ -50,7 +50,12 @@ from pgtick.surfaces.operations.controls import (
     set_limits,
 )
 from pgtick.surfaces.operations.flow import describe_limits, flow_limits
-from pgtick.surfaces.operations.job_types import JobTypeView, check_job_type, job_type_view
+from pgtick.surfaces.operations.job_types import (
+    JobTypeView,
+    check_job_type,
+    job_type_view,
+    limit_change,
+)
 from pgtick.surfaces.operations.output import (
     OUTPUT_STREAMS,
     SHOW_TAIL_LINES,
@@ -210,6 +215,7 @@ __all__ = [
     "grants_sql",
     "handler_summary",
     "job_type_view",
+    "limit_change",
     "limits_in_force",
     "list_runs",
     "list_schedules",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pgtick.errors import UsageError
 from pgtick.storage.store import RunStore
+from pgtick.surfaces.operations.audit import Actor, record
 from pgtick.surfaces.operations.runs import BULK_BATCH_ROWS, Action, check_statuses
 
 # One confirmation carries at most this many ids (its form, some 8 bytes an id, stays far
@@ -81,10 +82,16 @@ def plan_filter_bulk(
 
 
 def run_filter_bulk(
-    store: RunStore, bulk: FilterBulk, ids: Sequence[int], batch: int = BULK_BATCH_ROWS
+    store: RunStore,
+    bulk: FilterBulk,
+    ids: Sequence[int],
+    batch: int = BULK_BATCH_ROWS,
+    *,
+    actor: Actor | None = None,
 ) -> FilterBulkDone:
     """Retry or cancel the confirmed ``ids``, ``batch`` at a time (one transaction each), each
-    batch narrowed to the runs that still match the filter just before it changes."""
+    batch narrowed to the runs that still match the filter just before it changes; recorded
+    in the audit log once, as ``actor``'s, with the filter and the runs changed."""
     confirmed = sorted(set(ids))
     if not confirmed:
         raise UsageError(f"{bulk.action.verb}: no runs confirmed")
@@ -92,10 +99,17 @@ def run_filter_bulk(
         raise UsageError(
             f"{bulk.action.verb}: at most {MAX_FILTER_BULK_RUNS} runs at once, got {len(confirmed)}"
         )
-    changed = 0
+    changed: list[int] = []
     for start in range(0, len(confirmed), batch):
         chunk = confirmed[start : start + batch]
         still = store.filter_ids(bulk.statuses, bulk.job_type, bulk.schedule, len(chunk), chunk)
         if still:
-            changed += len(bulk.action.apply(store, still))
-    return FilterBulkDone(len(confirmed), changed)
+            changed.extend(bulk.action.apply(store, still))
+    args = {
+        "statuses": list(bulk.statuses),
+        "type": bulk.job_type,
+        "schedule": bulk.schedule,
+        "confirmed": len(confirmed),
+    }
+    record(store, actor, bulk.action.verb, bulk.job_type, args, changed, len(changed))
+    return FilterBulkDone(len(confirmed), len(changed))

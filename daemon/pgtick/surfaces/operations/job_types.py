@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pgtick import config as config_mod
+from pgtick.config import values as config_values
 from pgtick.errors import ConfigError, UsageError
-from pgtick.storage.store import ClaimType, JobTypeStats, RunStore, RunSummary
+from pgtick.storage.store import ClaimType, JobTypeStats, LimitChange, RunStore, RunSummary
+from pgtick.surfaces.operations.controls import limits_in_force
 from pgtick.surfaces.operations.runs import list_runs
 from pgtick.surfaces.operations.schedules import ScheduleView, schedule_views
 from pgtick.surfaces.operations.status import JobTypeStatus, _workers_and_queues
@@ -20,6 +22,7 @@ from pgtick.surfaces.operations.status import JobTypeStatus, _workers_and_queues
 JOB_TYPE_RUNS_SHOWN = 20
 JOB_TYPE_UPCOMING = 3
 WAITING_STATUSES = ("queued", "failed")
+MAX_LIMIT = 2**31 - 1  # the limits are integer columns
 
 
 @dataclass(frozen=True)
@@ -50,10 +53,12 @@ def job_type_view(
     workers, types = _workers_and_queues(store, heartbeat_seconds, limits)
     found = next((t for t in types if t.stats.job_type == job_type), None)
     if found is None:  # no queued, running or recently dead run: zeros, and who handles it
-        mine = [t for t in limits if t.job_type == job_type]
+        mine = next((t for t in limits if t.job_type == job_type), None)
+        control = store.job_type_controls().get(job_type)
         served = sum(1 for w in workers if not w.stale and job_type in w.worker.job_types)
         idle = JobTypeStats(job_type, 0, None, 0, 0, 0, 0, 0)
-        found = JobTypeStatus(idle, served, mine[0] if mine else None)
+        in_force = limits_in_force(job_type, mine, control)
+        found = JobTypeStatus(idle, served, mine, None, in_force, control)
     running = list_runs(
         store, statuses=["running"], job_type=job_type, limit=JOB_TYPE_RUNS_SHOWN
     ).runs
@@ -64,3 +69,39 @@ def job_type_view(
         v for v in schedule_views(store, now, JOB_TYPE_UPCOMING) if v.listing.job_type == job_type
     ]
     return JobTypeView(now, found, running, waiting, schedules)
+
+
+def _limit(field: str, text: str | None) -> int | None:
+    value = (text or "").strip()
+    if not value:
+        return None
+    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= MAX_LIMIT:
+        raise UsageError(f"{field}: a whole number from 1 to {MAX_LIMIT}, got {value[:20]!r}")
+    return int(value)
+
+
+def _rate(field: str, text: str | None) -> tuple[int, float] | None:
+    value = (text or "").strip()
+    if not value:
+        return None
+    try:
+        return config_values.rate(field, value)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def limit_change(
+    max_running: str | None,
+    max_running_per_key: str | None,
+    rate: str | None,
+    rate_per_key: str | None,
+) -> LimitChange:
+    """The limits an operator typed (empty: leave that one as it is), as ``pgtick limits``
+    takes them: whole numbers from 1, rates as ``N/second|minute|hour``; a UsageError naming
+    the field otherwise."""
+    return LimitChange(
+        _limit("max_running", max_running),
+        _limit("max_running_per_key", max_running_per_key),
+        _rate("rate", rate),
+        _rate("rate_per_key", rate_per_key),
+    )

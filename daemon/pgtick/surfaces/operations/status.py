@@ -4,7 +4,7 @@ problems among them) and the console's overview, from the same reads.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -292,7 +292,10 @@ def _schedule_status(
 
 
 def _idle_types(
-    workers: Sequence[WorkerStatus], job_types: Sequence[JobTypeStatus], limits: Sequence[ClaimType]
+    workers: Sequence[WorkerStatus],
+    job_types: Sequence[JobTypeStatus],
+    limits: Sequence[ClaimType],
+    controls: Mapping[str, JobTypeControl],
 ) -> list[JobTypeStatus]:
     """The job types live daemons handle (their config's) that have no queued, running or
     recently dead run: zeros, so that the overview lists every job type, busy or not."""
@@ -304,7 +307,14 @@ def _idle_types(
                 served[name] = served.get(name, 0) + 1
     by_type = {t.job_type: t for t in limits}
     return [
-        JobTypeStatus(JobTypeStats(name, 0, None, 0, 0, 0, 0, 0), served[name], by_type.get(name))
+        JobTypeStatus(
+            JobTypeStats(name, 0, None, 0, 0, 0, 0, 0),
+            served[name],
+            by_type.get(name),
+            None,
+            limits_in_force(name, by_type.get(name), controls.get(name)),
+            controls.get(name),
+        )
         for name in sorted(set(served) - present)
     ]
 
@@ -336,7 +346,7 @@ def overview(
     ``RunStore.reading``); a chart's query that runs out of time leaves that chart empty."""
     now = store.now()
     workers, job_types = _workers_and_queues(store, heartbeat_seconds, limits)
-    job_types = job_types + _idle_types(workers, job_types, limits)
+    job_types = job_types + _idle_types(workers, job_types, limits, store.job_type_controls())
     schedules = schedule_views(store, now, next_count)
     try:
         per_minute: list[int] | None = store.succeeded_per_minute(THROUGHPUT_MINUTES)
