@@ -27,7 +27,7 @@ from typing import Any, NoReturn, Protocol
 import structlog
 
 import pgtick
-from pgtick.config import Config, read_token
+from pgtick.config import Config, read_token, read_viewer_token
 from pgtick.core import handlers
 from pgtick.core.dbstate import METRICS_POOL_SIZE, DatabaseProbe
 from pgtick.core.heartbeat import Heartbeat
@@ -379,6 +379,7 @@ class Service:
         if not web.enabled:
             return
         token = read_token(web)
+        viewer_token = read_viewer_token(web)
         pool = db.make_pool(
             self.dsn, self.config.database.schema, size=WEB_POOL_SIZE, name="pgtick-web"
         )
@@ -386,7 +387,9 @@ class Service:
         console = Console(
             self._web_store,
             token,
+            viewer_token=viewer_token,
             heartbeat_seconds=self.config.worker.heartbeat_seconds,
+            tick_interval_seconds=self.config.ticker.interval_seconds,
             listen_host=web.host,
             hosts=web.hosts,
             session_ttl_seconds=web.session_ttl_seconds,

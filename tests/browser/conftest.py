@@ -96,13 +96,14 @@ class Console:
         assert cookie.startswith("pgtick_login=") and found is not None
         return {"Cookie": cookie}, found.group(1)
 
-    def login(self, token: str | None = None) -> str:
-        """A session cookie's value from the login form (the header a browser would keep);
+    def login(self, token: str | None = None, name: str = "tester") -> str:
+        """A session cookie's value from the login form (the header a browser would keep), as
+        ``name``;
         again after a second when a wrong token another test gave just before, from this
         same address (every test's), holds this client's tokens back for that long."""
         for _ in range(3):
             cookie, csrf = self.login_form()
-            form = {"token": token or self.token or "", "csrf": csrf}
+            form = {"token": token or self.token or "", "csrf": csrf, "name": name}
             status, _, body, headers = self.post_full("/login", form, cookie)
             if status != 403 or "try again in" not in body:
                 break
@@ -214,20 +215,24 @@ def start_console(
     token: str | None,
     web: str = WEB,
     metrics: bool = False,
+    settings: dict[str, str] | None = None,
+    viewer_token: str | None = None,
 ) -> Iterator[Console]:
     """A daemon serving the console (``web``, with ``{token_file}`` filled in) over prepared
-    runs; ``metrics`` also starts its metrics listener on a free port."""
+    runs; ``metrics`` also starts its metrics listener on a free port; ``settings`` are the
+    acceptance config's (``reaper="1h"``)."""
     name = new_database(pg_admin_dsn, template_db)
     dsn = make_conninfo(pg_admin_dsn, dbname=name)
     daemons = Cluster(dsn, tmp)
     try:
         dead_id, hostile_id = _prepare(dsn)
-        token_file = ""
-        if token is not None:
-            path = tmp / "web-token"
-            path.write_text(token + "\n")
-            token_file = str(path)
-        config = daemons.config(web.format(token_file=token_file))
+        files = {"token_file": "", "viewer_token_file": ""}
+        for key, secret in (("token_file", token), ("viewer_token_file", viewer_token)):
+            if secret is not None:
+                path = tmp / f"web-{key}"
+                path.write_text(secret + "\n")
+                files[key] = str(path)
+        config = daemons.config(web.format(**files), **(settings or {}))
         if metrics:
             text = config.read_text()
             config.write_text(
@@ -298,8 +303,9 @@ def chrome() -> Iterator[object]:
         driver.quit()
 
 
-def keep_screenshot(shot: Path) -> None:
-    """With PGTICK_UPDATE_DOCS_SCREENSHOT=1, the README's screenshot is refreshed from ``shot``."""
+def keep_screenshot(shot: Path, name: str = "console.png") -> None:
+    """With PGTICK_UPDATE_DOCS_SCREENSHOT=1, the docs' screenshot ``docs/name`` (the README's
+    and docs/console.md's) is refreshed from ``shot``."""
     if os.environ.get("PGTICK_UPDATE_DOCS_SCREENSHOT") == "1":
         (REPO / "docs").mkdir(exist_ok=True)
-        shutil.copyfile(shot, REPO / "docs" / "console.png")
+        shutil.copyfile(shot, REPO / "docs" / name)

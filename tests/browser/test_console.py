@@ -3,6 +3,7 @@ each page, a filter click, a retry through the form, and hostile data shown as t
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC
@@ -82,8 +83,10 @@ def test_overview_shows_queues_workers_chart_and_schedules(
     schedules = {row[0]: row for row in cells(chrome, "#schedules tbody tr")}
     assert set(schedules) == {"nightly_report", "hourly_sync"}
     assert schedules["nightly_report"][2] == "active"
-    refresh = chrome.find_element(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')
-    assert refresh.get_attribute("content") == "5"
+    # changed by issue 46: scripts on, the page updates itself (live.js, no reload); the
+    # reload every 5 s is for browsers without scripts (tests/browser/test_console_live.py)
+    assert '<noscript><meta http-equiv="refresh" content="5"></noscript>' in chrome.page_source
+    assert chrome.find_element(By.ID, "live-state").text == "live"
     shot = tmp_path / "overview.png"
     chrome.save_screenshot(str(shot))
     keep_screenshot(shot)
@@ -112,7 +115,8 @@ def test_run_detail_renders_hostile_data_as_text(
 ) -> None:
     chrome.get(f"{console.url}/runs/{console.hostile_id}")
     assert no_alert(chrome)
-    assert chrome.find_elements(By.TAG_NAME, "script") == []
+    # changed by issue 46: the console's own live.js is the one script (its CSP nonce)
+    assert chrome.find_elements(By.CSS_SELECTOR, 'script:not([src="/static/live.js"])') == []
     assert chrome.find_elements(By.TAG_NAME, "img") == []
     assert chrome.execute_script("return document.querySelectorAll('[onerror]').length") == 0
     payload = chrome.find_element(By.ID, "payload").text
@@ -136,8 +140,9 @@ def test_run_detail_renders_hostile_data_as_text(
         "INFO job: done",
     ]
     assert len(outputs[0].find_elements(By.CSS_SELECTOR, "span.stderr")) == 1
-    assert chrome.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]') == []
+    assert 'http-equiv="refresh"' not in chrome.page_source
     chrome.save_screenshot(str(tmp_path / "run.png"))
+    keep_screenshot(tmp_path / "run.png", "console-run.png")
     # the runs list shows the hostile error too, still as text
     chrome.get(f"{console.url}/runs?status=dead")
     assert no_alert(chrome) and chrome.find_elements(By.TAG_NAME, "img") == []
@@ -162,9 +167,11 @@ def test_schedules_show_next_times_in_utc_and_local(
     chrome.save_screenshot(str(tmp_path / "schedules.png"))
 
 
-def log_in(chrome: Any, url: str, token: str) -> None:
-    """The login page, the token pasted once, the submit: back on the overview, logged in."""
+def log_in(chrome: Any, url: str, token: str, name: str = "Olga Operator") -> None:
+    """The login page, a name and the token pasted once, the submit: back on the overview,
+    logged in."""
     chrome.get(url + "/login")
+    chrome.find_element(By.NAME, "name").send_keys(name)
     chrome.find_element(By.NAME, "token").send_keys(token)
     chrome.find_element(By.CSS_SELECTOR, "form#login button").click()
     WebDriverWait(chrome, 10).until(lambda d: d.current_url == url + "/")
@@ -245,3 +252,43 @@ def test_schedule_and_cancel_actions_with_a_bearer_token(console: Console) -> No
     assert status == 303 and "not+found" in location
     status, _, _ = console.post("/actions/retry", {"run_id": "x1"}, bearer)
     assert status == 400
+
+
+def test_cron_in_words_relative_times_and_the_error_first(
+    console: Console, chrome: Any, tmp_path: Path
+) -> None:
+    """Issue 46: cron strings also in words, times relative with the instant on hover, and a
+    run's error and output above the fold (a 1280x1000 window)."""
+    chrome.get(console.url + "/schedules")
+    words = {
+        card.get_attribute("id"): card.find_element(By.CSS_SELECTOR, ".cron-words").text
+        for card in chrome.find_elements(By.CSS_SELECTOR, "article.schedule")
+    }
+    assert words["schedule-nightly_report"] == "at 03:00 on 1 January, Europe/Amsterdam"
+    assert words["schedule-hourly_sync"] == "at minute 15 of every hour, UTC"
+    chrome.get(console.url + "/")
+    schedules = {row[0]: row for row in cells(chrome, "#schedules tbody tr")}
+    assert schedules["hourly_sync"][6] == "at minute 15 of every hour, UTC"
+    assert schedules["hourly_sync"][3].startswith("in ")  # the next run, from now
+
+    chrome.get(console.url + "/runs?status=succeeded&type=report")
+    finished = chrome.find_elements(By.CSS_SELECTOR, "#runs tbody tr td:nth-child(6) time")
+    assert finished and all(t.text == "2 min ago" for t in finished), [t.text for t in finished]
+    exact = finished[0].get_attribute("title")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", exact), exact
+    assert finished[0].get_attribute("datetime").startswith(exact[:10])
+
+    chrome.get(f"{console.url}/runs/{console.hostile_id}")
+    height = chrome.execute_script("return window.innerHeight")
+    for selector in ("#last-error", "pre.output"):
+        top = chrome.execute_script(
+            "return document.querySelector(arguments[0]).getBoundingClientRect().top", selector
+        )
+        assert top < height * 0.6, (selector, top, height)
+    order = chrome.execute_script(
+        "const e = document.querySelector('#last-error');"
+        "const f = document.querySelector('#run-fields');"
+        "return !!(e.compareDocumentPosition(f) & Node.DOCUMENT_POSITION_FOLLOWING);"
+    )
+    assert order  # the error before the row's fields
+    chrome.save_screenshot(str(tmp_path / "run-error-first.png"))

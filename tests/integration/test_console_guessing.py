@@ -66,7 +66,12 @@ def login(port: int, token: str, source: str = OWNER) -> tuple[int, bytes]:
     nonce = re.search(r'name="csrf" value="([^"]+)"', page.decode()).group(1)  # type: ignore[union-attr]
     cookie = headers["set-cookie"].split(";")[0]
     status, _, body = call(
-        port, "POST", "/login", f"csrf={nonce}&token={token}", {"Cookie": cookie}, source
+        port,
+        "POST",
+        "/login",
+        f"csrf={nonce}&token={token}&name=tester",
+        {"Cookie": cookie},
+        source,
     )
     return status, body
 

@@ -17,7 +17,7 @@ from psycopg import sql
 
 from pgtick.storage import db, migrate
 from pgtick.storage.store import Pool, RunStore
-from pgtick.surfaces.console import routes
+from pgtick.surfaces.console import gate
 from pgtick.surfaces.console.routes import SECURITY_HEADERS, Console
 from pgtick.surfaces.console.server import ConsoleServer
 from tests.conftest import SCHEMA
@@ -80,7 +80,11 @@ def login(port: int) -> dict[str, str]:
     _, headers, page = call(port, "GET", "/login")
     form_cookie = headers["set-cookie"].split(";")[0]
     status, headers, _ = call(
-        port, "POST", "/login", f"csrf={csrf_of(page)}&token={TOKEN}", {"Cookie": form_cookie}
+        port,
+        "POST",
+        "/login",
+        f"csrf={csrf_of(page)}&token={TOKEN}&name=tester",
+        {"Cookie": form_cookie},
     )
     assert status == 303, status
     return {"Cookie": headers["set-cookie"].split(";")[0]}
@@ -135,7 +139,7 @@ def test_a_page_sees_a_logout_elsewhere_within_the_check_interval(
 ) -> None:
     """Pages take an answer about a session up to SESSION_CHECK_SECONDS old (5 s; half a
     second here): one query per session that often, not one per page."""
-    monkeypatch.setattr(routes, "SESSION_CHECK_SECONDS", 0.5)
+    monkeypatch.setattr(gate, "SESSION_CHECK_SECONDS", 0.5)  # changed by issue 46: in gate
     a, b, _ = consoles
     cookie = login(a)
     page = call(b, "GET", "/schedules", headers=cookie)[2]

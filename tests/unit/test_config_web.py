@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pgtick.config import Config, WebConfig, config_from_mapping, is_loopback, read_token
+from pgtick.config import (
+    Config,
+    WebConfig,
+    config_from_mapping,
+    is_loopback,
+    read_token,
+    read_viewer_token,
+)
 from pgtick.errors import ConfigError
 
 
@@ -148,3 +155,22 @@ def test_reads_need_a_session_beyond_loopback_unless_public_reads() -> None:
     assert not Console(store, "t", heartbeat_seconds=20, listen_host="::1").reads_need_login
     opted_out = Console(store, "t", heartbeat_seconds=20, listen_host="0.0.0.0", public_reads=True)
     assert not opted_out.reads_need_login
+
+
+def test_viewer_token_file_is_read_and_must_differ_from_the_operators(tmp_path: Path) -> None:
+    operators, viewers = tmp_path / "op", tmp_path / "view"
+    operators.write_text("op-token\n")
+    viewers.write_text("view-token\n")
+    web = WebConfig(token_file=str(operators), viewer_token_file=str(viewers))
+    assert read_viewer_token(web) == "view-token"
+    assert read_viewer_token(WebConfig(token_file=str(operators))) is None
+    viewers.write_text("op-token\n")
+    with pytest.raises(ConfigError, match=r"web\.viewer_token_file: holds the same token"):
+        read_viewer_token(web)
+
+
+def test_a_viewer_token_alone_serves_beyond_loopback() -> None:
+    cfg = config_from_mapping(
+        {"web": {"listen": "0.0.0.0:8089", "viewer_token_file": "/run/x/web-viewer"}}
+    )
+    assert cfg.web.viewer_token_file == "/run/x/web-viewer" and not cfg.web.token_file

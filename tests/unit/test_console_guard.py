@@ -36,23 +36,45 @@ def test_a_session_expires_after_its_ttl() -> None:
 
 def test_a_tampered_or_foreign_cookie_is_refused() -> None:
     sessions = guard.Sessions("s3cret", 60)
-    cookie = sessions.issue()
-    expiry, nonce, signature = cookie.split(".")
-    assert not sessions.valid(f"{int(expiry) + 3600}.{nonce}.{signature}")  # longer life
-    assert not sessions.valid(f"{expiry}.{nonce}x.{signature}")
+    cookie = sessions.issue(guard.OPERATOR, "alice")
+    expiry, nonce, role, name, signature = cookie.split(".")
+    assert not sessions.valid(f"{int(expiry) + 3600}.{nonce}.{role}.{name}.{signature}")
+    assert not sessions.valid(f"{expiry}.{nonce}x.{role}.{name}.{signature}")
+    assert not sessions.valid(f"{expiry}.{nonce}.{role}.Ym9i.{signature}")  # another name
     flipped = "1" if signature[-1] == "0" else "0"
-    assert not sessions.valid(f"{expiry}.{nonce}.{signature[:-1]}{flipped}")
+    assert not sessions.valid(f"{expiry}.{nonce}.{role}.{name}.{signature[:-1]}{flipped}")
     assert not sessions.valid(guard.Sessions("other", 60).issue())  # another token's
-    for junk in (None, "", "a.b", "a.b.c.d", "x" * 500, f"-1.{nonce}.{signature}"):
+    for junk in (None, "", "a.b", "a.b.c.d", "x" * 500, f"-1.{nonce}.{role}.{name}.{signature}"):
         assert not sessions.valid(junk)
+
+
+def test_a_viewer_session_cannot_be_made_an_operator_one() -> None:
+    sessions = guard.Sessions({guard.OPERATOR: "op-token", guard.VIEWER: "view-token"}, 60)
+    assert sessions.token_role("op-token") == guard.OPERATOR
+    assert sessions.token_role("view-token") == guard.VIEWER
+    assert sessions.token_role("view-token ") is None and sessions.token_role("") is None
+    cookie = sessions.issue(guard.VIEWER, "Bob Viewer")
+    session = sessions.signed(cookie)
+    assert session is not None and session.role == guard.VIEWER and not session.acts
+    assert session.name == "Bob Viewer" and session.who == "Bob Viewer (viewer)"
+    expiry, nonce, _, name, signature = cookie.split(".")
+    assert not sessions.valid(f"{expiry}.{nonce}.operator.{name}.{signature}")
+    # a console with the operators' token alone takes no viewer session, even one signed
+    assert guard.Sessions({guard.OPERATOR: "op-token"}, 60).signed(cookie) is None
+
+
+def test_a_login_name_is_one_short_printable_line() -> None:
+    assert guard.login_name("  Alice \n\x1b[31m  Smith ") == "Alice [31m Smith"
+    assert guard.login_name("\x00\n ") is None
+    assert guard.login_name("x" * 100) == "x" * guard.MAX_NAME_CHARS
 
 
 def test_a_signed_session_names_its_nonce_and_expiry_and_a_new_token_ends_it() -> None:
     clock = Clock()
     sessions = guard.Sessions("s3cret", 60, clock=clock)
     cookie = sessions.issue()
-    expiry, nonce, _ = cookie.split(".")
-    assert sessions.signed(cookie) == guard.Session(cookie, nonce, int(expiry))
+    expiry, nonce, *_ = cookie.split(".")
+    assert sessions.signed(cookie) == guard.Session(cookie, nonce, int(expiry), "operator", "")
     assert int(expiry) == int(clock.now) + 60
     assert guard.Sessions("rotated", 60).signed(cookie) is None
 

@@ -148,29 +148,32 @@ def test_login_sets_the_session_cookie_and_a_wrong_token_is_slow(console: Consol
     assert f'name="csrf" value="{csrf}"'.encode() in body
     host = {"Host": "127.0.0.1", "Cookie": f"pgtick_login={csrf}"}
     status, headers, _, seconds = call(
-        console.port, "POST", "/login", f"token={TOKEN}&csrf={csrf}", host
+        console.port, "POST", "/login", f"token={TOKEN}&csrf={csrf}&name=tester", host
     )
     cookie = headers["set-cookie"]
     assert (status, headers["location"]) == (303, "/") and seconds < 0.5
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Max-Age=43200" in cookie
     status, headers, body, seconds = call(
-        console.port, "POST", "/login", f"token=guess&csrf={csrf}", host
+        console.port, "POST", "/login", f"token=guess&csrf={csrf}&name=tester", host
     )
     assert status == 403 and "set-cookie" not in headers and b"wrong token" in body
     assert seconds < 0.5  # answered at once: no request thread waits
     # For a second after it this client's tokens are refused unchecked, the right one too;
     # another client's are checked.
     status, headers, body, _ = call(
-        console.port, "POST", "/login", f"token={TOKEN}&csrf={csrf}", host
+        console.port, "POST", "/login", f"token={TOKEN}&csrf={csrf}&name=tester", host
     )
     assert status == 403 and "set-cookie" not in headers and b"try again in" in body
     elsewhere = call(
-        console.port, "POST", "/login", f"token={TOKEN}&csrf={csrf}", host, "127.0.0.2"
+        console.port, "POST", "/login", f"token={TOKEN}&csrf={csrf}&name=tester", host, "127.0.0.2"
     )
     assert elsewhere[0] == 303 and elsewhere[1]["set-cookie"].startswith("pgtick_session=")
     time.sleep(1.1)
     opaque = {**host, "Origin": "null"}
-    assert call(console.port, "POST", "/login", f"token={TOKEN}&csrf={csrf}", opaque)[0] == 403
+    assert (
+        call(console.port, "POST", "/login", f"token={TOKEN}&csrf={csrf}&name=tester", opaque)[0]
+        == 403
+    )
     no_form = {"Host": "127.0.0.1"}  # the token without the login form's CSRF pair
     status, headers, body, _ = call(console.port, "POST", "/login", f"token={TOKEN}", no_form)
     assert status == 403 and b"CSRF" in body and "set-cookie" not in headers

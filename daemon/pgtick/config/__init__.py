@@ -26,6 +26,7 @@ from pgtick.config.load import (
     job_type_config,
     load_config,
     read_token,
+    read_viewer_token,
     resolve_dsn,
 )
 from pgtick.config.model import *  # noqa: F403  (the dataclasses: model.__all__)
@@ -69,6 +70,7 @@ __all__ = [
     "load_config",
     "parse_duration",
     "read_token",
+    "read_viewer_token",
     "redact_dsn",
     "resolve_dsn",
     "schema_name",

@@ -172,10 +172,12 @@ def _worker(data: Mapping[str, Any], errors: _Errors = None) -> WorkerConfig:
 def _web(data: Mapping[str, Any]) -> WebConfig:
     """Payloads and errors may hold personal data: off loopback, only behind a token."""
     web = WebConfig(**_section("web", data))
-    if web.enabled and not web.token_file and not is_loopback(web.host):
+    logins = web.token_file or web.viewer_token_file
+    if web.enabled and not logins and not is_loopback(web.host):
         raise ConfigError(
             f"web.listen: {web.listen!r} is not a loopback address; set web.token_file "
-            "to serve the console beyond this machine, or listen on 127.0.0.1"
+            "(or web.viewer_token_file) to serve the console beyond this machine, or "
+            "listen on 127.0.0.1"
         )
     return web
 
@@ -185,6 +187,20 @@ def read_token(web: WebConfig) -> str | None:
     if not web.token_file:
         return None
     return _read_secret("web.token_file", web.token_file)
+
+
+def read_viewer_token(web: WebConfig) -> str | None:
+    """The viewers' token from ``web.viewer_token_file`` (None: no viewer login); the
+    operators' token there too is refused (every viewer could act)."""
+    if not web.viewer_token_file:
+        return None
+    token = _read_secret("web.viewer_token_file", web.viewer_token_file)
+    if token == read_token(web):
+        raise ConfigError(
+            "web.viewer_token_file: holds the same token as web.token_file; a viewer could "
+            "act as an operator"
+        )
+    return token
 
 
 def _read_secret(key: str, path: str) -> str:

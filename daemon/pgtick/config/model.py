@@ -52,6 +52,7 @@ from pgtick.config.schema import (
     DEFAULT_WEB_PUBLIC_READS,
     DEFAULT_WEB_SESSION_TTL_SECONDS,
     DEFAULT_WEB_TOKEN_FILE,
+    DEFAULT_WEB_VIEWER_TOKEN_FILE,
 )
 from pgtick.config.values import Rate, split_listen
 from pgtick.observability.redact import redact_dsn
@@ -158,10 +159,12 @@ class MetricsConfig(_Listener):
 
 @dataclass(frozen=True)
 class WebConfig(_Listener):
-    """The web console's listener; ``token_file`` enables the login and the actions."""
+    """The web console's listener; ``token_file`` enables the operators' login (and the
+    actions), ``viewer_token_file`` the viewers' (read-only)."""
 
     listen: str = DEFAULT_WEB_LISTEN
     token_file: str = DEFAULT_WEB_TOKEN_FILE
+    viewer_token_file: str = DEFAULT_WEB_VIEWER_TOKEN_FILE
     session_ttl_seconds: float = DEFAULT_WEB_SESSION_TTL_SECONDS
     hosts: tuple[str, ...] = DEFAULT_WEB_HOSTS
     public_reads: bool = DEFAULT_WEB_PUBLIC_READS

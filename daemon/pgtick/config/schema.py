@@ -77,6 +77,7 @@ DEFAULT_OTHER_JOB_TYPES = 20
 MAX_OTHER_JOB_TYPES = 1000
 DEFAULT_WEB_LISTEN = ""  # the console is off unless asked for
 DEFAULT_WEB_TOKEN_FILE = ""
+DEFAULT_WEB_VIEWER_TOKEN_FILE = ""
 DEFAULT_WEB_SESSION_TTL_SECONDS = 12 * HOUR_SECONDS
 MAX_WEB_SESSION_TTL_SECONDS = 30 * DAY_SECONDS
 DEFAULT_WEB_HOSTS: tuple[str, ...] = ()
@@ -228,9 +229,15 @@ KEYS: tuple[Key, ...] = (
         'series, busiest first; the rest are summed under job_type="other"'),
 
     Key(WEB, "listen", LISTEN, DEFAULT_WEB_LISTEN, listen,
-        "the web console; a non-loopback address is refused unless token_file is set"),
+        "the web console; a non-loopback address is refused unless token_file or "
+        "viewer_token_file is set"),
     Key(WEB, "token_file", 'file path, or "" for none', DEFAULT_WEB_TOKEN_FILE, optional_path,
-        'the token that enables the console\'s actions; "" = a read-only console'),
+        'the operators\' token: logging in with it enables the console\'s actions; "" = no '
+        "operator login"),
+    Key(WEB, "viewer_token_file", 'file path, or "" for none', DEFAULT_WEB_VIEWER_TOKEN_FILE,
+        optional_path,
+        'the viewers\' token: logging in with it shows every page, never an action; "" = no '
+        "viewer login"),
     Key(WEB, "session_ttl", DURATION, DEFAULT_WEB_SESSION_TTL_SECONDS,
         duration(high=MAX_WEB_SESSION_TTL_SECONDS, why="a stolen cookie stays useful this long"),
         "lifetime of a login session cookie (the token pasted on the login page)"),

@@ -166,6 +166,32 @@ class RunAdminQueries(StoreBase):
         }
         return [int(r[0]) for r in self._all("bulk_ids", "bulk_ids", params)]
 
+    def filter_count(
+        self, statuses: Sequence[str], job_type: str | None, schedule: str | None
+    ) -> int:
+        """How many runs of ``statuses`` match the job type and schedule (None: any)."""
+        params = {"statuses": list(statuses), "job_type": job_type, "schedule": schedule}
+        return int(self._all("filter_count", "filter_count", params)[0][0])
+
+    def filter_ids(
+        self,
+        statuses: Sequence[str],
+        job_type: str | None,
+        schedule: str | None,
+        limit: int,
+        among: Sequence[int] | None = None,
+    ) -> list[int]:
+        """The ids of ``filter_count``'s runs, oldest first, at most ``limit``; with ``among``,
+        only those of these ids that match."""
+        params = {
+            "statuses": list(statuses),
+            "job_type": job_type,
+            "schedule": schedule,
+            "ids": None if among is None else sorted(among),
+            "limit": limit,
+        }
+        return [int(r[0]) for r in self._all("filter_ids", "filter_ids", params)]
+
     def list_runs(self, q: RunQuery) -> list[RunSummary]:
         """Up to ``q.limit`` runs, newest first, below ``q.before`` (keyset pagination)."""
         statuses = None if q.statuses is None else list(q.statuses)

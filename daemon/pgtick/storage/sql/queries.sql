@@ -1546,6 +1546,31 @@ WHERE status = %(status)s AND job_type = %(job_type)s
 ORDER BY id
 LIMIT %(batch)s;
 
+-- filter_count --
+-- How many runs match the console's runs filter (statuses, job type, schedule; a NULL: any),
+-- for a bulk action's confirmation page: the statuses are those the action accepts.
+SELECT count(*)
+FROM {schema}.runs r
+WHERE r.status = ANY(%(statuses)s::text[])
+  AND (%(job_type)s::text IS NULL OR r.job_type = %(job_type)s::text)
+  AND (%(schedule)s::text IS NULL
+       OR r.schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s::text));
+
+-- filter_ids --
+-- The ids of filter_count's runs, oldest first, at most %(limit)s: what the confirmation
+-- page carries. With %(ids)s (the ids confirmed), only those among them that match still,
+-- checked again batch by batch as a bulk action changes them: a run that came to match
+-- after the confirmation is never among them.
+SELECT r.id
+FROM {schema}.runs r
+WHERE r.status = ANY(%(statuses)s::text[])
+  AND (%(job_type)s::text IS NULL OR r.job_type = %(job_type)s::text)
+  AND (%(schedule)s::text IS NULL
+       OR r.schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s::text))
+  AND (%(ids)s::bigint[] IS NULL OR r.id = ANY(%(ids)s::bigint[]))
+ORDER BY r.id
+LIMIT %(limit)s;
+
 -- count_prunable --
 -- What prune would delete for one status and age (`pgtick prune --dry-run`); the same
 -- condition (a cancelled run still held is kept), read through runs_finished_idx.

@@ -40,6 +40,47 @@ def when(at: datetime | None) -> str | None:
     return f"{at.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
 
 
+def relative(at: datetime, now: datetime) -> str:
+    """How long ago (or from now) ``at`` is, in one rounded unit: ``42 s ago``, ``2 min ago``,
+    ``in 3 h``, ``5 d ago``."""
+    seconds = (now - at).total_seconds()
+    whole = abs(seconds)
+    if whole < 60:
+        text = f"{whole:.0f} s"
+    elif whole < 3600:
+        text = f"{whole // 60:.0f} min"
+    elif whole < 86400:
+        text = f"{whole // 3600:.0f} h"
+    else:
+        text = f"{whole // 86400:.0f} d"
+    return f"{text} ago" if seconds >= 0 else f"in {text}"
+
+
+def ago(at: datetime | None, now: datetime | None) -> Any:
+    """``at`` as an operator reads it at a glance, ``<time title="2026-12-02 03:04:05 UTC">2
+    min ago</time>``: relative to the database's ``now``, the exact instant on hover (and in
+    ``datetime``); a dash for None, the instant alone when ``now`` is unknown. Escaped markup
+    (Markup), for the templates."""
+    from markupsafe import Markup, escape
+
+    if at is None:
+        return "-"
+    exact = f"{when(at)} UTC"
+    if now is None:
+        return exact
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(
+        escape(at.astimezone(UTC).isoformat()), escape(exact), escape(relative(at, now))
+    )
+
+
+def cron_words(cron: str, timezone: str) -> str | None:
+    """A schedule's cron in words (``at 03:00 every day, Europe/Amsterdam``), None when it
+    has no plain reading."""
+    from pgtick.surfaces.operations import cron_in_words
+
+    return cron_in_words(cron, timezone)
+
+
 def local(at: datetime, zone: str) -> str:
     """An instant on a zone's wall clock with the zone's abbreviation and offset."""
     from zoneinfo import ZoneInfo
@@ -99,6 +140,37 @@ def runs_href(**filters: Any) -> str:
     return "/runs" + (f"?{query_string(params)}" if params else "")
 
 
+def id_ranges(ids: Sequence[int]) -> str:
+    """Run ids as a form carries them: ``1-500,503,610-612`` (sorted, runs of consecutive ids
+    as ranges), so a confirmation of thousands of neighbouring runs stays a short field."""
+    parts: list[str] = []
+    ordered = sorted(set(ids))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def parse_id_ranges(text: str, limit: int) -> list[int]:
+    """The ids of ``id_ranges``'s text, at most ``limit`` of them; anything else, or more,
+    is a ValueError naming what is wrong."""
+    ids: list[int] = []
+    for part in filter(None, text.split(",")):
+        low, dash_, high = part.partition("-")
+        digits = (low, high) if dash_ else (low,)
+        if not all(d.isascii() and d.isdigit() for d in digits):
+            raise ValueError(f"not a run id or range: {part[:40]!r}")
+        first, last = int(low), int(high or low)
+        if not 0 < first <= last or last - first + len(ids) >= limit:
+            raise ValueError(f"more than {limit} run ids, or a backwards range: {part[:40]!r}")
+        ids.extend(range(first, last + 1))
+    return sorted(set(ids))
+
+
 @dataclass(frozen=True)
 class Page:
     """What every page needs besides its content."""
@@ -108,19 +180,27 @@ class Page:
     flash: str | None = None
     csrf: str = ""  # the session's CSRF token, carried by every form
     login: str = LOGIN_NONE  # LOGIN_NONE: no token configured; LOGIN_OUT / LOGIN_IN
+    # The ATTENTION items of `pgtick status` (operations.status's problems); None: not known
+    # (the database did not answer in time).
+    attention: tuple[str, ...] | None = ()
+    who: str = ""  # the login: "alice (operator)", "bob (viewer)"
+    nonce: str = ""  # the response's CSP nonce: the live-update script runs only with it
 
 
 @functools.cache
 def _environment() -> Any:
     filters: dict[str, Callable[..., Any]] = {
         "when": when,
+        "ago": ago,
+        "cron_words": cron_words,
         "local": local,
         "age": age,
         "cut": cut,
         "dash": dash,
         "schedule_state": schedule_state,
     }
-    return environment(filters, {"runs_href": runs_href, "version": pgtick.__version__})
+    names = {"runs_href": runs_href, "query_string": query_string, "version": pgtick.__version__}
+    return environment(filters, names)
 
 
 def render(
@@ -130,10 +210,13 @@ def render(
     current: str = "",
     *,
     refresh_seconds: int | None = None,
+    live_seconds: float | None = None,
     **context: Any,
 ) -> str:
     """A page from ``templates/name`` (which extends ``base.html``), every value escaped;
-    ``current`` names the navigation entry shown as the current one."""
+    ``current`` names the navigation entry shown as the current one. ``live_seconds``: the
+    page updates its ``data-live`` regions this often (static/live.js); ``refresh_seconds``:
+    it reloads itself this often when scripts are off."""
     template = _environment().get_template(name)
     return str(
         template.render(
@@ -141,6 +224,7 @@ def render(
             title=title,
             current=current,
             refresh_seconds=refresh_seconds,
+            live_seconds=live_seconds,
             **context,
         )
     )

@@ -2,9 +2,12 @@
 of wrong tokens, the Host check against DNS rebinding and the check that a POST came from the
 console's own pages.
 
-A session is a cookie ``<expiry>.<nonce>.<signature>``: the signature is an HMAC-SHA256 under a
-key derived from the token of ``web.token_file``, so every daemon holding the same token accepts
-it, a new token ends every session, and nothing is stored at login. A logout is stored in the
+A session is a cookie ``<expiry>.<nonce>.<role>.<name>.<signature>``: the role is ``operator``
+(logged in with the token of ``web.token_file``: pages and actions) or ``viewer`` (the token of
+``web.viewer_token_file``: pages only); the name is what the person gave at login (base64url),
+for the header and the audit log; the signature is an HMAC-SHA256 under a key derived from both
+tokens, so every daemon holding the same tokens accepts it, a new token ends every session, and
+nothing is stored at login. A logout is stored in the
 database (``console_logouts``), so that every daemon refuses the session from then on; the routes
 ask it, and ``KnownSessions`` keeps what it said for a few seconds. The CSRF token of a form is
 an HMAC of the session, so it cannot be reused with another one.
@@ -17,6 +20,8 @@ checked as usual. Pure: no I/O beyond the clock; the routes apply it.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import ipaddress
@@ -32,7 +37,10 @@ SESSION_COOKIE = "pgtick_session"
 LOGIN_COOKIE = "pgtick_login"  # the login form's CSRF token, before there is a session
 LOGIN_FORM_SECONDS = 600
 CSRF_FIELD = "csrf"
-MAX_COOKIE_CHARS = 200  # a real session cookie is about 80
+MAX_COOKIE_CHARS = 400  # a real session cookie is about 100, with a long name some 250
+OPERATOR, VIEWER = "operator", "viewer"
+ROLES = (OPERATOR, VIEWER)
+MAX_NAME_CHARS = 40  # a login's name, as the header and the audit log show it
 # How long a client that gave a wrong token is refused without its token being checked.
 GUESS_INTERVAL_SECONDS = 1.0
 # Clients remembered after a wrong token (about 100 bytes each); when full, the one whose wait
@@ -54,26 +62,54 @@ def is_loopback(host: str) -> bool:
 
 @dataclass(frozen=True)
 class Session:
-    """A session cookie this token signed, not expired: its nonce and its expiry (epoch s)."""
+    """A session cookie these tokens signed, not expired: its nonce, its expiry (epoch s), the
+    role it was logged in with and the name given then."""
 
     cookie: str
     nonce: str
     expiry: int
+    role: str = OPERATOR
+    name: str = ""
+
+    @property
+    def acts(self) -> bool:
+        return self.role == OPERATOR
+
+    @property
+    def who(self) -> str:
+        """``alice (operator)``: how the header and the audit log name the login."""
+        return f"{self.name or 'unnamed'} ({self.role})"
+
+
+def login_name(text: str) -> str | None:
+    """A name typed at login, made one line of at most MAX_NAME_CHARS printable characters;
+    None when nothing printable is left."""
+    name = " ".join("".join(c for c in text if c.isprintable()).split())[:MAX_NAME_CHARS]
+    return name or None
 
 
 class Sessions:
-    """Issues and checks session cookies, CSRF tokens and the token itself, for one token."""
+    """Issues and checks session cookies, CSRF tokens and the tokens themselves: ``tokens``
+    maps each role that can log in (OPERATOR, VIEWER) to its token (a bare string: the
+    operators' only)."""
 
     def __init__(
         self,
-        token: str,
+        tokens: Mapping[str, str] | str,
         ttl_seconds: float,
         *,
         clock: Callable[[], float] = time.time,
         guessers: Guessers | None = None,
     ) -> None:
-        self._key = hmac.new(token.encode(), b"pgtick console session v1", hashlib.sha256).digest()
-        self._token = hashlib.sha256(token.encode()).digest()
+        by_role = {OPERATOR: tokens} if isinstance(tokens, str) else dict(tokens)
+        material = "\n".join(f"{role}={token}" for role, token in sorted(by_role.items()))
+        self._key = hmac.new(
+            material.encode(), b"pgtick console session v2", hashlib.sha256
+        ).digest()
+        self._tokens = {
+            role: hashlib.sha256(token.encode()).digest() for role, token in by_role.items()
+        }
+        self.roles = tuple(r for r in ROLES if r in by_role)
         self.ttl_seconds = ttl_seconds
         self._clock = clock
         self.guessers = guessers if guessers is not None else Guessers()
@@ -81,35 +117,56 @@ class Sessions:
     def _sign(self, text: str) -> str:
         return hmac.new(self._key, text.encode(), hashlib.sha256).hexdigest()
 
+    def token_role(self, given: str) -> str | None:
+        """The role whose token ``given`` is (None: neither), in constant time: both sides
+        hashed to one length, so not even a token's length shows, and every role's token
+        compared whatever the first said."""
+        digest = hashlib.sha256(given.encode()).digest()
+        found = None
+        for role, token in self._tokens.items():
+            if hmac.compare_digest(digest, token):
+                found = role
+        return found
+
     def token_matches(self, given: str) -> bool:
-        """Whether ``given`` is the token, in constant time (both sides hashed to one length,
-        so not even the token's length shows)."""
-        return hmac.compare_digest(hashlib.sha256(given.encode()).digest(), self._token)
+        """Whether ``given`` is one of the tokens (``token_role``)."""
+        return self.token_role(given) is not None
 
     def token_refusal(self, given: str, peer: str) -> str | None:
-        """Why ``given``, from the client at ``peer``, is not accepted as the token, or None.
+        """Why ``given``, from the client at ``peer``, is not accepted as a token, or None.
         A client that gave a wrong token is refused unchecked for GUESS_INTERVAL_SECONDS;
         any other client's token is checked."""
         return self.guessers.check(client_key(peer), lambda: self.token_matches(given))
 
-    def issue(self) -> str:
-        """A new session cookie's value, valid for ``ttl_seconds``."""
-        body = f"{int(self._clock() + self.ttl_seconds)}.{secrets.token_urlsafe(16)}"
+    def issue(self, role: str = OPERATOR, name: str = "") -> str:
+        """A new session cookie's value for ``role`` and the login's ``name``, valid for
+        ``ttl_seconds``."""
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}")
+        encoded = base64.urlsafe_b64encode(name[:MAX_NAME_CHARS].encode()).decode().rstrip("=")
+        expiry = int(self._clock() + self.ttl_seconds)
+        body = f"{expiry}.{secrets.token_urlsafe(16)}.{role}.{encoded}"
         return f"{body}.{self._sign(body)}"
 
     def signed(self, cookie: str | None) -> Session | None:
-        """The session of ``cookie`` if this token signed it and it has not expired; whether
-        it was logged out is the database's to say (``KnownSessions``)."""
-        if not cookie or len(cookie) > MAX_COOKIE_CHARS or cookie.count(".") != 2:
+        """The session of ``cookie`` if these tokens signed it and it has not expired;
+        whether it was logged out is the database's to say (``KnownSessions``)."""
+        if not cookie or len(cookie) > MAX_COOKIE_CHARS or cookie.count(".") != 4:
             return None
         body, _, signature = cookie.rpartition(".")
         if not hmac.compare_digest(signature.encode(), self._sign(body).encode()):
             return None
-        expiry_text, _, nonce = body.partition(".")
-        if not expiry_text.isascii() or not expiry_text.isdigit():
+        expiry_text, nonce, role, encoded = body.split(".")
+        if not expiry_text.isascii() or not expiry_text.isdigit() or role not in self.roles:
+            return None
+        try:
+            name = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+        except (binascii.Error, UnicodeDecodeError):
             return None
         expiry = int(expiry_text)
-        return Session(cookie, nonce, expiry) if expiry > self._clock() else None
+        if expiry <= self._clock():
+            return None
+        return Session(cookie, nonce, expiry, role, name)
 
     def valid(self, cookie: str | None) -> bool:
         """Whether ``cookie`` is a session this token signed, not expired (``signed``)."""

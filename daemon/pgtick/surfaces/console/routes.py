@@ -1,14 +1,14 @@
-"""The console's routes: the request -> page or action table over a store of its own.
+"""The console's routes: the request -> page or action table, over the gate every request
+passes (``gate.ConsoleBase``: the Host and session checks, the CSP nonce, the bounded page
+read, the refusal of a POST that may not act, who acts).
 
-GET pages read in one read-only transaction with a statement timeout, on the console's own
-small pool; errors become error pages. Every request must name the console in its ``Host``
-(421 otherwise: DNS rebinding). With ``web.token_file`` set, ``/login`` takes the token once and
-sets a signed, expiring, HttpOnly, SameSite=Strict session cookie (``guard``); actions (retry,
-cancel, trigger, pause, resume) are POSTs that carry the session and its CSRF token, or the
-token itself as ``Authorization: Bearer`` (scripts); a POST whose ``Origin`` or
-``Sec-Fetch-Site`` says it came from elsewhere is refused anyway. Beyond loopback, pages need
-the session too unless ``web.public_reads``. No JavaScript: the Content-Security-Policy forbids
-scripts outright.
+Pages: the overview, runs, a run, a job type, the schedules, a bulk action's confirmation.
+With ``web.token_file`` (operators) or ``web.viewer_token_file`` (viewers) set, ``/login``
+takes a token and the person's name once and sets a signed, expiring, HttpOnly,
+SameSite=Strict session cookie naming both (``guard``). Actions (retry, cancel, trigger,
+pause, resume; a job type's pause, resume and limits; bulk retry and cancel) are POSTs that
+carry an operator's session and its CSRF token, or the operators' token itself as
+``Authorization: Bearer`` (scripts); a viewer's POST is refused (403) whatever it carries.
 
 A wrong token holds back its own client only (``guard.Guessers``, keyed by the connection's
 peer address). A logout is stored in the database, so every daemon's console refuses the
@@ -21,99 +21,56 @@ from __future__ import annotations
 import dataclasses
 import functools
 import secrets
-from collections.abc import Callable, Sequence
-from datetime import datetime
+import urllib.parse
 from http import HTTPStatus
 
-import structlog
-
 from pgtick.errors import DatabaseError, NotFoundError, PgtickError, UsageError
-from pgtick.storage.store import ClaimType, RunStore
+from pgtick.storage.store import RunStore
 from pgtick.surfaces import operations
-from pgtick.surfaces.console import guard
+from pgtick.surfaces.console import forms, guard
 from pgtick.surfaces.console.fragments import (
-    LOGIN_IN,
-    LOGIN_OUT,
-    Page,
     age,
     cut,
     query_string,
 )
+from pgtick.surfaces.console.gate import (
+    CONTENT_SECURITY_POLICY,
+    SECURITY_HEADERS,
+    ConsoleBase,
+    log,
+)
 from pgtick.surfaces.console.markup import static_file
 from pgtick.surfaces.console.views import (
     RunFilters,
+    bulk_page,
     error_page,
+    job_type_page,
     login_page,
     overview_page,
     run_page,
     runs_page,
     schedules_page,
 )
-from pgtick.surfaces.http import Handler, Request, Response, see_other, text
+from pgtick.surfaces.http import Handler, Request, Response, see_other
 from pgtick.surfaces.http import html as html_response
 
-READ_TIMEOUT_SECONDS = 2.0  # one page's statements; the runs page answers in milliseconds
-POOL_TIMEOUT_SECONDS = 2.0
 PAGE_SIZE = 50
 UPCOMING_COUNT = 5
-FLASH_CHARS = 300
-# How old an answer about a session's logout a page may use; actions always ask the database.
-SESSION_CHECK_SECONDS = 5.0
-
-CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'none'; style-src 'self'; img-src 'self'; "
-    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-)
-SECURITY_HEADERS = {
-    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
-    "X-Content-Type-Options": "nosniff",
-    # Same-origin requests (the forms' POSTs) carry the real Origin; others get nothing.
-    "Referrer-Policy": "same-origin",
-    "X-Frame-Options": "DENY",
-    "Cache-Control": "no-store",
+STATIC_TYPES = {
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".js": "text/javascript; charset=utf-8",
 }
-STATIC_TYPES = {".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
-OPEN_PATHS = ("/login", "/static/*")  # served without a session even when reads need one
+STATIC_FILES = ("console.css", "favicon.svg", "live.js")
+# A job type's controls (its page's forms): pause and resume it fleet-wide, override its limits
+# or give the config's back (issue 45's verbs).
+TYPE_ACTIONS = ("pause-type", "resume-type", "limits", "reset-limits")
 
-log = structlog.get_logger("pgtick.console")
-
-
-def _name_filter(request: Request, field: str) -> str | None:
-    """A job type or schedule filter (None: not given). No name holds a NUL character, and
-    the database refuses one: the client's mistake, not an outage."""
-    value = (request.first(field) or "").strip() or None
-    if value is not None and "\x00" in value:
-        raise UsageError(f"{field}: contains a NUL character")
-    return value
+__all__ = ["CONTENT_SECURITY_POLICY", "SECURITY_HEADERS", "Console"]
 
 
-class Console:
+class Console(ConsoleBase):
     """The console's route table over a store of its own (never the workers' pool)."""
-
-    def __init__(
-        self,
-        store: RunStore,
-        token: str | None,
-        *,
-        heartbeat_seconds: float,
-        listen_host: str = "127.0.0.1",
-        hosts: tuple[str, ...] = (),
-        session_ttl_seconds: float = 12 * 3600.0,
-        public_reads: bool = False,
-        limits: Sequence[ClaimType] = (),
-    ) -> None:
-        self.store = store
-        self.limits = tuple(limits)  # job types with flow-control limits (the overview)
-        self.token = token
-        self.heartbeat_seconds = heartbeat_seconds
-        self.listen_host = listen_host
-        self.hosts = hosts
-        self.sessions = guard.Sessions(token, session_ttl_seconds) if token else None
-        # Pages need a session beyond loopback (payloads may hold personal data).
-        self.reads_need_login = (
-            self.sessions is not None and not public_reads and not guard.is_loopback(listen_host)
-        )
-        self._known = guard.KnownSessions()  # what the database said lately about logouts
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         table: dict[tuple[str, str], Handler] = {
@@ -121,6 +78,9 @@ class Console:
             ("GET", "/runs"): self._page(self._runs, self._filters),
             ("GET", "/runs/*"): self._page(self._run, self._run_id),
             ("GET", "/schedules"): self._page(self._schedules),
+            ("GET", "/types/*"): self._page(self._job_type, self._job_type_name),
+            ("GET", "/bulk"): self._bulk_confirmation,
+            ("POST", "/actions/bulk"): self._bulk_action,
             ("GET", "/static/*"): self._static,
             ("GET", "/login"): self._login_form,
             ("POST", "/login"): self._login,
@@ -128,104 +88,9 @@ class Console:
         }
         for name in ("retry", "cancel", "trigger", "pause", "resume"):
             table[("POST", f"/actions/{name}")] = functools.partial(self._action, name)
+        for name in TYPE_ACTIONS:
+            table[("POST", f"/actions/{name}")] = functools.partial(self._type_action, name)
         return {key: self._guarded(key[1], handler) for key, handler in table.items()}
-
-    def _guarded(self, path: str, handler: Handler) -> Handler:
-        """The Host check for every route; the session check for pages when reads need it."""
-
-        def handle(request: Request) -> Response:
-            host = request.headers.get("host")
-            if not guard.host_allowed(host, self.listen_host, self.hosts):
-                shown = cut(host, 60) if host else "(none)"
-                log.warning("console_host_refused", host=shown, path=cut(request.path, 100))
-                return text(HTTPStatus.MISDIRECTED_REQUEST, f"Host {shown!r} is not this console")
-            if self.reads_need_login and request.method == "GET" and path not in OPEN_PATHS:
-                try:
-                    logged_in = self._session(request) is not None
-                except DatabaseError as exc:
-                    return self._unavailable(request, exc)
-                if not logged_in:
-                    return see_other("/login")
-            return handler(request)
-
-        return handle
-
-    def _session(
-        self, request: Request, store: RunStore | None = None, *, fresh: bool = False
-    ) -> guard.Session | None:
-        """The request's session, if it has one: signed by this token, not expired, and not
-        logged out on any daemon. ``fresh`` asks the database (actions); otherwise an answer
-        up to SESSION_CHECK_SECONDS old will do (pages). ``store``: the page's own, inside its
-        read transaction (no second connection taken); the console's pool otherwise. Only a
-        cookie this token signed is looked up. A DatabaseError leaves to the caller."""
-        if self.sessions is None:
-            return None
-        session = self.sessions.signed(guard.session_cookie(request.headers))
-        if session is None:
-            return None
-        logged_out = self._known.get(session.nonce, 0.0 if fresh else SESSION_CHECK_SECONDS)
-        if logged_out is None:
-            logged_out = (store or self.store).console_logged_out(session.nonce)
-            self._known.put(session.nonce, logged_out)
-        return None if logged_out else session
-
-    def _context(
-        self, request: Request, db_now: datetime | None = None, store: RunStore | None = None
-    ) -> Page:
-        """What the page shows besides its content. ``store``: the page's (a failure to look
-        the session up fails the page); without it, an error page, shown logged out when the
-        database cannot say."""
-        flash = request.first("flash")
-        shown = cut(flash, FLASH_CHARS) if flash else None
-        if self.sessions is None:
-            return Page(False, db_now, shown)
-        try:
-            session = self._session(request, store)
-        except DatabaseError:
-            if store is not None:
-                raise
-            session = None
-        if session is None:
-            return Page(False, db_now, shown, login=LOGIN_OUT)
-        csrf = self.sessions.csrf(session.cookie)
-        return Page(True, db_now, shown, csrf=csrf, login=LOGIN_IN)
-
-    def _unavailable(self, request: Request, exc: DatabaseError) -> Response:
-        log.warning("console_read_failed", path=request.path, error=str(exc))
-        return error_page(
-            HTTPStatus.SERVICE_UNAVAILABLE,
-            f"the database did not answer in time: {exc}",
-            self._context(request),
-        )
-
-    def _page(
-        self,
-        render_page: Callable[[Request, RunStore], str],
-        check: Callable[[Request], object] | None = None,
-    ) -> Handler:
-        """A GET page: ``check`` refuses a malformed request before any database work, then
-        one bounded read-only transaction; errors become error pages."""
-
-        def handle(request: Request) -> Response:
-            try:
-                if check is not None:
-                    check(request)
-                with self.store.reading(
-                    "console",
-                    statement_timeout_seconds=READ_TIMEOUT_SECONDS,
-                    pool_timeout_seconds=POOL_TIMEOUT_SECONDS,
-                ) as store:
-                    return html_response(HTTPStatus.OK, render_page(request, store))
-            except NotFoundError as exc:
-                return error_page(HTTPStatus.NOT_FOUND, str(exc), self._context(request))
-            except UsageError as exc:
-                return error_page(
-                    HTTPStatus.BAD_REQUEST, str(exc).removeprefix("--"), self._context(request)
-                )
-            except DatabaseError as exc:
-                return self._unavailable(request, exc)
-
-        return handle
 
     def _overview(self, request: Request, store: RunStore) -> str:
         ov = operations.overview(
@@ -246,8 +111,8 @@ class Console:
                 raise UsageError(f"before: {exc}") from None
         return RunFilters(
             operations.check_statuses(statuses),
-            _name_filter(request, "type"),
-            _name_filter(request, "schedule"),
+            forms.name_filter(request, "type"),
+            forms.name_filter(request, "schedule"),
             before,
         )
 
@@ -278,6 +143,68 @@ class Console:
         output = operations.run_output(store, run_id) if detail.attempts else []
         return run_page(detail, self._context(request, detail.db_now, store), output)
 
+    @staticmethod
+    def _job_type_name(request: Request) -> str:
+        """The name in ``/types/<name>``; one no job type can have is no such page (404)."""
+        name = urllib.parse.unquote(request.path.rsplit("/", 1)[1])
+        try:
+            return operations.check_job_type(name)
+        except UsageError as exc:
+            raise NotFoundError(str(exc)) from None
+
+    def _job_type(self, request: Request, store: RunStore) -> str:
+        view = operations.job_type_view(
+            store,
+            self._job_type_name(request),
+            heartbeat_seconds=self.heartbeat_seconds,
+            limits=self.limits,
+        )
+        return job_type_page(view, self._context(request, view.db_now, store))
+
+    # -- bulk retry and cancel of a filter ------------------------------------------------------
+
+    def _bulk_confirmation(self, request: Request) -> Response:
+        """GET /bulk?action=retry&status=dead&type=...: how many runs the filter matches now,
+        and the form that acts on exactly those (their ids in it). Operators only."""
+        try:
+            context = self._context(request)
+        except DatabaseError as exc:
+            return self._unavailable(request, exc)
+        if not context.actions:
+            return error_page(
+                HTTPStatus.FORBIDDEN, "bulk actions are for operators: log in as one", context
+            )
+        return self._page(self._bulk_page, forms.bulk_request)(request)
+
+    def _bulk_page(self, request: Request, store: RunStore) -> str:
+        plan = operations.plan_filter_bulk(store, forms.bulk_request(request))
+        return bulk_page(plan, self._context(request, store.now(), store))
+
+    def _bulk_action(self, request: Request) -> Response:
+        """POST /actions/bulk: the confirmed ids, each still matching the filter, changed in
+        bounded transactions; what was done, as a flash on the filtered runs page."""
+        try:
+            refusal = self._refusal(request)
+        except DatabaseError as exc:
+            log.warning("console_action", what="bulk", result=f"failed: {exc}")
+            return self._unavailable(request, exc)
+        if refusal is not None:
+            log.warning("console_action", what="bulk", result=f"forbidden: {refusal}")
+            return error_page(HTTPStatus.FORBIDDEN, refusal, self._context(request))
+        try:
+            bulk, ids = forms.bulk_confirmed(request)
+        except UsageError as exc:
+            log.warning("console_action", what="bulk", result=str(exc))
+            return error_page(HTTPStatus.BAD_REQUEST, str(exc), self._context(request))
+        try:
+            actor = self._actor(request)
+            done = operations.run_filter_bulk(self.store, bulk, ids, actor=actor)
+            message = forms.bulk_done(bulk, done)
+        except PgtickError as exc:
+            message = f"bulk {bulk.action.verb} refused: {exc}"
+        log.info("console_action", what=f"bulk {bulk.action.verb}", ids=[len(ids)], result=message)
+        return see_other(forms.back_to_runs(bulk, message))
+
     def _schedules(self, request: Request, store: RunStore) -> str:
         now = store.now()
         views = operations.schedule_views(store, now, UPCOMING_COUNT)
@@ -286,7 +213,7 @@ class Console:
     def _static(self, request: Request) -> Response:
         name = request.path.rsplit("/", 1)[1]
         suffix = name[name.rfind(".") :] if "." in name else ""
-        if suffix not in STATIC_TYPES or name not in ("console.css", "favicon.svg"):
+        if suffix not in STATIC_TYPES or name not in STATIC_FILES:
             return error_page(HTTPStatus.NOT_FOUND, "no such file", self._context(request))
         return Response(
             HTTPStatus.OK,
@@ -300,11 +227,14 @@ class Console:
     def _login_form(self, request: Request) -> Response:
         if self.sessions is None:
             return error_page(
-                HTTPStatus.NOT_FOUND, "no login: web.token_file is not set", self._context(request)
+                HTTPStatus.NOT_FOUND,
+                "no login: neither web.token_file nor web.viewer_token_file is set",
+                self._context(request),
             )
         ttl = age(self.sessions.ttl_seconds) or ""
         nonce = secrets.token_urlsafe(16)
-        page = login_page(dataclasses.replace(self._context(request), csrf=nonce), ttl)
+        context = dataclasses.replace(self._context(request), csrf=nonce)
+        page = login_page(context, ttl, self.sessions.roles)
         response = html_response(HTTPStatus.OK, page)
         return dataclasses.replace(response, headers={"Set-Cookie": guard.login_form_cookie(nonce)})
 
@@ -313,7 +243,9 @@ class Console:
         token is refused unchecked for a second (``guard.Guessers``)."""
         if self.sessions is None:
             return error_page(
-                HTTPStatus.NOT_FOUND, "no login: web.token_file is not set", self._context(request)
+                HTTPStatus.NOT_FOUND,
+                "no login: neither web.token_file nor web.viewer_token_file is set",
+                self._context(request),
             )
         refusal = guard.cross_site(request.headers)
         if refusal is not None:
@@ -328,25 +260,30 @@ class Console:
                 "missing or wrong CSRF token: reload the login page and try again",
                 self._context(request),
             )
-        given = request.first("token", form=True) or ""
-        wrong = self.sessions.token_refusal(given.strip(), request.peer)
-        if wrong is not None:
+        given = (request.first("token", form=True) or "").strip()
+        name = guard.login_name(request.first("name", form=True) or "")
+        wrong = self.sessions.token_refusal(given, request.peer)
+        role = None if wrong is not None else self.sessions.token_role(given)
+        if wrong is None and name is None:
+            wrong = "give your name: the header and the audit log show it"
+        if wrong is not None or role is None or name is None:
+            wrong = wrong or "wrong token"
             log.warning("console_login", result=wrong)
             nonce = guard.session_cookie(request.headers, guard.LOGIN_COOKIE) or ""
             context = dataclasses.replace(self._context(request), flash=wrong, csrf=nonce)
-            page = login_page(context, age(self.sessions.ttl_seconds) or "")
+            page = login_page(context, age(self.sessions.ttl_seconds) or "", self.sessions.roles)
             return html_response(HTTPStatus.FORBIDDEN, page)
-        log.info("console_login", result="logged in")
-        cookie = self.sessions.set_cookie(self.sessions.issue())
+        log.info("console_login", result="logged in", role=role, who=name)
+        cookie = self.sessions.set_cookie(self.sessions.issue(role, name))
         return see_other("/", {"Set-Cookie": cookie})
 
     def _logout(self, request: Request) -> Response:
         """End the session on every daemon: its logout goes to the database, which every
         console asks (``_session``); then the browser's cookie is cleared."""
         try:
-            refusal = self._refusal(request)
+            refusal = self._refusal(request, acting=False)
             if refusal is None:
-                assert self.sessions is not None  # a read-only console refuses every POST
+                assert self.sessions is not None  # a console without logins refuses every POST
                 session = self.sessions.signed(guard.session_cookie(request.headers))
                 if session is not None:  # none: a bearer header without a session
                     self.store.console_logout(session.nonce, session.expiry)
@@ -364,27 +301,6 @@ class Console:
         return see_other("/login", {"Set-Cookie": guard.clear_cookie()})
 
     # -- actions ---------------------------------------------------------------------------------
-
-    def _refusal(self, request: Request) -> str | None:
-        """Why this POST may not act, or None: it must come from the console's own pages and
-        carry either the session (not logged out on any daemon: the database is asked, a
-        DatabaseError leaves) and its CSRF token, or the token as a bearer header."""
-        if self.sessions is None:
-            return "read-only console: actions need web.token_file"
-        refusal = guard.cross_site(request.headers)
-        if refusal is not None:
-            return refusal
-        auth = request.headers.get("authorization", "")
-        if auth[:7].lower() == "bearer ":
-            return self.sessions.token_refusal(auth[7:].strip(), request.peer)
-        cookie = guard.session_cookie(request.headers)
-        if not self.sessions.valid(cookie):
-            return "not logged in (or the session expired): log in at /login"
-        if not self.sessions.csrf_matches(cookie, request.first(guard.CSRF_FIELD, form=True)):
-            return "missing or wrong CSRF token: reload the page and try again"
-        if self._session(request, fresh=True) is None:
-            return "this session was logged out: log in at /login"
-        return None
 
     def _action(self, name: str, request: Request) -> Response:
         runs = name in ("retry", "cancel")
@@ -418,14 +334,34 @@ class Console:
         log.info("console_action", what=name, ids=[shown], result=message)
         return see_other(f"{back}?{query_string([('flash', message)])}")
 
-    def _actor(self, request: Request) -> operations.Actor:
-        """Who acts, as the audit log names them: the session (by the start of its nonce,
-        which no page shows and a logout ends), or the bearer token's caller."""
-        if self.sessions is not None:
-            session = self.sessions.signed(guard.session_cookie(request.headers))
-            if session is not None:
-                return operations.Actor(f"console session {session.nonce[:8]}", "console")
-        return operations.Actor(f"console token from {request.peer}", "console")
+    def _type_action(self, name: str, request: Request) -> Response:
+        """A job type's control from its page: pause (with a reason), resume, limits (the
+        fields given; empty ones stay), reset-limits. Recorded in the audit log under the
+        operator's name by the schema's own functions."""
+        target = (request.first("job_type", form=True) or "").strip()
+        shown = cut(target, 40)
+        try:
+            refusal = self._refusal(request)
+        except DatabaseError as exc:
+            log.warning("console_action", what=name, ids=[shown], result=f"failed: {exc}")
+            return self._unavailable(request, exc)
+        if refusal is not None:
+            log.warning("console_action", what=name, ids=[shown], result=f"forbidden: {refusal}")
+            return error_page(HTTPStatus.FORBIDDEN, refusal, self._context(request))
+        actor = self._actor(request)
+        try:
+            job_type = operations.check_job_type(target)
+            change = forms.limit_change(request) if name == "limits" else None
+        except UsageError as exc:
+            log.warning("console_action", what=name, ids=[shown], result=str(exc))
+            return error_page(HTTPStatus.BAD_REQUEST, str(exc), self._context(request))
+        try:
+            message = forms.apply_type_action(self.store, name, job_type, request, change, actor)
+        except PgtickError as exc:
+            message = f"{name} refused: {exc}"
+        log.info("console_action", what=name, ids=[shown], who=actor.name, result=message)
+        back = f"/types/{urllib.parse.quote(job_type, safe='')}"
+        return see_other(f"{back}?{query_string([('flash', message)])}")
 
     def _apply(self, name: str, run_id: int, target: str, actor: operations.Actor) -> str:
         """Do the action (the target already checked); what happened, one line."""

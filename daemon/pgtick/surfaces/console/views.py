@@ -16,17 +16,24 @@ from pgtick.storage.store import STATUSES, ScheduleListing
 from pgtick.surfaces import operations
 from pgtick.surfaces.console.fragments import (
     Page,
+    ago,
     chart,
+    id_ranges,
     render,
     runs_href,
     timeline,
     type_charts,
-    when,
 )
 from pgtick.surfaces.http import Response
 from pgtick.surfaces.http import html as html_response
 
-OVERVIEW_REFRESH_SECONDS = 5
+OVERVIEW_REFRESH_SECONDS = 5  # scripts off: the page reloads itself (meta refresh)
+# Scripts on: how often a page fetches itself again and swaps its data-live regions
+# (static/live.js); one request in flight per open page.
+OVERVIEW_LIVE_SECONDS = 2
+RUNS_LIVE_SECONDS = 1
+RUN_LIVE_SECONDS = 1
+SCHEDULES_LIVE_SECONDS = 5
 ERROR_CELL_CHARS = 120  # a run's last error in the listing; the detail page shows it whole
 
 # An action form: (action, hidden fields, button label, dangerous)
@@ -43,6 +50,7 @@ def overview_page(ov: operations.Overview, page: Page) -> str:
         chart=chart(ov.succeeded_per_minute),
         small=type_charts(ov.finished_per_type, ov.queue_depth_per_type),
         refresh_seconds=OVERVIEW_REFRESH_SECONDS,
+        live_seconds=OVERVIEW_LIVE_SECONDS,
     )
 
 
@@ -52,6 +60,11 @@ class RunFilters:
     job_type: str | None
     schedule: str | None
     before: int | None
+
+    def params(self) -> list[tuple[str, str]]:
+        """The filter as query parameters (no page position)."""
+        named = [("type", self.job_type), ("schedule", self.schedule)]
+        return [("status", s) for s in self.statuses] + [(k, v) for k, v in named if v]
 
     def href(self, before: int | None = None) -> str:
         return runs_href(
@@ -69,6 +82,7 @@ def runs_page(rows: operations.RunPage, filters: RunFilters, page: Page) -> str:
         filters=filters,
         statuses=STATUSES,
         error_chars=ERROR_CELL_CHARS,
+        live_seconds=RUNS_LIVE_SECONDS,
     )
 
 
@@ -84,24 +98,26 @@ def _run_forms(d: operations.RunDetail, page: Page) -> list[Form]:
 
 
 def _run_fields(d: operations.RunDetail) -> list[tuple[str, object]]:
+    """The row's fields; times relative to the database's now, the instant on hover."""
     r = d.run
+    now = d.db_now
     return [
         ("Status", r.status),  # the template shows a badge, and the schedule as a link
         ("Job type", r.job_type),
         ("Schedule", None),
-        ("Scheduled for", when(r.scheduled_for)),
-        ("Run at", when(r.run_at)),
+        ("Scheduled for", ago(r.scheduled_for, now)),
+        ("Run at", ago(r.run_at, now)),
         ("Attempts", f"{r.attempts} of {r.max_attempts}" if r.max_attempts else r.attempts),
         ("Idempotency key", r.idempotency_key),
         ("Priority", r.priority),
         ("Concurrency key", r.concurrency_key),
         ("Waiting", d.waiting),
         ("Locked by", r.locked_by),
-        ("Lease until", when(r.locked_until)),
-        ("Started", when(r.started_at)),
-        ("Finished", when(r.finished_at)),
-        ("Created", when(r.created_at)),
-        ("Updated", when(r.updated_at)),
+        ("Lease until", ago(r.locked_until, now)),
+        ("Started", ago(r.started_at, now)),
+        ("Finished", ago(r.finished_at, now)),
+        ("Created", ago(r.created_at, now)),
+        ("Updated", ago(r.updated_at, now)),
         ("Error type", r.error_type),
     ]
 
@@ -143,6 +159,36 @@ def run_page(
         timeline=timeline(d.attempts, d.db_now),
         outputs=attempt_outputs(output),
         refresh_seconds=RUN_REFRESH_SECONDS if d.run.status == "running" else None,
+        live_seconds=RUN_LIVE_SECONDS,
+    )
+
+
+JOB_TYPE_LIVE_SECONDS = 2
+
+
+def job_type_page(view: operations.JobTypeView, page: Page) -> str:
+    return render(
+        "job_type.html",
+        page,
+        f"Job type {view.status.stats.job_type}",
+        "overview",
+        view=view,
+        live_seconds=JOB_TYPE_LIVE_SECONDS,
+    )
+
+
+def bulk_page(plan: operations.FilterBulkPlan, page: Page) -> str:
+    """The confirmation of a bulk retry or cancel: the count, and the form with the ids."""
+    b = plan.bulk
+    return render(
+        "bulk.html",
+        page,
+        f"{b.action.verb.capitalize()} the matching runs",
+        "runs",
+        plan=plan,
+        bulk=b,
+        ids=id_ranges(plan.ids),
+        back=runs_href(status=list(b.statuses), type=b.job_type, schedule=b.schedule),
     )
 
 
@@ -163,11 +209,12 @@ def schedules_page(views: Sequence[operations.ScheduleView], page: Page) -> str:
         "schedules",
         views=views,
         schedule_forms=_schedule_forms,
+        live_seconds=SCHEDULES_LIVE_SECONDS,
     )
 
 
-def login_page(page: Page, ttl: str) -> str:
-    return render("login.html", page, "Log in", ttl=ttl)
+def login_page(page: Page, ttl: str, roles: Sequence[str] = ("operator",)) -> str:
+    return render("login.html", page, "Log in", ttl=ttl, roles=roles)
 
 
 def error_page(status: int, message: str, page: Page) -> Response:

@@ -4,11 +4,13 @@ command line prints them, the web console renders them. No printing, no argument
 - ``output``: what a run printed, and following a running attempt (``pgtick logs``);
 - ``runs``: list, show, enqueue, retry and cancel (their state rules live there, nowhere
   else), prune;
+- ``bulk``: retry or cancel the runs matching a filter, confirmed by their count and ids;
 - ``schedules``: list, pause, resume, trigger, next occurrences, backfill;
 - ``runtime_schedules``: schedules the database owns (add, edit, remove);
 - ``audit``: who acts (the CLI's user@host, the console's session) and the audit log;
 - ``controls``: a job type paused, resumed, or limited at runtime, and each limit's source;
 - ``status``: workers, queues and schedules with the problems among them; the console overview;
+- ``job_types``: one job type's page (its queue, running and waiting runs, schedules);
 - ``charts``: the overview's queue depth per job type over the last hour (its SQL in
   ``charts.sql`` beside it);
 - ``setup``: the one-connection store of a command, migrations, grants, ``check``.
@@ -20,8 +22,18 @@ import ``pgtick.core``, ``pgtick.config``, ``pgtick.storage``, ``pgtick.scheduli
 
 from __future__ import annotations
 
+from pgtick.scheduling.words import cron_in_words
 from pgtick.storage.store import STATUSES, TERMINAL_STATUSES
 from pgtick.surfaces.operations.audit import Actor, audit_entries, cli_actor, record
+from pgtick.surfaces.operations.bulk import (
+    MAX_FILTER_BULK_RUNS,
+    FilterBulk,
+    FilterBulkDone,
+    FilterBulkPlan,
+    filter_bulk,
+    plan_filter_bulk,
+    run_filter_bulk,
+)
 from pgtick.surfaces.operations.charts import queue_depth_per_type
 from pgtick.surfaces.operations.controls import (
     LIMIT_NAMES,
@@ -38,6 +50,12 @@ from pgtick.surfaces.operations.controls import (
     set_limits,
 )
 from pgtick.surfaces.operations.flow import describe_limits, flow_limits
+from pgtick.surfaces.operations.job_types import (
+    JobTypeView,
+    check_job_type,
+    job_type_view,
+    limit_change,
+)
 from pgtick.surfaces.operations.output import (
     OUTPUT_STREAMS,
     SHOW_TAIL_LINES,
@@ -130,6 +148,7 @@ __all__ = [
     "DEFAULT_HORIZON_THRESHOLD_SECONDS",
     "DEFAULT_PAGE_SIZE",
     "LIMIT_NAMES",
+    "MAX_FILTER_BULK_RUNS",
     "MAX_KEY_BYTES",
     "MAX_OCCURRENCES",
     "MAX_PAGE_SIZE",
@@ -151,8 +170,12 @@ __all__ = [
     "Backfilled",
     "Bulk",
     "Changed",
+    "FilterBulk",
+    "FilterBulkDone",
+    "FilterBulkPlan",
     "Horizon",
     "JobTypeStatus",
+    "JobTypeView",
     "Limit",
     "Limits",
     "OutputLine",
@@ -173,10 +196,12 @@ __all__ = [
     "backfill_window",
     "change_runs",
     "check_database",
+    "check_job_type",
     "check_new_run",
     "check_statuses",
     "cli_actor",
     "controls_for",
+    "cron_in_words",
     "declares_job_type",
     "describe",
     "describe_holder",
@@ -184,10 +209,13 @@ __all__ = [
     "edit_schedule",
     "effective_limits",
     "enqueue",
+    "filter_bulk",
     "flow_limits",
     "follow_output",
     "grants_sql",
     "handler_summary",
+    "job_type_view",
+    "limit_change",
     "limits_in_force",
     "list_runs",
     "list_schedules",
@@ -200,6 +228,7 @@ __all__ = [
     "pause_schedule",
     "paused_types",
     "plan_bulk",
+    "plan_filter_bulk",
     "prune",
     "queue_depth_per_type",
     "record",
@@ -208,6 +237,7 @@ __all__ = [
     "resume_job_type",
     "resume_schedule",
     "run_bulk",
+    "run_filter_bulk",
     "run_output",
     "schedule_views",
     "set_limits",

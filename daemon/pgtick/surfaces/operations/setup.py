@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import TextIO
 
-from pgtick.config import Config, read_token
+from pgtick.config import Config, read_token, read_viewer_token
 from pgtick.core import handlers
 from pgtick.core.dbstate import METRICS_POOL_SIZE
 from pgtick.errors import ConfigError
@@ -80,6 +80,7 @@ def startup_checks(cfg: Config) -> dict[str, handlers.JobType]:
     if cfg.web.enabled:
         require_console_extra("web.listen")
         read_token(cfg.web)
+        read_viewer_token(cfg.web)
     if tracing.wanted(cfg.tracing.enabled):
         tracing.require_extra("tracing.enabled")
     return job_types

@@ -4,7 +4,7 @@ problems among them) and the console's overview, from the same reads.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -216,10 +216,13 @@ def status(
     tick_interval_seconds: float,
     horizon_threshold_seconds: float = DEFAULT_HORIZON_THRESHOLD_SECONDS,
     limits: Sequence[ClaimType] = (),
+    timeout_seconds: float = STATUS_TIMEOUT_SECONDS,
 ) -> Status:
     """Workers, queues per job type and schedules, with the problems among them: stuck runs,
     overdue schedules, due runs of a job type no live daemon handles, and a snapshot holding
-    the MVCC horizon past ``horizon_threshold_seconds``."""
+    the MVCC horizon past ``horizon_threshold_seconds``. The one source of the ATTENTION
+    items: ``pgtick status`` prints them, the console's banner shows them (``timeout_seconds``
+    bounds the metrics query: an operator waits longer than a page)."""
     workers, job_types = _workers_and_queues(store, heartbeat_seconds, limits)
 
     states = store.schedule_states()
@@ -232,8 +235,8 @@ def status(
     }
     snap = store.metrics_snapshot(
         dbstate.due_occurrences(graced, now),
-        statement_timeout_seconds=STATUS_TIMEOUT_SECONDS,
-        pool_timeout_seconds=STATUS_TIMEOUT_SECONDS,
+        statement_timeout_seconds=timeout_seconds,
+        pool_timeout_seconds=timeout_seconds,
     )
     health: dict[str, ScheduleHealth] = {h.name: h for h in snap.schedules}
     schedules = [_schedule_status(s, crons[s.name], health.get(s.name), now) for s in states]
@@ -288,6 +291,34 @@ def _schedule_status(
     return ScheduleStatus(state, next_at, last_ok, overdue, error)
 
 
+def _idle_types(
+    workers: Sequence[WorkerStatus],
+    job_types: Sequence[JobTypeStatus],
+    limits: Sequence[ClaimType],
+    controls: Mapping[str, JobTypeControl],
+) -> list[JobTypeStatus]:
+    """The job types live daemons handle (their config's) that have no queued, running or
+    recently dead run: zeros, so that the overview lists every job type, busy or not."""
+    present = {t.stats.job_type for t in job_types}
+    served: dict[str, int] = {}
+    for w in workers:
+        if not w.stale:
+            for name in w.worker.job_types:
+                served[name] = served.get(name, 0) + 1
+    by_type = {t.job_type: t for t in limits}
+    return [
+        JobTypeStatus(
+            JobTypeStats(name, 0, None, 0, 0, 0, 0, 0),
+            served[name],
+            by_type.get(name),
+            None,
+            limits_in_force(name, by_type.get(name), controls.get(name)),
+            controls.get(name),
+        )
+        for name in sorted(set(served) - present)
+    ]
+
+
 @dataclass(frozen=True)
 class Overview:
     """The console's front page: queues per job type, throughput, workers, schedules.
@@ -315,6 +346,7 @@ def overview(
     ``RunStore.reading``); a chart's query that runs out of time leaves that chart empty."""
     now = store.now()
     workers, job_types = _workers_and_queues(store, heartbeat_seconds, limits)
+    job_types = job_types + _idle_types(workers, job_types, limits, store.job_type_controls())
     schedules = schedule_views(store, now, next_count)
     try:
         per_minute: list[int] | None = store.succeeded_per_minute(THROUGHPUT_MINUTES)
