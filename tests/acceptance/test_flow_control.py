@@ -346,7 +346,7 @@ def test_status_and_show_say_what_a_limit_holds_back(
     fields = json.loads(pgtick(dsn, "status", "--json", env=env).text)
     [work] = [t for t in fields["job_types"] if t["job_type"] == "work"]
     assert (work["limits"], work["waiting_concurrency"], work["waiting_rate"]) == (
-        "max_running 1",
+        "max_running 1 (config)",  # each limit with where it comes from (issue 45)
         1,
         0,
     )
