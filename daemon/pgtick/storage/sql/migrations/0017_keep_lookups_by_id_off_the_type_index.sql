@@ -59,23 +59,23 @@ $$;
 -- pgtick: gexec
 -- A concurrent build on each leaf partition that has no index attached to its parent's new
 -- one yet (an invalid one, left by an interrupted build, is dropped first).
+WITH leaves AS (
+    SELECT c.relname, left(c.relname, 40) || '_job_type_id_pidx' AS index_name
+    FROM pg_partition_tree('runs'::regclass) p JOIN pg_class c ON c.oid = p.relid
+    WHERE p.isleaf AND NOT EXISTS (
+        SELECT FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid
+        JOIN pg_class pi ON pi.oid = i.inhparent
+        WHERE x.indrelid = p.relid AND pi.relname LIKE '%\_job\_type\_id\_pidx')
+)
 SELECT s.statement FROM (
-    SELECT c.relname, 1 AS step, format('DROP INDEX CONCURRENTLY IF EXISTS %I',
-        left(c.relname, 40) || '_job_type_id_pidx') AS statement
-    FROM pg_partition_tree('runs'::regclass) p JOIN pg_class c ON c.oid = p.relid
-    WHERE p.isleaf AND NOT EXISTS (
-        SELECT FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid
-        JOIN pg_class pi ON pi.oid = i.inhparent
-        WHERE x.indrelid = p.relid AND pi.relname LIKE '%\_job\_type\_id\_pidx')
+    SELECT relname, 1 AS step, format('DROP INDEX CONCURRENTLY IF EXISTS %I', index_name)
+        AS statement
+    FROM leaves
     UNION ALL
-    SELECT c.relname, 2, format(
+    SELECT relname, 2, format(
         'CREATE INDEX CONCURRENTLY %I ON %I (job_type, id) WHERE job_type > %L',
-        left(c.relname, 40) || '_job_type_id_pidx', c.relname, '')
-    FROM pg_partition_tree('runs'::regclass) p JOIN pg_class c ON c.oid = p.relid
-    WHERE p.isleaf AND NOT EXISTS (
-        SELECT FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid
-        JOIN pg_class pi ON pi.oid = i.inhparent
-        WHERE x.indrelid = p.relid AND pi.relname LIKE '%\_job\_type\_id\_pidx')
+        index_name, relname, '')
+    FROM leaves
 ) s ORDER BY s.relname, s.step;
 
 -- pgtick: gexec
