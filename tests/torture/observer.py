@@ -23,8 +23,9 @@ from tests.torture.history import ATTEMPTS_COLUMNS, INFO, HistoryFile
 
 SAMPLE_SECONDS = 1.0
 TERMINAL = ("succeeded", "dead", "cancelled", "skipped")
-RECENT = """
-SELECT id, status, job_type, locked_by, attempts, idempotency_key
+RUN_COLUMNS = "id, status, job_type, locked_by, attempts, idempotency_key"
+RECENT = f"""
+SELECT {RUN_COLUMNS}
 FROM pgtick.runs
 WHERE status IN ('queued', 'running', 'failed') OR locked_by IS NOT NULL
    OR updated_at > now() - interval '10 seconds'
@@ -32,8 +33,8 @@ WHERE status IN ('queued', 'running', 'failed') OR locked_by IS NOT NULL
 # The runs it follows that RECENT did not return: gone, or changed with an updated_at already
 # older than its window (a finish whose statement waited behind another run's row lock commits
 # with the time it started: seed 103 saw two runs' success 12 s late, never in RECENT).
-STILL_THERE = """
-SELECT id, status, job_type, locked_by, attempts, idempotency_key
+STILL_THERE = f"""
+SELECT {RUN_COLUMNS}
 FROM pgtick.runs WHERE id = ANY(%s::bigint[])
 """
 # Attempts that ended lately: retention drops them (and their runs) long before the end.
@@ -45,6 +46,11 @@ WHERE finished_at > now() - interval '120 seconds'
 STALL_TICK_SECONDS = 0.25
 STALL_REPORT_SECONDS = 1.5
 State = tuple[str, str, str | None, int, str | None]  # status, job_type, holder, attempts, key
+
+
+def _state(row: tuple[Any, ...]) -> State:
+    """A row of RUN_COLUMNS as the state followed (its id aside)."""
+    return (row[1], row[2], row[3], int(row[4]), row[5])
 
 
 @dataclass
@@ -81,11 +87,11 @@ class Observer:
     def sample(self, conn: psycopg.Connection[Any]) -> None:
         with conn.transaction():
             rows = conn.execute(RECENT).fetchall()
-            seen: dict[int, State] = {int(r[0]): (r[1], r[2], r[3], int(r[4]), r[5]) for r in rows}
+            seen: dict[int, State] = {int(r[0]): _state(r) for r in rows}
             followed = [i for i, s in self.last.items() if i not in seen and self.follows(s)]
             still = conn.execute(STILL_THERE, [followed]).fetchall()
             present = {int(r[0]) for r in still}
-            seen.update({int(r[0]): (r[1], r[2], r[3], int(r[4]), r[5]) for r in still})
+            seen.update({int(r[0]): _state(r) for r in still})
             db_now = conn.execute("SELECT extract(epoch FROM now())::float8").fetchone()
             attempts = [tuple(r) for r in conn.execute(ENDED).fetchall()]
         now = time.time_ns()
