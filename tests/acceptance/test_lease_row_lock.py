@@ -12,6 +12,7 @@ import signal
 import time
 
 from tests import dbhelp
+from tests.acceptance.cli import pgtick
 from tests.acceptance.conftest import Cluster, Daemon, wait_for
 from tests.acceptance.correctness import enqueue
 
@@ -90,6 +91,40 @@ def test_a_row_lock_longer_than_the_lease_does_not_take_a_live_holders_run(
     assert _attempts(conn, run_id) == [(1, "succeeded")]
     skipped = [e for e in holder.events() if e["event"] == "heartbeat_skipped_locked_runs"]
     assert skipped and all(e["run_ids"] == [run_id] for e in skipped)
+
+
+def test_a_cancelled_run_whose_handler_still_runs_stays_held_past_a_row_lock(
+    cluster: Cluster, conn: dbhelp.Connection, dsn: str
+) -> None:
+    """Torture seed 4242: an operator cancels a run whose handler does not stop (a sleep),
+    then a session holds its row locked past the lease. The holder's beats skipped the row
+    and did not count it as locked, and the reaper let go of cancelled runs whose lease ended
+    whoever held them: once the lock went, the other daemon's reaper closed the attempt and
+    cleared the lease while the handler still ran, and a `retry` then would start a second
+    copy. Now the run stays its live holder's until its handler returns."""
+    _, run_id = _holding(cluster, conn, sleep=20.0)
+    [(holder,)] = conn.execute("SELECT locked_by FROM runs WHERE id = %s", [run_id]).fetchall()
+    assert pgtick(dsn, "cancel", str(run_id)).code == 0
+    with dbhelp.connect(dsn) as operator, operator.transaction():
+        time.sleep(_lock(operator, conn, run_id) + 1.0)
+        row = conn.execute("SELECT locked_until < now() FROM runs WHERE id = %s", [run_id])
+        assert row.fetchone() == (True,), "the lease did not end under the lock: test is moot"
+    until = time.monotonic() + 3.0
+    while time.monotonic() < until:
+        row = conn.execute("SELECT status, locked_by FROM runs WHERE id = %s", [run_id])
+        assert row.fetchone() == ("cancelled", holder), "let go while it runs"
+        assert _attempts(conn, run_id) == [(1, None)]
+        time.sleep(0.1)
+    assert pgtick(dsn, "retry", str(run_id)).code != 0, "a retry started a second copy"
+    wait_for(
+        lambda: (
+            conn.execute("SELECT locked_by FROM runs WHERE id = %s", [run_id]).fetchone() == (None,)
+        ),
+        25,
+        what="the holder let go once its handler returned",
+    )
+    assert _attempts(conn, run_id) == [(1, "lost")]
+    assert cluster.executions() == {run_id: 1}
 
 
 def test_a_holder_stopped_under_the_lock_loses_its_run_once_its_heartbeat_is_old(

@@ -98,7 +98,9 @@ class Heartbeat:
             # Silent for long (an outage): another daemon's reaper forgot us. Come back.
             self._store.register_worker(self._info)
             log.info("worker_registered_again", worker_id=self._info.id)
-        gone = set(leases) - beat.held - beat.busy
+        # A cancelled run is renewed (or busy) while its handler may run, yet its handler is
+        # told to stop: it counts as gone for the lifecycle, which keeps it until it lets go.
+        gone = (set(leases) - beat.held - beat.busy) | (beat.cancelled & set(leases))
         if gone:
             attempts = {rid: leases[rid].attempt for rid in gone}
             self._worker.let_go(life.lost(gone, beat.cancelled & gone, attempts))

@@ -166,7 +166,8 @@ class MaintenanceQueries(StoreBase):
 
     def reap_cancelled(self, limit: int = REAP_BATCH_ROWS) -> int:
         """Let go of cancelled runs whose holder died before it could (lease expired)."""
-        return int(self._all("reap", "reap_cancelled", {"limit": limit})[0][0])
+        params = {"limit": limit, **_reap_params(None)}
+        return int(self._all("reap", "reap_cancelled", params)[0][0])
 
     def reap_look(self, since: datetime | None = None) -> ReapLook:
         """The database clock now, whether a lease that ended at or after ``since`` (None:

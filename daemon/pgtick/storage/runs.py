@@ -145,7 +145,7 @@ class FailResult:
 class Beat:
     """What one heartbeat found."""
 
-    held: set[int]  # leases extended
+    held: set[int]  # leases extended (running, or cancelled and not let go of yet)
     registered: bool  # the workers row still exists
     cancelled: set[int]  # given runs an operator cancelled
     busy: set[int] = field(default_factory=set)  # still ours, row-locked elsewhere: not renewed

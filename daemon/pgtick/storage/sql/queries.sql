@@ -586,15 +586,17 @@ CROSS JOIN LATERAL (
 -- recovered) and mark the worker alive, in one round trip. Guarded by the claim: this
 -- worker, and the attempt it claimed. A run an operator cancelled stays held, its lease
 -- renewed, until the worker lets go of it (acknowledge_cancel): until then its handler may
--- still run, and no retry may start a second copy. Returns the ids renewed and running (a run
--- missing from them and from the busy ones is gone), whether the workers row still exists
--- (other daemons forget a worker silent for long), which of the given runs an operator
--- cancelled (their handlers are stopped, not "lost"), and the busy ones: still ours in this
--- statement's snapshot but row-locked by another transaction (our own result being written,
--- an operator's cancel, a session that took FOR UPDATE), skipped rather than waited for, so
--- one locked row never holds up the renewal of every other lease; the next beat looks again.
--- Busy ones are looked for in the live partition: `status = 'running'` would imply
--- runs_lease_idx's predicate, and the planner then read that whole index.
+-- still run, and no retry may start a second copy. Returns the ids renewed, running or
+-- cancelled (a run missing from them and from the busy ones is gone), whether the workers
+-- row still exists (other daemons forget a worker silent for long), which of the given runs
+-- an operator cancelled (their handlers are stopped, not "lost"), and the busy ones: still
+-- ours in this statement's snapshot but row-locked by another transaction (our own result
+-- being written, an operator's cancel, a session that took FOR UPDATE), skipped rather than
+-- waited for, so one locked row never holds up the renewal of every other lease; the next
+-- beat looks again. A cancelled run is busy so too: its handler may still run, and the reaper
+-- leaves it to a holder that beats (reap_cancelled). Busy ones are looked for by status
+-- list: `status = 'running'` would imply runs_lease_idx's predicate, and the planner then
+-- read that whole index.
 WITH alive AS (
     UPDATE {schema}.workers SET heartbeat_at = now() WHERE id = %(worker_id)s RETURNING id
 ), mine AS (
@@ -614,7 +616,7 @@ WITH alive AS (
     WHERE r.id = ANY(ARRAY(SELECT id FROM mine)) AND r.status IN ('running', 'cancelled')
     RETURNING r.id, r.status
 )
-SELECT ARRAY(SELECT id FROM held WHERE status = 'running'), EXISTS (SELECT 1 FROM alive),
+SELECT ARRAY(SELECT id FROM held), EXISTS (SELECT 1 FROM alive),
        ARRAY(SELECT r.id FROM {schema}.runs r
              WHERE r.id = ANY(%(ids)s::bigint[]) AND r.status = 'cancelled'),
        ARRAY(SELECT r.id FROM {schema}.runs r
@@ -623,7 +625,7 @@ SELECT ARRAY(SELECT id FROM held WHERE status = 'running'), EXISTS (SELECT 1 FRO
                    width_bucket(r.id, (SELECT %(ids)s::bigint[]))]
                AND ((SELECT %(ids)s::bigint[]))[width_bucket(r.id, (SELECT %(ids)s::bigint[]))] = r.id
                AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
-               AND r.status IN ('queued', 'running', 'failed')
+               AND r.status IN ('queued', 'running', 'failed', 'cancelled')
                AND r.id NOT IN (SELECT id FROM mine));
 
 -- succeed --
@@ -776,11 +778,15 @@ SELECT id FROM done;
 -- reap_cancelled --
 -- Cancelled runs whose holder never let go (it died) and whose lease has expired: nothing
 -- runs them any more. Clear the lease and write the attempt as lost, ended at the latest when
--- its lease did. Served by runs_cancel_lease_idx.
+-- its lease did. A lease that ended while another session held the row locked (the holder's
+-- beats skip it) is left to a holder that is alive, as the reaper leaves a running one
+-- (holder_not_alive): its handler may still run, and a retry would start a second copy.
+-- Served by runs_cancel_lease_idx.
 WITH expired AS (
-    SELECT id, locked_until, locked_by FROM {schema}.runs
-    WHERE status = 'cancelled' AND locked_until < now()
-    ORDER BY locked_until
+    SELECT r.id, r.locked_until, r.locked_by FROM {schema}.runs r
+    WHERE r.status = 'cancelled' AND r.locked_until < now()
+-- include: holder_not_alive
+    ORDER BY r.locked_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), done AS (
