@@ -28,6 +28,7 @@ from tests.torture.retries import (
     success_recorded,
 )
 from tests.torture.summary import summary
+from tests.torture.upgrade import enqueue_refused, migrated
 
 # Numbered as the issue lists them; lease-kept is the lease that comes before a second copy,
 # held-run-kept the promise that retention never removes a held run, apart from the limit it breaks.
@@ -39,6 +40,8 @@ INVARIANTS = {
     "paused": 3,
     "held-run-kept": 3,
     "no-loss": 4,
+    "enqueue-refused": 4,
+    "migrated": 4,
     "success-recorded": 5,
     "effects-once": 6,
     "schedule-once": 7,
@@ -65,6 +68,8 @@ CHECKS: tuple[Callable[[Model], list[Finding]], ...] = (
     paused_not_started,
     held_run_kept,
     no_loss,
+    enqueue_refused,
+    migrated,
     success_recorded,
     only_successes_recorded,
     effects_once,

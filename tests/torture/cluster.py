@@ -80,15 +80,28 @@ def server(dsn: str | None) -> Iterator[Server]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def python_path(code: Path | None) -> str:
+    """PYTHONPATH for a pgtick process: ``code`` (another release's ``daemon`` folder) first,
+    then this repository (the harness's handlers), then what the harness was given."""
+    parts = [str(code) if code else None, str(REPO_DIR), os.environ.get("PYTHONPATH")]
+    return os.pathsep.join(filter(None, parts))
+
+
 @contextlib.contextmanager
-def database(admin_dsn: str) -> Iterator[str]:
-    """A fresh database migrated by `pgtick migrate`, with the effects table; dropped after."""
+def database(admin_dsn: str, code: Path | None = None) -> Iterator[str]:
+    """A fresh database migrated by `pgtick migrate` (of the release in ``code``, None: this
+    one), with the effects table; dropped after."""
     name = f"torture_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     dsn = make_conninfo(admin_dsn, dbname=name)
     try:
-        env = {**os.environ, "PGTICK_DSN": dsn, "PGTICK_CONFIG": ""}
+        env = {
+            **os.environ,
+            "PGTICK_DSN": dsn,
+            "PGTICK_CONFIG": "",
+            "PYTHONPATH": python_path(code),
+        }
         done = subprocess.run(
             [sys.executable, "-m", "pgtick", "migrate"], capture_output=True, text=True, env=env
         )
@@ -191,6 +204,7 @@ class Incarnation:
     worker_id: str = ""
     started: bool = False
     told: str = ""  # the signal the harness sent it ("" none): an exit after it is expected
+    release: str = "current"  # or "previous": started before the upgrade (the migrate fault)
 
     @property
     def pid(self) -> int:
@@ -220,17 +234,24 @@ class Daemons:
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
     waiters: list[threading.Thread] = field(default_factory=list)
+    # The previous release's code while the run has not been upgraded (the migrate fault):
+    # every start before it runs that release, every start after it this one.
+    previous: Path | None = None
+    upgraded: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.slots = [None] * self.count
         self.starts = [0] * self.count
 
-    def env(self, name: str) -> dict[str, str]:
-        path = os.pathsep.join(filter(None, [str(REPO_DIR), os.environ.get("PYTHONPATH")]))
+    def code(self) -> Path | None:
+        """The release a process started now runs: the previous one until the upgrade."""
+        return None if self.upgraded.is_set() else self.previous
+
+    def env(self, name: str, code: Path | None) -> dict[str, str]:
         return {
             **os.environ,
             "PGTICK_DSN": self.dsn,
-            "PYTHONPATH": path,
+            "PYTHONPATH": python_path(code),
             HISTORY_ENV: str(self.directory),
             DAEMON_ENV: name,
         }
@@ -245,17 +266,21 @@ class Daemons:
                 return None
             self.starts[slot] += 1
             name = f"d{slot}#{self.starts[slot]}"
+            code = self.code()
             log_path = self.logs / f"{name.replace('#', '-')}.log"
             with log_path.open("wb") as log_file:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "pgtick", "run", "--config", str(self.config)],
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
-                    env=self.env(name),
+                    env=self.env(name, code),
                 )
-            incarnation = Incarnation(name, proc, log_path)
+            release = "previous" if code else "current"
+            incarnation = Incarnation(name, proc, log_path, release=release)
             self.slots[slot] = incarnation
-        self.history.write(INVOKE, "daemon", {"daemon": name, "slot": slot, "pid": proc.pid})
+        self.history.write(
+            INVOKE, "daemon", {"daemon": name, "slot": slot, "pid": proc.pid, "release": release}
+        )
         threading.Thread(target=self._wait_started, args=(incarnation,), daemon=True).start()
         waiter = threading.Thread(target=self._wait_exit, args=(incarnation, slot), daemon=True)
         waiter.start()

@@ -82,6 +82,8 @@ def max_running_at(model: Model, jt: JobType) -> tuple[Callable[[int], int], Cal
                 values = [c.value]  # answered: from the next claim on
             else:
                 values.append(c.value)  # in flight, or its answer never came
+        if model.old_until is not None and t < model.old_until:
+            values.append(config)  # a daemon of the previous release knows only the config's
         return values
 
     def strict(t: int) -> int:
@@ -111,7 +113,10 @@ def paused_not_started(model: Model) -> list[Finding]:
                 continue
             after = next((r for r in calls[i + 1 :] if r.value == 0.0), None)
             until = after.begin if after is not None else model.end
-            windows.append((c.end + int(PAUSE_SLACK_SECONDS * NS), until, c.line, after))
+            begin = c.end + int(PAUSE_SLACK_SECONDS * NS)
+            if model.old_until is not None:
+                begin = max(begin, model.old_until)  # the previous release knows no pause
+            windows.append((begin, until, c.line, after))
         for begin, until, paused, resumed in windows:
             started = [
                 e for e in model.executions if e.job_type == jt.name and begin < e.begin < until

@@ -4,12 +4,18 @@ Daemons are SIGKILLed, SIGTERMed (and started again after a pause), frozen with 
 longer than the lease and thawed; pgtick's sessions are ended with pg_terminate_backend; the
 server is restarted (only one of the run's own); an operator's transaction holds a running
 run's row locked for longer than the lease (``UPDATE pgtick.runs SET priority = priority``
-left open, as a psql session that touched it would), or a REPEATABLE READ snapshot for a while.
+left open, as a psql session that touched it would), or a REPEATABLE READ snapshot for a while;
+and once in some runs, this version's `pgtick migrate` under traffic and a rolling restart
+(tests/torture/upgrade.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,8 +23,15 @@ from typing import Any
 
 import psycopg
 
-from tests.torture.cluster import STOP_TIMEOUT_SECONDS, Daemons, Server
+from tests.torture.cluster import (
+    START_TIMEOUT_SECONDS,
+    STOP_TIMEOUT_SECONDS,
+    Daemons,
+    Server,
+    python_path,
+)
 from tests.torture.history import FAIL, INFO, INVOKE, OK, HistoryFile
+from tests.torture.upgrade import MIGRATE_TIMEOUT_SECONDS, MIGRATE_TRIES, PREVIOUS_RELEASE
 
 LOCK_TIMEOUT = "2s"  # the operator's UPDATE waits this long for a row a daemon is writing
 # What an operator's psql session does to a running run's row before it wanders off.
@@ -161,8 +174,65 @@ class Nemesis:
         self.write(OK, "held-snapshot", {**args, "step": step})
 
     def migrate(self, step: int, args: Mapping[str, Any]) -> None:
-        """The hook for `pgtick migrate` under traffic (a later version): start the run on the
-        previous release's schema (its migrations, from the release's wheel or tag), and here
-        run `pgtick migrate` while clients enqueue and daemons claim; the checker then expects
-        no enqueue error but the documented retryable ones, and the usual guarantees."""
-        self.write(INFO, "migrate", {"skipped": "not built in this version", "step": step})
+        """This version's `pgtick migrate` on the previous release's schema while clients
+        enqueue and that release's daemons claim (again after a failure: the server may
+        restart under it); then a rolling restart, one slot at a time, on this version."""
+        self.write(INVOKE, "migrate", {"step": step, "from": PREVIOUS_RELEASE[:12]})
+        env = {**os.environ, "PGTICK_DSN": self.dsn, "PGTICK_CONFIG": ""}
+        env["PYTHONPATH"] = python_path(None)
+        for attempt in range(1, MIGRATE_TRIES + 1):
+            began = time.monotonic()
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-m", "pgtick", "migrate"],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    timeout=MIGRATE_TIMEOUT_SECONDS,
+                )
+                code, error = done.returncode, done.stderr.strip()[-300:]
+            except subprocess.TimeoutExpired:
+                code, error = None, "timeout"
+            seconds = round(time.monotonic() - began, 2)
+            if code == 0:
+                break
+            self.write(INFO, "migrate", {"attempt": attempt, "exit": code, "error": error})
+            time.sleep(2.0)
+        else:
+            self.write(FAIL, "migrate", {"step": step, "exit": code, "error": error})
+            return
+        self.daemons.upgraded.set()  # every start from now on runs this version
+        self.write(OK, "migrate", {"step": step, "attempt": attempt, "seconds": seconds})
+        self.rolling_restart(step)
+
+    def rolling_restart(self, step: int) -> None:
+        """SIGTERM each daemon of the previous release, wait for its exit, start this
+        version in its slot (docs/operations: Rolling deploy)."""
+        self.write(INVOKE, "upgrade", {"step": step})
+        for slot in range(self.daemons.count):
+            inc = self.daemons.current(slot)
+            if inc is not None and inc.release == "previous":
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(inc.pid, signal.SIGCONT)  # a frozen one cannot drain
+                self.daemons.send(slot, signal.SIGTERM)
+                value = {"daemon": inc.name, "pid": inc.pid, "step": step, "upgrade": True}
+                self.write(INVOKE, "term", value)
+                deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+                while inc.alive() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                self.write(OK, "term", {**value, "code": inc.proc.returncode})
+                if inc.alive():
+                    self.write(FAIL, "upgrade", {"step": step, "daemon": inc.name})
+                    return
+            started = self.daemons.start(slot)
+            deadline = time.monotonic() + START_TIMEOUT_SECONDS
+            while started is not None and not started.started and started.alive():
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        left = [
+            inc.name
+            for slot in range(self.daemons.count)
+            if (inc := self.daemons.current(slot)) is not None and inc.release == "previous"
+        ]
+        self.write(FAIL if left else OK, "upgrade", {"step": step, "left": left})

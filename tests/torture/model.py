@@ -172,6 +172,9 @@ class Model:
     final: Mapping[str, Any]
     retention_ns: int  # an ended attempt's row is kept at least this long
     attempts: list[Mapping[str, Any]]  # every ended attempt seen: by the observer, or at the end
+    # Until when a daemon of the previous release may have run (the rolling restart after the
+    # migrate fault ended; the end of the run if it never did), None: no upgrade in this run.
+    old_until: int | None = None
 
     def final_runs(self) -> dict[int, Mapping[str, Any]]:
         return {int(r["id"]): r for r in self.final.get("runs", [])}
@@ -257,7 +260,15 @@ def build(raw_plan: Mapping[str, Any], events: Sequence[Event], final: Mapping[s
         final=final,
         retention_ns=int(attempt_retention(world) * NS),
         attempts=read_attempts(events, final),
+        old_until=read_old_until(events, end),
     )
+
+
+def read_old_until(events: Sequence[Event], end: int) -> int | None:
+    """When the last daemon of the previous release stopped (the rolling restart's end)."""
+    if not any(e.f == "migrate" for e in events):
+        return None
+    return next((e.t for e in events if e.f == "upgrade" and e.type == OK), end)
 
 
 def attempt_retention(world: World) -> float:

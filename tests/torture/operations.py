@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +31,7 @@ from psycopg import IsolationLevel
 from psycopg.types.json import Jsonb
 
 import pgtick
+from tests.torture.cluster import python_path
 from tests.torture.history import FAIL, INFO, INVOKE, OK, HistoryFile
 from tests.torture.plan import World
 
@@ -67,6 +68,8 @@ class Clients:
     config: Path
     world: World
     history: HistoryFile
+    # The release the operator's CLI runs (tests/torture/upgrade.py): None, this one.
+    code: Callable[[], Path | None] = lambda: None
 
     # -- enqueue ---------------------------------------------------------------------------------
 
@@ -199,7 +202,7 @@ class Clients:
     def cli(self, step: int, verb: str, arguments: list[str], value: Mapping[str, Any]) -> None:
         process = f"operator-{step}"
         self.history.write(INVOKE, verb, {**value, "argv": arguments}, process=process)
-        env = {**os.environ, "PGTICK_DSN": self.dsn}
+        env = {**os.environ, "PGTICK_DSN": self.dsn, "PYTHONPATH": python_path(self.code())}
         command = [sys.executable, "-m", "pgtick", verb, "--config", str(self.config), *arguments]
         try:
             done = subprocess.run(

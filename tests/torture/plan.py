@@ -175,9 +175,8 @@ class World:
 # -- The steps ---------------------------------------------------------------------------------
 
 # Operations and faults: events per minute of the run, for three daemons (faults that target
-# a daemon scale with the count). The `migrate` fault (`pgtick migrate` from the previous
-# release's schema under traffic) is a hook for a later version: weight 0, and
-# faults.migrate says what it will do.
+# a daemon scale with the count). The `migrate` fault is not a rate: a run starts on the
+# previous release and is upgraded once, or not at all (UPGRADE_SHARE; tests/torture/upgrade.py).
 OPERATIONS: dict[str, float] = {
     "enqueue": 90.0,
     "key-race": 10.0,
@@ -203,10 +202,13 @@ FAULTS: dict[str, float] = {
     "pg-restart": 0.35,
     "row-lock": 4.0,
     "held-snapshot": 1.0,
-    "migrate": 0.0,
 }
+# The share of plans that start on the previous release and run the migrate fault once, in the
+# first half of the active time (a rolling restart follows it, under the other faults).
+UPGRADE_SHARE = 0.5
+ONCE = ("migrate",)
 PER_DAEMON = ("kill", "term", "freeze")
-KINDS = (*OPERATIONS, *FAULTS)
+KINDS = (*OPERATIONS, *FAULTS, *ONCE)
 ISOLATIONS = (("read committed", 4), ("repeatable read", 3), ("serializable", 2))
 SETTLE_SECONDS = 8.0  # no fault before the daemons have settled
 MIN_QUIESCE_SECONDS = 40.0  # faults over, no new work: time for leases and retries to end
@@ -235,6 +237,11 @@ class Plan:
         for step in self.steps:
             out[step.kind] = out.get(step.kind, 0) + 1
         return out
+
+    @property
+    def upgrade(self) -> bool:
+        """The run starts on the previous release and is upgraded (the migrate fault)."""
+        return any(step.kind == "migrate" for step in self.steps)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -272,7 +279,7 @@ def draw(seed: int, minutes: float, daemons: int, only: Sequence[str] = ()) -> P
     unknown = sorted(set(only) - set(KINDS))
     if unknown:
         raise PlanError(f"--only: unknown kind {', '.join(unknown)}; kinds: {', '.join(KINDS)}")
-    if only and not any(OPERATIONS.get(k) or FAULTS.get(k) for k in only):
+    if only and not any(OPERATIONS.get(k) or FAULTS.get(k) or k in ONCE for k in only):
         raise PlanError(f"--only {','.join(only)}: not built in this version (weight 0)")
     if daemons < 1:
         raise PlanError("--daemons must be at least 1")
@@ -295,6 +302,11 @@ def draw(seed: int, minutes: float, daemons: int, only: Sequence[str] = ()) -> P
         while at < active:
             steps.append(Step(round(at, 3), kind, draw_args(kind, rng, world, daemons)))
             at += rng.expovariate(rate)
+    rng = random.Random(f"{seed}/migrate")
+    upgrade = rng.random() < UPGRADE_SHARE
+    if "migrate" in only or (upgrade and not only):
+        at = rng.uniform(SETTLE_SECONDS + 5.0, max(SETTLE_SECONDS + 6.0, active / 2))
+        steps.append(Step(round(at, 3), "migrate", {}))
     steps.sort(key=lambda s: (s.at, s.kind))
     return Plan(seed, minutes, daemons, tuple(only), world, tuple(steps), active, quiesce)
 

@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 import psycopg
 
-from tests.torture import checker, report
+from tests.torture import checker, report, upgrade
 from tests.torture.cluster import Daemons, config_text, database, server
 from tests.torture.faults import Nemesis
 from tests.torture.history import (
@@ -104,9 +104,11 @@ def run_plan(plan: Plan, dsn: str | None, history_dir: Path, out: TextIO) -> Non
     config = history_dir / "config.toml"
     config.write_text(config_text(plan.world))
     harness = HistoryFile(history_dir / "harness.jsonl", "harness")
-    with server(dsn) as srv, database(srv.admin_dsn) as db_dsn:
+    previous = upgrade.previous_code(history_dir) if plan.upgrade else None
+    with server(dsn) as srv, database(srv.admin_dsn, previous) as db_dsn:
         daemons = Daemons(db_dsn, config, history_dir, logs, harness, plan.daemons)
-        clients = Clients(db_dsn, config, plan.world, harness)
+        daemons.previous = previous
+        clients = Clients(db_dsn, config, plan.world, harness, daemons.code)
         nemesis = Nemesis(db_dsn, srv, daemons, harness)
         observer = Observer(db_dsn, harness)
         stalls = StallWatch(harness)

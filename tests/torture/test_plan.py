@@ -41,13 +41,21 @@ def test_steps_are_in_order_inside_the_active_time_and_faults_wait_for_the_settl
     assert drawn.active_seconds + drawn.quiesce_seconds == pytest.approx(180)
     kinds = {s.kind for s in drawn.steps}
     assert {"enqueue", "key-race", "cancel", "row-lock"} <= kinds
-    assert "migrate" not in kinds, "a hook for a later version: weight 0"
+
+
+def test_an_upgrade_is_drawn_at_most_once_in_the_first_half_and_by_about_half_the_seeds() -> None:
+    plans = [plan.draw(seed, 3, 3) for seed in range(200)]
+    upgraded = [p for p in plans if p.upgrade]
+    assert 70 <= len(upgraded) <= 130
+    for p in upgraded:
+        [step] = [s for s in p.steps if s.kind == "migrate"]
+        assert plan.SETTLE_SECONDS < step.at <= p.active_seconds / 2
 
 
 def test_each_ci_seed_draws_every_kind_of_operation_and_fault() -> None:
     for seed in CI_SEEDS:
         drawn = plan.draw(seed, MINUTES, 3).counts()
-        assert {k for k in plan.KINDS if k != "migrate"} <= set(drawn), (seed, drawn)
+        assert set(plan.KINDS) <= set(drawn), (seed, drawn)
 
 
 def test_every_kind_draws_its_arguments() -> None:
@@ -63,7 +71,6 @@ def test_every_kind_draws_its_arguments() -> None:
         (("kill", "nosuch"), 3, 3, "unknown kind nosuch"),
         ((), 0.5, 3, "too short"),
         ((), 3, 0, "at least 1"),
-        (("migrate",), 3, 3, "not built in this version"),
     ],
 )
 def test_impossible_plans_are_usage_errors(

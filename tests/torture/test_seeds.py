@@ -14,9 +14,11 @@ import pytest
 
 from tests.torture.run import Options, execute
 
-# Seeds whose two-minute plans each draw every kind of operation and fault (but the migrate
-# hook): test_plan.py checks it.
-CI_SEEDS = (103, 619)
+# Seeds whose two-minute plans each draw every kind of operation and fault, the migrate fault
+# included (the run starts on the previous release, tests/torture/upgrade.py): test_plan.py
+# checks it. They replaced 103 and 619, which draw no upgrade (103 found the results held up
+# by one row lock, docs/guarantees.md; test_lease_row_lock.py keeps that case).
+CI_SEEDS = (82, 659)
 MINUTES = 2.0
 SEED_TIMEOUT_SECONDS = 600
 
