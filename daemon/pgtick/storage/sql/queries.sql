@@ -1608,6 +1608,41 @@ WHERE status IN ('succeeded', 'dead') AND finished_at IS NOT NULL
   AND finished_at > now() - make_interval(mins => %(minutes)s)
 GROUP BY 1, 2;
 
+-- roll_up_runs --
+-- One step of the rollups (migration 0023): the minutes closed since the last step, at most
+-- %(max_minutes)s of them, and the hours they complete; the number of minutes rolled up (0:
+-- nothing to do, or another daemon is at it). Its own short transaction.
+SELECT {schema}.roll_up_runs(%(settle)s, %(back)s, %(max_minutes)s);
+
+-- rollup_per_hour --
+-- One job type's runs ended and attempts failed per hour from %(since)s on, from the rollups
+-- alone: the hours rolled up from rollup_hours, the later ones (the current hour, and one
+-- whose minutes are not all rolled up yet) summed from rollup_minutes. Primary-key ranges of
+-- two small tables; no read of runs.
+WITH done AS (
+    SELECT coalesce(max(bucket) + interval '1 hour', '-infinity'::timestamptz) AS upto
+    FROM {schema}.rollup_hours WHERE job_type = ''
+)
+SELECT x.bucket, sum(x.succeeded)::bigint, sum(x.failed)::bigint, sum(x.lost)::bigint,
+       sum(x.dead)::bigint, sum(x.cancelled)::bigint, sum(x.skipped)::bigint,
+       sum(x.run_seconds)::float8
+FROM (
+    SELECT h.bucket, h.succeeded, h.failed, h.lost, h.dead, h.cancelled, h.skipped, h.run_seconds
+    FROM {schema}.rollup_hours h, done
+    WHERE h.job_type = %(job_type)s AND h.bucket >= %(since)s AND h.bucket < done.upto
+    UNION ALL
+    SELECT to_timestamp(floor(extract(epoch FROM m.bucket) / 3600) * 3600), m.succeeded, m.failed,
+           m.lost, m.dead, m.cancelled, m.skipped, m.run_seconds
+    FROM {schema}.rollup_minutes m, done
+    WHERE m.job_type = %(job_type)s AND m.bucket >= greatest(%(since)s, done.upto)
+) x
+GROUP BY x.bucket
+ORDER BY x.bucket;
+
+-- rollup_rolled_up_to --
+-- The end of the last minute rolled up (NULL: none yet): the charts say how fresh they are.
+SELECT max(bucket) + interval '1 minute' FROM {schema}.rollup_minutes WHERE job_type = '';
+
 -- migrations_try_lock --
 -- The migrators' session lock, for a migration that cannot run in a transaction (concurrent
 -- index builds), on a direct connection only, without blocking: migrate.py polls it, because
@@ -1644,7 +1679,8 @@ LEFT JOIN pg_namespace n ON n.nspname = %(schema)s;
 -- EXECUTE is revoked from PUBLIC. A migration that adds a function grants it to whoever
 -- could execute enqueue (0015 does). run_keys: `pgtick prune` deletes the keys of the runs it
 -- deletes (take_idempotency_keys writes it as its owner). maintain_partitions creates and drops
--- partitions as the tables' owner (SECURITY DEFINER): retention without DDL rights.
+-- partitions as the tables' owner (SECURITY DEFINER): retention without DDL rights. The rollups
+-- are read (the console) and written by roll_up_runs as their owner (SECURITY DEFINER).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.runs TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.attempts_history TO {role};
@@ -1654,6 +1690,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
 GRANT SELECT, INSERT ON {schema}.effects TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.terminal_run_counts TO {role};
 GRANT SELECT, UPDATE ON {schema}.terminal_run_counts_refresh TO {role};
+GRANT SELECT ON {schema}.rollup_minutes, {schema}.rollup_hours TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.output_chunks TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.rate_starts TO {role};
