@@ -1178,7 +1178,11 @@ SELECT status, count(*) FROM inserted GROUP BY status;
 -- Every schedule with its latest run and latest success, for `pgtick schedules`. The latest
 -- run is the latest occurrence (by scheduled_for, not by id: a backfill creates old occurrences
 -- after newer ones), or a triggered run (no occurrence) made after it. Each branch is one
--- backward probe of runs_schedule_occurrence_idx (schedule_id, scheduled_for) per partition.
+-- probe of runs_schedule_occurrence_idx (schedule_id, scheduled_for) per partition: the
+-- triggered runs are that index's NULL entries of the schedule (few), sorted by `r.id + 0`,
+-- an expression no index gives; by `r.id` the planner walked runs_id_idx backward from the
+-- newest run, past every run of other schedules and of none (linear in the runs table: 0.65 s
+-- at 200 000 runs, bench console).
 SELECT s.id, s.name, s.job_type, s.cron, s.timezone, s.paused, s.paused_reason,
        s.paused_detail, s.overlap, s.catchup, s.materialized_until,
        last.status, last.scheduled_for, last.finished_at, ok.finished_at, s.service, s.on_pause
@@ -1193,7 +1197,7 @@ LEFT JOIN LATERAL (
           (SELECT r.status, r.scheduled_for, r.finished_at, r.created_at AS at
            FROM {schema}.runs r
            WHERE r.schedule_id = s.id AND r.scheduled_for IS NULL
-           ORDER BY r.id DESC LIMIT 1)) c
+           ORDER BY r.id + 0 DESC LIMIT 1)) c
     ORDER BY c.at DESC LIMIT 1
 ) last ON true
 LEFT JOIN LATERAL (
