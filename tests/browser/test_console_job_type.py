@@ -85,6 +85,11 @@ def test_the_job_type_page_charts_24_hours_and_7_days_from_the_rollups(
     status, body = console.get("/types/report")
     assert status == 200 and 'id="chart-7d"' in body and '<td class="num dead">2</td>' in body
     chrome.save_screenshot(str(tmp_path / "history.png"))
+    # The overview's rows give each job type's last 24 hours from the same rollups.
+    chrome.get(console.url + "/")
+    [row] = cells(chrome, 'tr[data-job-type="report"]')
+    assert (row[11], row[12]) == ("5", "2"), row
+    assert cells(chrome, 'tr[data-job-type="pickup"]')[0][11:] == ["0", "0"]
 
 
 def test_a_name_no_job_type_can_have_is_404(console: Console) -> None:

@@ -81,8 +81,8 @@ def test_minutes_and_hours_are_what_the_runs_and_attempts_say(
 ) -> None:
     conn.execute(SEED)  # type: ignore[arg-type]
     # A first call reaches back a day (from the hour), an hour of minutes per step.
-    minutes = store.roll_up(DAY)
-    assert 24 * 60 <= minutes <= 25 * 60 + 1
+    minutes, caught_up = store.roll_up(DAY, pass_seconds=60)
+    assert caught_up and 24 * 60 <= minutes <= 25 * 60 + 1
     upto = _rolled_up_to(store)
     assert 30 <= (store.now() - upto).total_seconds() < 90 + 5
     direct = [tuple(r) for r in conn.execute(DIRECT, {"upto": upto}).fetchall()]
@@ -122,9 +122,20 @@ def test_minutes_and_hours_are_what_the_runs_and_attempts_say(
     assert sum(b.lost for b in sms) == 5 and sum(b.skipped for b in sms) == 2
 
     # Again at once: nothing new is closed, nothing is written twice.
-    assert store.roll_up(DAY) in (0, 1)
+    assert store.roll_up(DAY)[0] in (0, 1)
     again = conn.execute(ROLLED.format(table="rollup_minutes"), {"upto": upto}).fetchall()
     assert again == rolled
+
+
+def test_a_pass_stops_after_its_time_and_the_next_goes_on(store: RunStore) -> None:
+    """A catch-up (the first pass reaches back a day) is spread over the reaper's passes."""
+    minutes, caught_up = store.roll_up(DAY, pass_seconds=0)
+    assert (minutes, caught_up) == (60, False)  # one step, then out of time
+    total = minutes
+    while not caught_up:
+        minutes, caught_up = store.roll_up(DAY, pass_seconds=0)
+        total += minutes
+    assert 24 * 60 <= total <= 25 * 60 + 1
 
 
 def test_callers_at_once_roll_each_minute_up_once(store: RunStore, conn: db.Connection) -> None:
@@ -133,7 +144,7 @@ def test_callers_at_once_roll_each_minute_up_once(store: RunStore, conn: db.Conn
 
     def call() -> None:
         try:
-            store.roll_up(DAY)
+            store.roll_up(DAY, pass_seconds=60)
         except BaseException as exc:
             errors.append(exc)
 
@@ -143,7 +154,7 @@ def test_callers_at_once_roll_each_minute_up_once(store: RunStore, conn: db.Conn
     for t in threads:
         t.join()
     assert errors == []
-    store.roll_up(DAY)  # whatever a caller that found the lock taken left
+    store.roll_up(DAY, pass_seconds=60)  # whatever a caller that found the lock taken left
     [(marks, distinct, span)] = conn.execute(
         "SELECT count(*), count(DISTINCT bucket),"
         " extract(epoch FROM max(bucket) - min(bucket))::int / 60 + 1"
@@ -156,7 +167,7 @@ def test_the_rollups_are_insert_only(store: RunStore, conn: db.Connection) -> No
     """No row is updated or deleted by rolling up: a snapshot held elsewhere keeps no dead
     version of them (docs/design/storage.md)."""
     conn.execute(SEED)  # type: ignore[arg-type]
-    store.roll_up(DAY)
+    store.roll_up(DAY, pass_seconds=60)
     store.roll_up(DAY)
     [(rows,)] = conn.execute(
         "SELECT (SELECT count(*) FROM rollup_minutes) + (SELECT count(*) FROM rollup_hours)"

@@ -1,5 +1,6 @@
 """Keeps the rollups (storage.rollup) current: the reaper's loop calls ``Rollup.run_once``
-every ``ROLLUP_EVERY_SECONDS`` (or at its own interval, if longer). Any number of daemons call
+every ``ROLLUP_EVERY_SECONDS`` (or at its own interval, if longer), and at its next pass while
+a catch-up is not done (a pass works a couple of seconds at most). Any number of daemons call
 it; one of them does the work at a time (the others find its lock taken and return).
 
 A failure is logged and tried again at the next interval, never raised: the charts may lag,
@@ -39,11 +40,13 @@ class Rollup:
         """Roll up what closed since the last time; the minutes rolled up (0 on failure)."""
         self.next_at = time.monotonic() + ROLLUP_EVERY_SECONDS
         try:
-            minutes = store.roll_up(self.back_seconds)
+            minutes, caught_up = store.roll_up(self.back_seconds)
         except DatabaseError as exc:
             self.failures += 1
             log.warning("rollup_failed", error=str(exc), retry_in=ROLLUP_EVERY_SECONDS)
             return 0
+        if not caught_up:
+            self.next_at = time.monotonic()  # the rest at the reaper's next pass
         if minutes > 1:
-            log.debug("rolled_up", minutes=minutes)
+            log.debug("rolled_up", minutes=minutes, caught_up=caught_up)
         return minutes

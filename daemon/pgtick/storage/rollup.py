@@ -9,6 +9,7 @@ work, the others find its lock taken); retention drops the rollups' partitions w
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,10 +20,12 @@ from pgtick.storage.base import StoreBase
 # A minute is rolled up this long after its end: a finish is dated by its transaction's start
 # and commits after it (a finish committed later than this is left out of its minute).
 ROLLUP_SETTLE_SECONDS = 30.0
-# One step rolls up at most this many minutes (one short statement); a pass takes up to
-# ROLLUP_MAX_STEPS of them, so a fleet back after a day away catches up in one pass.
+# One step rolls up at most this many minutes (one short statement); a pass takes steps
+# until it is caught up or has worked ROLLUP_PASS_SECONDS (the reaper's loop calls it: a
+# fleet back after a day away, or the first pass after the upgrade on a busy history,
+# catches up over a few passes rather than hold the reaper up for minutes).
 ROLLUP_STEP_MINUTES = 60
-ROLLUP_MAX_STEPS = 30
+ROLLUP_PASS_SECONDS = 2.0
 # The minute rows are kept this long (or the longest run retention, if shorter): long enough
 # for every hour to be summed from them, and for the current hour of the charts.
 ROLLUP_MINUTES_KEEP_SECONDS = 86400.0
@@ -69,20 +72,23 @@ class RollupQueries(StoreBase):
         *,
         settle_seconds: float = ROLLUP_SETTLE_SECONDS,
         step_minutes: int = ROLLUP_STEP_MINUTES,
-        max_steps: int = ROLLUP_MAX_STEPS,
-    ) -> int:
+        pass_seconds: float = ROLLUP_PASS_SECONDS,
+    ) -> tuple[int, bool]:
         """Roll up the minutes closed since the last call (on a first call, from about
         ``back_seconds`` ago), a step of ``step_minutes`` per transaction so that none holds
-        its snapshot long; returns the minutes rolled up."""
+        its snapshot long, until caught up or ``pass_seconds`` have passed; returns the
+        minutes rolled up and whether it caught up (False: call again soon)."""
         params = {"settle": settle_seconds, "back": back_seconds, "max_minutes": step_minutes}
         total = 0
-        for _ in range(max_steps):
+        until = time.monotonic() + pass_seconds
+        while True:
             # One statement: its own transaction (connections are in autocommit).
             done = int(self._all("rollup", "roll_up_runs", params)[0][0] or 0)
             total += done
             if done < step_minutes:
-                break
-        return total
+                return total, True
+            if time.monotonic() >= until:
+                return total, False
 
     def rollup_per_hour(self, job_type: str, since: datetime) -> list[RollupBucket]:
         """``job_type``'s hours from ``since`` (an hour's start) on, oldest first; hours
@@ -97,6 +103,19 @@ class RollupQueries(StoreBase):
             RollupBucket(at, int(ok), int(f), int(lo), int(d), int(c), int(s), float(sec))
             for at, ok, f, lo, d, c, s, sec in rows
         ]
+
+    def rollup_totals(self, job_types: list[str], since: datetime) -> dict[str, RollupBucket]:
+        """Per job type of ``job_types`` with anything in it, the sums from ``since`` (an
+        hour's start) on, as one bucket starting there; in a savepoint, like the others."""
+        with self._conn("rollup") as conn, conn.transaction():
+            rows = conn.execute(
+                sqlfile.query("rollup_totals_since", conn.schema),
+                {"types": job_types, "since": since},
+            ).fetchall()
+        return {
+            str(t): RollupBucket(since, int(ok), int(f), int(lo), int(d), int(c), int(s), float(x))
+            for t, ok, f, lo, d, c, s, x in rows
+        }
 
     def rolled_up_to(self) -> datetime | None:
         """The end of the last minute rolled up (None: nothing yet); in a savepoint too."""

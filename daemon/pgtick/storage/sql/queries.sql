@@ -1643,6 +1643,29 @@ FROM (
 GROUP BY x.bucket
 ORDER BY x.bucket;
 
+-- rollup_totals_since --
+-- The sums from %(since)s on per job type of %(types)s (the overview's rows), from the
+-- rollups as rollup_per_hour reads them: a primary-key range of each table per job type.
+WITH done AS (
+    SELECT coalesce(max(bucket) + interval '1 hour', '-infinity'::timestamptz) AS upto
+    FROM {schema}.rollup_hours WHERE job_type = ''
+)
+SELECT x.job_type, sum(x.succeeded)::bigint, sum(x.failed)::bigint, sum(x.lost)::bigint,
+       sum(x.dead)::bigint, sum(x.cancelled)::bigint, sum(x.skipped)::bigint,
+       sum(x.run_seconds)::float8
+FROM (
+    SELECT h.job_type, h.succeeded, h.failed, h.lost, h.dead, h.cancelled, h.skipped,
+           h.run_seconds
+    FROM {schema}.rollup_hours h, done
+    WHERE h.job_type = ANY(%(types)s::text[]) AND h.bucket >= %(since)s AND h.bucket < done.upto
+    UNION ALL
+    SELECT m.job_type, m.succeeded, m.failed, m.lost, m.dead, m.cancelled, m.skipped,
+           m.run_seconds
+    FROM {schema}.rollup_minutes m, done
+    WHERE m.job_type = ANY(%(types)s::text[]) AND m.bucket >= greatest(%(since)s, done.upto)
+) x
+GROUP BY x.job_type;
+
 -- rollup_rolled_up_to --
 -- The end of the last minute rolled up (NULL: none yet): the charts say how fresh they are.
 SELECT max(bucket) + interval '1 minute' FROM {schema}.rollup_minutes WHERE job_type = '';

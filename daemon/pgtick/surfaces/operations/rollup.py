@@ -31,6 +31,17 @@ def _hour(at: datetime) -> datetime:
     return at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
+def day_totals(
+    store: RunStore, job_types: list[str], now: datetime
+) -> dict[str, RollupBucket] | None:
+    """Per job type of ``job_types``, its last 24 hours (the current hour included) summed
+    from the rollups (absent: nothing); None when the read failed or ran out of time."""
+    try:
+        return store.rollup_totals(job_types, _hour(now) - timedelta(hours=DAY_HOURS - 1))
+    except PgtickError:
+        return None
+
+
 def type_history(
     store: RunStore, job_type: str, now: datetime, hours: int = HISTORY_HOURS
 ) -> TypeHistory | None:
