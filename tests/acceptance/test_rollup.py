@@ -82,27 +82,27 @@ def test_a_running_daemon_rolls_up_what_it_ran(
 
 RETENTION = """
 [retention]
-succeeded = "2m"
-dead = "2m"
-cancelled = "2m"
-skipped = "2m"
+succeeded = "1h"
+dead = "1h"
+cancelled = "1h"
+skipped = "1h"
 """
 
 
 def test_the_daemons_retention_drops_old_rollups(cluster: Cluster, conn: Connection) -> None:
     # Rows from before the partitions of now (in the DEFAULT partitions, as an upgrade's
-    # first roll-up leaves them) and past a 2-minute retention.
+    # first roll-up leaves them) and past an hour's retention.
     conn.execute(
         "INSERT INTO rollup_minutes (job_type, bucket, succeeded)"
-        " VALUES ('mail', date_trunc('minute', now()) - interval '1 hour', 3)"
+        " VALUES ('mail', date_trunc('minute', now()) - interval '2 hours', 3)"
     )
     conn.execute(
         "INSERT INTO rollup_hours (job_type, bucket, succeeded)"
         " VALUES ('mail', date_trunc('hour', now()) - interval '3 hours', 3)"
     )
     daemon = cluster.start(cluster.config(RETENTION, reaper="1s"))
-    # Its retention passes (every 15 s with a 2-minute retention) create the rollups'
-    # partitions ahead and delete what the DEFAULT partitions hold past the retention.
+    # Its retention pass (at its start, then every 5 minutes) creates the rollups'
+    # partitions ahead and deletes what the DEFAULT partitions hold past the retention.
     wait_for(
         lambda: (
             conn.execute(
@@ -122,9 +122,16 @@ def test_the_daemons_retention_drops_old_rollups(cluster: Cluster, conn: Connect
         ).fetchall()
     }
     assert parents == {"rollup_minutes", "rollup_hours"}
-    # What the daemon rolls up meanwhile is all younger than the retention and its period.
-    [(oldest,)] = conn.execute(
-        "SELECT extract(epoch FROM now() - min(bucket)) FROM rollup_minutes"
-    ).fetchall()
-    assert oldest is None or oldest < 120 + 60 + 30
+    # And it rolls up from the hour before its retention on (what the next pass deletes).
+    wait_for(
+        lambda: (
+            conn.execute(
+                "SELECT count(*) FROM rollup_minutes WHERE job_type = ''"
+                " AND bucket >= now() - interval '2 hours'"
+            ).fetchone()[0]  # type: ignore[index]
+            >= 60
+        ),
+        30,
+        what="the rollups since",
+    )
     assert '"rollup_failed"' not in daemon.log()

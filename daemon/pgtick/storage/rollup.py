@@ -29,14 +29,18 @@ ROLLUP_PASS_SECONDS = 2.0
 # The minute rows are kept this long (or the longest run retention, if shorter): long enough
 # for every hour to be summed from them, and for the current hour of the charts.
 ROLLUP_MINUTES_KEEP_SECONDS = 86400.0
+# Neither is kept less than an hour, whatever the runs' retention: an hour is summed from its
+# minutes once it has ended, and a shorter retention would only cut their partitions finer
+# (a 2-minute retention: 31 partitions ahead of each, created at every daemon's start).
+ROLLUP_MIN_KEEP_SECONDS = 3600.0
 # Retention keys of the rollups' parents (partitioned_tables.status, migration 0023).
 ROLLUP_PARENTS = ("rollup_minutes", "rollup_hours")
 
 
 def rollup_retention(by_status: Mapping[str, float]) -> dict[str, float]:
     """The retention of ``by_status`` (seconds per terminal status) with the rollups': the
-    hours as long as the longest status is kept, the minutes a day at most."""
-    longest = max(by_status.values())
+    hours as long as the longest status is kept, the minutes a day at most; an hour at least."""
+    longest = max(max(by_status.values()), ROLLUP_MIN_KEEP_SECONDS)
     return {
         **by_status,
         "rollup_hours": longest,
