@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 
 from bench import common, scrape
+from pgtick.storage.rollup import ROLLUP_SETTLE_SECONDS
 
 CONFIG = """
 [worker]
@@ -55,7 +56,6 @@ def timed_get(url: str) -> tuple[float, str]:
 # The generated history rolled up this far back, a step of a day per statement.
 ROLLUP_BACK_SECONDS = 8 * 86400.0
 ROLLUP_STEP_MINUTES = 1440
-ROLLUP_SETTLE_SECONDS = 30.0
 
 
 def roll_up_history(conn: psycopg.Connection[Any]) -> dict[str, int]:
