@@ -134,7 +134,9 @@ def start_listening_daemon(
     config = tmp / f"{key.split('.')[0]}-config.toml"
     config.write_text(config_text)
     log_path = tmp / f"{key.split('.')[0]}-daemon.log"
-    env = {**os.environ, "PGTICK_DSN": dsn, "PYTHONPATH": str(common.REPO_DIR)}
+    # The caller's path after the repository's (a worktree's daemon/ rather than the venv's).
+    path = os.pathsep.join(filter(None, [str(common.REPO_DIR), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PGTICK_DSN": dsn, "PYTHONPATH": path}
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pgtick", "run", "--config", str(config)],

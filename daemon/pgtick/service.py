@@ -395,6 +395,7 @@ class Service:
             session_ttl_seconds=web.session_ttl_seconds,
             public_reads=web.public_reads,
             limits=limits,
+            horizon_threshold_seconds=web.horizon_threshold_seconds,
         )
         routes = console.routes()
         self._web = ConsoleServer("web.listen", web.host, web.port, routes, SECURITY_HEADERS)

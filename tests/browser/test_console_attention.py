@@ -6,6 +6,8 @@ through what a person sees and what the command prints."""
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +16,12 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.by import By
 
+from pgtick.config.schema import DEFAULT_WEB_HORIZON_THRESHOLD_SECONDS
+from pgtick.surfaces.operations import DEFAULT_HORIZON_THRESHOLD_SECONDS
+
 from ..acceptance.cli import pgtick
-from .conftest import TOKEN, Console, start_console
+from ..acceptance.test_vacuum_health import APPLICATION, held_snapshot
+from .conftest import TOKEN, WEB, Console, start_console
 
 PAGES = ("/", "/runs", "/schedules")
 MATCH_SECONDS = 10.0  # the banner's read is at most a second old
@@ -100,3 +106,57 @@ def test_banner_shows_what_status_prints(console: Console, chrome: Any, tmp_path
     console.sql("UPDATE schedules SET paused = true WHERE name = 'minutely_orphan' RETURNING id")
     console.sql("DELETE FROM runs WHERE job_type = 'report' AND status = 'queued' RETURNING id")
     same_on_every_page(console, chrome, [])
+
+
+HORIZON_THRESHOLD = "2s"
+# A holder's age ticks between `status`'s read and the banner's: compared without it.
+AGE = re.compile(r"holds the MVCC horizon for \d+s")
+
+
+@pytest.fixture(scope="module")
+def held_console(
+    pg_admin_dsn: str, template_db: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Console]:
+    """A console whose banner judges the horizon as `status --horizon-threshold 2s` does."""
+    web = WEB.replace("[web]\n", f'[web]\nhorizon_threshold = "{HORIZON_THRESHOLD}"\n', 1)
+    yield from start_console(
+        pg_admin_dsn, template_db, tmp_path_factory.mktemp("held"), token=TOKEN, web=web
+    )
+
+
+def test_banner_shows_a_held_horizon_as_status_does(
+    held_console: Console, chrome: Any, tmp_path: Path
+) -> None:
+    """Issue 46, Must show 1 (a held horizon): a session holding an old snapshot is an item
+    of both, by the one rule (operations.status, Horizon.problem) and the same threshold
+    (web.horizon_threshold as --horizon-threshold; both default to the alert's 15 min)."""
+    assert DEFAULT_WEB_HORIZON_THRESHOLD_SECONDS == DEFAULT_HORIZON_THRESHOLD_SECONDS
+    unserved = "3 due run(s) of report and no live daemon handles it"
+
+    def status_now() -> list[str]:
+        result = pgtick(
+            held_console.dsn, "status", "--json", "--horizon-threshold", HORIZON_THRESHOLD
+        )
+        return [
+            AGE.sub("holds the MVCC horizon", p)
+            for p in json.loads("\n".join(result.out))["problems"]
+        ]
+
+    def banner_now(path: str = "/") -> list[str]:
+        chrome.get(held_console.url + path)
+        return [AGE.sub("holds the MVCC horizon", item) for item in banner(chrome)]
+
+    assert status_now() == [unserved]
+    with held_snapshot(held_console.dsn) as pid:
+        time.sleep(3)  # past the threshold
+        expected = status_now()
+        assert len(expected) == 2 and unserved in expected, expected
+        [held] = [p for p in expected if p != unserved]
+        assert held.startswith(f"session pid {pid} (") and f"application '{APPLICATION}'" in held
+        for path in (*PAGES, "/types/report"):
+            assert banner_now(path) == expected, path
+        chrome.save_screenshot(str(tmp_path / "held.png"))
+    deadline = time.monotonic() + MATCH_SECONDS
+    while banner_now() != [unserved] and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert banner_now() == status_now() == [unserved]

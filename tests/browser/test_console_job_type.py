@@ -53,6 +53,45 @@ def test_the_job_type_page_shows_its_queue_runs_and_schedules(
     assert row[7] == "1"  # this daemon handles record, though no run of it is queued
 
 
+def test_the_job_type_page_charts_24_hours_and_7_days_from_the_rollups(
+    console: Console, chrome: Any, tmp_path: Path
+) -> None:
+    """Issue 46: throughput and failures over 24 hours and 7 days, from the rollups the
+    daemon keeps (it rolls up the prepared history at its start): 5 succeeded runs of a
+    minute each, 2 dead, and the hostile dead run's 2 failed attempts."""
+    chrome.get(console.url + "/types/report")
+
+    def totals(d: Any) -> dict[str, list[str]] | None:
+        rows = {r[0]: r[1:] for r in cells(d, "#history-totals tbody tr")}
+        return rows if rows.get("Last 7 days", [""])[0] == "5" else None
+
+    # The page's live region updates itself every 2 s: the figures appear once rolled up.
+    rows = WebDriverWait(chrome, 60).until(totals)
+    # succeeded, failed attempts, lost attempts, dead, cancelled, mean run time
+    assert rows == {
+        "Last 24 hours": ["5", "2", "0", "2", "0", "1m 0s"],
+        "Last 7 days": ["5", "2", "0", "2", "0", "1m 0s"],
+    }
+    for key, midnights in (("24h", (0, 1)), ("7d", (6, 7))):
+        svg = chrome.find_element(By.ID, f"chart-{key}")
+        label = svg.get_attribute("aria-label")
+        assert label.endswith(": 5 succeeded, 2 attempts failed or lost, 2 dead"), label
+        assert svg.find_elements(By.CSS_SELECTOR, "rect.bar")  # the hours with successes
+        assert svg.find_elements(By.CSS_SELECTOR, "rect.failures")
+        # a bar per hour, a dashed line at each UTC midnight within the window
+        assert len(svg.find_elements(By.CSS_SELECTOR, "line.day")) in midnights
+    assert "rolled up to" in chrome.find_element(By.ID, "rolled-up").text
+    # The same from the HTTP answer alone (no script): the page is rendered on the server.
+    status, body = console.get("/types/report")
+    assert status == 200 and 'id="chart-7d"' in body and '<td class="num dead">2</td>' in body
+    chrome.save_screenshot(str(tmp_path / "history.png"))
+    # The overview's rows give each job type's last 24 hours from the same rollups.
+    chrome.get(console.url + "/")
+    [row] = cells(chrome, 'tr[data-job-type="report"]')
+    assert (row[11], row[12]) == ("5", "2"), row
+    assert cells(chrome, 'tr[data-job-type="pickup"]')[0][11:] == ["0", "0"]
+
+
 def test_a_name_no_job_type_can_have_is_404(console: Console) -> None:
     assert console.get("/types/has%20space")[0] == 404
     assert console.get("/types/" + "x" * 300)[0] == 404

@@ -34,6 +34,8 @@ EXPECTED_TABLES = {
     "console_logouts",
     "job_type_controls",
     "audit_log",
+    "rollup_minutes",
+    "rollup_hours",
 }
 
 

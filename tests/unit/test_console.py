@@ -15,6 +15,7 @@ import pytest
 from pgtick.storage.store import (
     Attempt,
     JobTypeStats,
+    RollupBucket,
     Run,
     RunStore,
     RunSummary,
@@ -191,6 +192,7 @@ def test_overview_counts_chart_and_refresh() -> None:
         [operations.WorkerStatus(worker, False)],
         [operations.ScheduleView(listing("nightly"), [NOW], "UTC", None)],
         [0] * 58 + [6, 3],
+        day_totals={"send_email": RollupBucket(NOW, 40, 2, 1, 1, 0, 0, 80.0)},
     )
     page = pages.overview_page(ov, Page(False, NOW))
     row = re.search(r'<tr data-job-type="send_email">.*?</tr>', page)
@@ -208,6 +210,8 @@ def test_overview_counts_chart_and_refresh() -> None:
         "1",
         "-",
         "-",
+        "40",  # succeeded in the last 24 hours, from the rollups
+        "3",  # attempts failed (2) or lost (1)
     ]
     assert '<meta http-equiv="refresh" content="5">' in page
     assert page.count('<rect class="bar"') == 60 and "9 succeeded in the last hour" in page

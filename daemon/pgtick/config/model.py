@@ -47,6 +47,7 @@ from pgtick.config.schema import (
     DEFAULT_TICK_INTERVAL_SECONDS,
     DEFAULT_TIMEZONE,
     DEFAULT_TRACING_ENABLED,
+    DEFAULT_WEB_HORIZON_THRESHOLD_SECONDS,
     DEFAULT_WEB_HOSTS,
     DEFAULT_WEB_LISTEN,
     DEFAULT_WEB_PUBLIC_READS,
@@ -168,6 +169,7 @@ class WebConfig(_Listener):
     session_ttl_seconds: float = DEFAULT_WEB_SESSION_TTL_SECONDS
     hosts: tuple[str, ...] = DEFAULT_WEB_HOSTS
     public_reads: bool = DEFAULT_WEB_PUBLIC_READS
+    horizon_threshold_seconds: float = DEFAULT_WEB_HORIZON_THRESHOLD_SECONDS
 
 
 @dataclass(frozen=True)

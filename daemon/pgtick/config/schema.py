@@ -82,6 +82,9 @@ DEFAULT_WEB_SESSION_TTL_SECONDS = 12 * HOUR_SECONDS
 MAX_WEB_SESSION_TTL_SECONDS = 30 * DAY_SECONDS
 DEFAULT_WEB_HOSTS: tuple[str, ...] = ()
 DEFAULT_WEB_PUBLIC_READS = False
+# The banner's threshold for a snapshot holding the MVCC horizon: `pgtick status
+# --horizon-threshold`'s default, the PgtickVacuumBlocked alert's.
+DEFAULT_WEB_HORIZON_THRESHOLD_SECONDS = 15 * 60.0
 
 LOG_FORMATS = ("auto", "json", "console")
 DEFAULT_LOG_FORMAT = "auto"
@@ -246,6 +249,9 @@ KEYS: tuple[Key, ...] = (
     Key(WEB, "public_reads", "boolean", DEFAULT_WEB_PUBLIC_READS, flag,
         "true: beyond loopback, pages are readable without a login session (actions still "
         "need one)"),
+    Key(WEB, "horizon_threshold", DURATION, DEFAULT_WEB_HORIZON_THRESHOLD_SECONDS, _SECONDS,
+        "the banner names a snapshot (or slot, or prepared transaction) holding the MVCC "
+        "horizon longer than this, as `pgtick status --horizon-threshold` does"),
 
     Key(LOGGING, "format", " | ".join(LOG_FORMATS), DEFAULT_LOG_FORMAT, choice(LOG_FORMATS),
         "auto: console on a TTY, JSON lines otherwise"),

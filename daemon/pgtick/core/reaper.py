@@ -1,5 +1,6 @@
 """Recovers runs whose daemon died or froze (and lets go of the cancelled ones such a daemon
-still held), forgets dead daemons, and applies retention.
+still held), forgets dead daemons, applies retention, and keeps the rollups current
+(core.rollup).
 
 A pass looks only at leases that ended since the previous complete pass (``REAP_MARGIN_SECONDS``
 earlier), and every ``FULL_REAP_SECONDS`` at all of them: while a snapshot held elsewhere keeps
@@ -29,10 +30,11 @@ import structlog
 from pgtick.config import RetentionConfig
 from pgtick.core.backoff import Backoff
 from pgtick.core.handlers import JobType
+from pgtick.core.rollup import Rollup
 from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
 from pgtick.storage.db import retry_delay
-from pgtick.storage.store import REAP_BATCH_ROWS, RunStore
+from pgtick.storage.store import REAP_BATCH_ROWS, RunStore, rollup_retention
 
 # Retention runs every this often, or an eighth of the shortest retention (at least every
 # PRUNE_MIN_SECONDS): a table kept 2 minutes but pruned every 5 would hold up to 7 minutes of
@@ -88,6 +90,7 @@ class Reaper:
         self._since: datetime | None = None  # leases that ended before were all looked at
         self._next_full = -math.inf  # monotonic: the first pass looks at every lease
         self.full_passes = 0
+        self.rollup = Rollup(retention.by_status())
 
     def _delay_for(self, job_type: str, attempt: int) -> float:
         """Retry delay after lost attempt ``attempt``: none after an isolated crash, so the
@@ -137,7 +140,9 @@ class Reaper:
         """Drop the partitions of terminal runs (and their attempts and output) older than
         their status's retention, and create those ahead; returns the runs dropped."""
         total = 0
-        for change in self._store.maintain_partitions(self._retention.by_status()):
+        # The rollups' partitions too (their keys beside the statuses').
+        retention = rollup_retention(self._retention.by_status())
+        for change in self._store.maintain_partitions(retention):
             if change.action == "busy":
                 log.info("partition_busy", table=change.table, reason="lock wait, next pass")
             elif change.action == "created":
@@ -168,6 +173,8 @@ class Reaper:
                         self.reap_once(store)
                         if time.monotonic() >= self._next_prune:
                             self.prune_once()
+                        if self.rollup.due():
+                            self.rollup.run_once(store)
                         if failures:
                             self._metrics.outage.succeeded("reap")
                         failures = 0

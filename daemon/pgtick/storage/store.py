@@ -5,7 +5,8 @@ Methods take and return plain values and frozen dataclasses; psycopg errors leav
 runs and attempts on the daemon's hot path; ``run_admin``: the operator's reads and actions
 on them; ``schedules``; ``workers``; ``maintenance``: reaping, pruning and the metrics
 reads; ``output``: job output; ``console``: the console's logouts; ``controls``: job types
-paused and limited at runtime; ``audit``: the operators' actions), each a class over
+paused and limited at runtime; ``audit``: the operators' actions; ``rollup``: runs ended
+per job type and hour, for the charts), each a class over
 ``base.StoreBase``; ``RunStore`` is all of them on one pool, because a daemon's loops, a
 command and a console page each hold one store and cross aggregates in one unit (a claim's
 lease and its attempt; a schedule and the runs it materializes). This module is the storage
@@ -36,6 +37,7 @@ from pgtick.storage.maintenance import (
 )
 from pgtick.storage.notify import Notifications, listening
 from pgtick.storage.output import AttemptState, Chunk, OutputQueries, StoredChunk
+from pgtick.storage.rollup import RollupBucket, RollupQueries, rollup_retention
 from pgtick.storage.run_admin import Attempt, EffectKey, Run, RunAdminQueries, RunQuery, RunSummary
 from pgtick.storage.runs import (
     ACTIVE_STATUSES,
@@ -75,6 +77,7 @@ class RunStore(
     ConsoleQueries,
     ControlQueries,
     AuditQueries,
+    RollupQueries,
 ):
     """Typed access to the pgtick schema through a connection pool."""
 
@@ -114,6 +117,7 @@ __all__ = [
     "QueueCounts",
     "ReapLook",
     "ReapedRun",
+    "RollupBucket",
     "Run",
     "RunQuery",
     "RunStore",
@@ -129,4 +133,5 @@ __all__ = [
     "WorkerRow",
     "enqueue_on",
     "listening",
+    "rollup_retention",
 ]

@@ -31,6 +31,7 @@ class Attention:
         heartbeat_seconds: float,
         tick_interval_seconds: float,
         limits: Sequence[ClaimType],
+        horizon_threshold_seconds: float = operations.DEFAULT_HORIZON_THRESHOLD_SECONDS,
         timeout_seconds: float,
         pool_timeout_seconds: float,
     ) -> None:
@@ -38,6 +39,8 @@ class Attention:
         self.heartbeat_seconds = heartbeat_seconds
         self.tick_interval_seconds = tick_interval_seconds
         self.limits = tuple(limits)
+        # web.horizon_threshold: the same as `status --horizon-threshold` gives the same items.
+        self.horizon_threshold_seconds = horizon_threshold_seconds
         self.timeout_seconds = timeout_seconds
         self.pool_timeout_seconds = pool_timeout_seconds
         self.items: tuple[str, ...] | None = None
@@ -63,6 +66,7 @@ class Attention:
                     heartbeat_seconds=self.heartbeat_seconds,
                     tick_interval_seconds=self.tick_interval_seconds,
                     limits=self.limits,
+                    horizon_threshold_seconds=self.horizon_threshold_seconds,
                     timeout_seconds=self.timeout_seconds,
                 )
             self.items = tuple(st.problems)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pgtick
-from pgtick.storage.store import Attempt, ScheduleListing
+from pgtick.storage.store import Attempt, RollupBucket, ScheduleListing
 from pgtick.surfaces.console.markup import environment
 
 CHART_WIDTH = 720
@@ -451,3 +451,80 @@ def type_charts(
         )
         for t in types
     ]
+
+
+@dataclass(frozen=True)
+class HistoryTotals:
+    """A window's sums from the rollups; ``mean`` is the succeeded runs' mean run time."""
+
+    succeeded: int
+    failed: int
+    lost: int
+    dead: int
+    cancelled: int
+    mean: str | None
+
+
+@dataclass(frozen=True)
+class HistoryChart:
+    """A job type's hours over a window (24 hours, 7 days) from the rollups: succeeded runs as
+    bars, the attempts that failed or were lost stacked on top in red; ``days`` are the x of
+    each UTC midnight inside the window."""
+
+    key: str  # 24h, 7d: the chart's id is chart-KEY
+    label: str  # "Last 24 hours"
+    since: str  # the left end's label
+    succeeded: list[Bar]
+    failures: list[Bar]
+    days: list[str]
+    totals: HistoryTotals
+    peak: int
+    width: int = CHART_WIDTH
+    height: int = CHART_HEIGHT
+    axis: int = CHART_HEIGHT - CHART_BOTTOM_PADDING
+    low: int = CHART_HEIGHT - 3
+    right: int = CHART_WIDTH - 2
+
+
+def _mean(seconds: float, count: int) -> str | None:
+    if not count:
+        return None
+    mean = seconds / count
+    return f"{mean:.2f}s" if mean < 60 else age(mean)
+
+
+def history_chart(key: str, label: str, since: str, hours: Sequence[RollupBucket]) -> HistoryChart:
+    """The chart of ``hours`` (oldest first, one per hour)."""
+    n = max(1, len(hours))
+    slot = CHART_WIDTH / n
+    usable = CHART_HEIGHT - CHART_TOP_PADDING - CHART_BOTTOM_PADDING
+    peak = max([h.succeeded + h.failures for h in hours] + [1])
+    succeeded: list[Bar] = []
+    failures: list[Bar] = []
+    days: list[str] = []
+    for i, h in enumerate(hours):
+        x, width = f"{i * slot:.1f}", f"{max(1.0, slot - 0.5):.1f}"
+        if i and h.start.astimezone(UTC).hour == 0:
+            days.append(f"{i * slot:.1f}")
+        title = (
+            f"{h.start.astimezone(UTC):%a %d %b %H:00} UTC: {h.succeeded} succeeded, "
+            f"{h.failures} attempts failed or lost, {h.dead} dead"
+        )
+        ok = usable * h.succeeded / peak
+        bad = usable * h.failures / peak
+        if h.succeeded:
+            y = f"{CHART_TOP_PADDING + usable - ok:.1f}"
+            succeeded.append(Bar(x, y, width, f"{ok:.1f}", title))
+        if h.failures:
+            y = f"{CHART_TOP_PADDING + usable - ok - bad:.1f}"
+            failures.append(Bar(x, y, width, f"{bad:.1f}", title))
+    done = sum(h.succeeded for h in hours)
+    totals = HistoryTotals(
+        succeeded=done,
+        failed=sum(h.failed for h in hours),
+        lost=sum(h.lost for h in hours),
+        dead=sum(h.dead for h in hours),
+        cancelled=sum(h.cancelled for h in hours),
+        mean=_mean(sum(h.run_seconds for h in hours), done),
+    )
+    return HistoryChart(key, label, since, succeeded, failures, days, totals, peak)

@@ -80,6 +80,7 @@ class ConsoleBase:
         session_ttl_seconds: float = 12 * 3600.0,
         public_reads: bool = False,
         limits: Sequence[ClaimType] = (),
+        horizon_threshold_seconds: float = operations.DEFAULT_HORIZON_THRESHOLD_SECONDS,
     ) -> None:
         self.store = store
         self.limits = tuple(limits)  # job types with flow-control limits (the overview)
@@ -101,6 +102,7 @@ class ConsoleBase:
             heartbeat_seconds=heartbeat_seconds,
             tick_interval_seconds=tick_interval_seconds,
             limits=limits,
+            horizon_threshold_seconds=horizon_threshold_seconds,
             timeout_seconds=READ_TIMEOUT_SECONDS,
             pool_timeout_seconds=POOL_TIMEOUT_SECONDS,
         )

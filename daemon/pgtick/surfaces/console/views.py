@@ -18,6 +18,7 @@ from pgtick.surfaces.console.fragments import (
     Page,
     ago,
     chart,
+    history_chart,
     id_ranges,
     render,
     runs_href,
@@ -167,12 +168,20 @@ JOB_TYPE_LIVE_SECONDS = 2
 
 
 def job_type_page(view: operations.JobTypeView, page: Page) -> str:
+    history = None
+    if view.history is not None:
+        hours = view.history.hours
+        history = [
+            history_chart("24h", "Last 24 hours", "-24 h", hours[-24:]),
+            history_chart("7d", "Last 7 days", "-7 d", hours[-operations.HISTORY_HOURS :]),
+        ]
     return render(
         "job_type.html",
         page,
         f"Job type {view.status.stats.job_type}",
         "overview",
         view=view,
+        history=history,
         live_seconds=JOB_TYPE_LIVE_SECONDS,
     )
 

@@ -11,6 +11,7 @@ command line prints them, the web console renders them. No printing, no argument
 - ``controls``: a job type paused, resumed, or limited at runtime, and each limit's source;
 - ``status``: workers, queues and schedules with the problems among them; the console overview;
 - ``job_types``: one job type's page (its queue, running and waiting runs, schedules);
+- ``rollup``: a job type's last 7 days by the hour, from the rollups the daemons keep;
 - ``charts``: the overview's queue depth per job type over the last hour (its SQL in
   ``charts.sql`` beside it);
 - ``setup``: the one-connection store of a command, migrations, grants, ``check``.
@@ -64,6 +65,7 @@ from pgtick.surfaces.operations.output import (
     output_tail,
     run_output,
 )
+from pgtick.surfaces.operations.rollup import HISTORY_HOURS, TypeHistory, type_history
 from pgtick.surfaces.operations.runs import (
     BULK_BATCH_ROWS,
     CANCEL,
@@ -147,6 +149,7 @@ __all__ = [
     "CONFIRM_ABOVE_ROWS",
     "DEFAULT_HORIZON_THRESHOLD_SECONDS",
     "DEFAULT_PAGE_SIZE",
+    "HISTORY_HOURS",
     "LIMIT_NAMES",
     "MAX_FILTER_BULK_RUNS",
     "MAX_KEY_BYTES",
@@ -187,6 +190,7 @@ __all__ = [
     "ScheduleStatus",
     "ScheduleView",
     "Status",
+    "TypeHistory",
     "Upcoming",
     "When",
     "WorkerStatus",
@@ -244,5 +248,6 @@ __all__ = [
     "show_run",
     "status",
     "trigger_schedule",
+    "type_history",
     "upcoming",
 ]

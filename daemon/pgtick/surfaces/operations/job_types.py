@@ -1,5 +1,6 @@
 """One job type as the console's page shows it: its queue counts (the same read model as
-``status``), the runs it is running and those waiting, and its schedules.
+``status``), the runs it is running and those waiting, its schedules, and its last 7 days
+from the rollups.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pgtick.config import values as config_values
 from pgtick.errors import ConfigError, UsageError
 from pgtick.storage.store import ClaimType, JobTypeStats, LimitChange, RunStore, RunSummary
 from pgtick.surfaces.operations.controls import limits_in_force
+from pgtick.surfaces.operations.rollup import TypeHistory, type_history
 from pgtick.surfaces.operations.runs import list_runs
 from pgtick.surfaces.operations.schedules import ScheduleView, schedule_views
 from pgtick.surfaces.operations.status import JobTypeStatus, _workers_and_queues
@@ -35,6 +37,7 @@ class JobTypeView:
     running: list[RunSummary]
     waiting: list[RunSummary]
     schedules: list[ScheduleView]
+    history: TypeHistory | None = None  # None: the rollups' read ran out of time
 
 
 def check_job_type(name: str) -> str:
@@ -68,7 +71,8 @@ def job_type_view(
     schedules = [
         v for v in schedule_views(store, now, JOB_TYPE_UPCOMING) if v.listing.job_type == job_type
     ]
-    return JobTypeView(now, found, running, waiting, schedules)
+    history = type_history(store, job_type, now)
+    return JobTypeView(now, found, running, waiting, schedules, history)
 
 
 def _limit(field: str, text: str | None) -> int | None:

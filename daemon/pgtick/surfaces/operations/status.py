@@ -17,6 +17,7 @@ from pgtick.storage.store import (
     HorizonHolder,
     JobTypeControl,
     JobTypeStats,
+    RollupBucket,
     RunStore,
     ScheduleHealth,
     ScheduleState,
@@ -31,6 +32,7 @@ from pgtick.surfaces.operations.controls import (
     paused_types,
 )
 from pgtick.surfaces.operations.flow import describe_limits
+from pgtick.surfaces.operations.rollup import day_totals
 from pgtick.surfaces.operations.schedules import ScheduleView, schedule_views
 
 # A worker whose last heartbeat is older than this many heartbeat intervals is marked stale
@@ -333,6 +335,9 @@ class Overview:
     finished_per_type: dict[str, tuple[list[int], list[int]]] | None = None
     # per job type, runs due and waiting at each minute, oldest first; None when out of time
     queue_depth_per_type: dict[str, list[int]] | None = None
+    # per job type, its last 24 hours from the rollups (absent: nothing in them); None when
+    # out of time
+    day_totals: dict[str, RollupBucket] | None = None
 
 
 def overview(
@@ -360,4 +365,5 @@ def overview(
         depth: dict[str, list[int]] | None = queue_depth_per_type(store, THROUGHPUT_MINUTES)
     except PgtickError:
         depth = None
-    return Overview(now, job_types, workers, schedules, per_minute, per_type, depth)
+    day = day_totals(store, [t.stats.job_type for t in job_types], now)
+    return Overview(now, job_types, workers, schedules, per_minute, per_type, depth, day)
