@@ -102,7 +102,7 @@ def test_a_cancelled_run_whose_handler_still_runs_stays_held_past_a_row_lock(
     whoever held them: once the lock went, the other daemon's reaper closed the attempt and
     cleared the lease while the handler still ran, and a `retry` then would start a second
     copy. Now the run stays its live holder's until its handler returns."""
-    _, run_id = _holding(cluster, conn, sleep=20.0)
+    _, run_id = _holding(cluster, conn, sleep=40.0)
     [(holder,)] = conn.execute("SELECT locked_by FROM runs WHERE id = %s", [run_id]).fetchall()
     assert pgtick(dsn, "cancel", str(run_id)).code == 0
     with dbhelp.connect(dsn) as operator, operator.transaction():
@@ -115,12 +115,14 @@ def test_a_cancelled_run_whose_handler_still_runs_stays_held_past_a_row_lock(
         assert row.fetchone() == ("cancelled", holder), "let go while it runs"
         assert _attempts(conn, run_id) == [(1, None)]
         time.sleep(0.1)
+    # The handler runs for 40 s: long enough, on a loaded machine, for the CLI's retry to
+    # come while it still runs.
     assert pgtick(dsn, "retry", str(run_id)).code != 0, "a retry started a second copy"
     wait_for(
         lambda: (
             conn.execute("SELECT locked_by FROM runs WHERE id = %s", [run_id]).fetchone() == (None,)
         ),
-        25,
+        45,
         what="the holder let go once its handler returned",
     )
     assert _attempts(conn, run_id) == [(1, "lost")]
