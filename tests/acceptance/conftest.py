@@ -26,6 +26,7 @@ START_TIMEOUT_SECONDS = 20.0
 BASE_CONFIG = """
 [worker]
 threads = {threads}
+processes = {processes}
 prefetch = {prefetch}
 lease = "{lease}"
 heartbeat = "{heartbeat}"
@@ -86,6 +87,7 @@ class Cluster:
     def config(self, extra: str = "", **settings: Any) -> Path:
         values = {
             "threads": 8,
+            "processes": 1,
             "prefetch": 0,
             "lease": "60s",
             "heartbeat": "20s",
