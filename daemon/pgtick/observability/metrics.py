@@ -39,6 +39,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from pgtick.observability.multiproc import MergedFiles
 from pgtick.observability.outage import DatabaseOutage
 
 ATTEMPT_OUTCOMES = ("succeeded", "failed", "lost", "cancelled", "released")
@@ -147,7 +148,7 @@ class Metrics:
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiprocess_dir
             values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
             r = CollectorRegistry(auto_describe=True)
-            multiprocess.MultiProcessCollector(self.registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]
+            self.registry.register(MergedFiles(multiprocess_dir))
         # The loops count their database errors here and tell an outage through this.
         self.outage = DatabaseOutage()
         # (job type, start delay) of runs started since the last flush.
