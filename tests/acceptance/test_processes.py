@@ -106,7 +106,8 @@ def test_sigkill_of_a_worker_process_runs_its_runs_again_at_once(
     wait_for(
         lambda: (
             conn.execute(
-                "SELECT count(DISTINCT run_id) FROM attempts WHERE run_id = ANY(%s) AND attempt = 2",
+                "SELECT count(DISTINCT run_id) FROM attempts"
+                " WHERE run_id = ANY(%s) AND attempt = 2",
                 [list(held)],
             ).fetchone()
             == (len(held),)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Any
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.mmap_dict import MmapedDict
@@ -44,53 +43,66 @@ class MergedFiles(Collector):
         return parsed
 
     def collect(self) -> Iterator[Metric]:
-        # metric name -> [type, help, {(sample name, labels): value}, {labels: {le: value}}]
-        families: dict[str, list[Any]] = {}
+        families: dict[str, _Family] = {}
         for entry in os.scandir(self._path):
             if not entry.name.endswith(".db"):
                 continue
             parts = entry.name[:-3].split("_")
-            typ = parts[0]
+            typ, pid = parts[0], parts[-1]
             mode = parts[1] if typ == "gauge" else ""
-            pid = parts[-1]
             try:
-                values = MmapedDict.read_all_values_from_file(entry.path)
+                values = MmapedDict.read_all_values_from_file(entry.path)  # type: ignore[no-untyped-call]
             except FileNotFoundError:
                 continue  # a live gauge's file, removed since the scan
             for key, value, _timestamp, _ in values:
                 metric_name, name, labels, help_text = self._parse(key)
                 family = families.get(metric_name)
                 if family is None:
-                    family = families[metric_name] = [typ, help_text, {}, {}]
-                samples: dict[tuple[str, Labels], float] = family[2]
-                if typ == "histogram" and labels and name.endswith("_bucket"):
-                    le = dict(labels).get("le")
-                    if le is not None:
-                        rest = tuple(kv for kv in labels if kv[0] != "le")
-                        buckets = family[3].setdefault(rest, {})
-                        bound = float(le)
-                        buckets[bound] = buckets.get(bound, 0.0) + value
-                        continue
-                if typ != "gauge" or mode in ("sum", "livesum"):
-                    k = (name, labels)
-                    samples[k] = samples.get(k, 0.0) + value
-                elif mode in ("all", "liveall"):
-                    samples[(name, (*labels, ("pid", pid)))] = value
-                elif mode in ("min", "livemin"):
-                    k = (name, labels)
-                    samples[k] = min(samples.get(k, value), value)
-                else:  # max, livemax (and the most recent, which the daemon does not use)
-                    k = (name, labels)
-                    samples[k] = max(samples.get(k, value), value)
-        for metric_name, (typ, help_text, samples, buckets) in families.items():
-            metric = Metric(metric_name, help_text, typ)
-            for rest, by_bound in buckets.items():
-                total = 0.0
-                for bound, value in sorted(by_bound.items()):
-                    total += value
-                    le = (*rest, ("le", floatToGoString(bound)))
-                    samples[(metric_name + "_bucket", le)] = total
-                samples[(metric_name + "_count", rest)] = total
-            for (name, labels), value in samples.items():
-                metric.add_sample(name, dict(labels), value)
-            yield metric
+                    family = families[metric_name] = _Family(typ, help_text)
+                family.add(mode, pid, name, labels, value)
+        for metric_name, family in families.items():
+            yield family.metric(metric_name)
+
+
+class _Family:
+    """One metric's values merged over every file."""
+
+    def __init__(self, typ: str, help_text: str) -> None:
+        self.typ = typ
+        self.help_text = help_text
+        self.samples: dict[tuple[str, Labels], float] = {}
+        self.buckets: dict[Labels, dict[float, float]] = {}  # histograms: labels -> le -> n
+
+    def add(self, mode: str, pid: str, name: str, labels: Labels, value: float) -> None:
+        samples = self.samples
+        if self.typ == "histogram" and name.endswith("_bucket"):
+            bound = next((float(v) for k, v in labels if k == "le"), None)
+            if bound is not None:
+                rest = tuple(kv for kv in labels if kv[0] != "le")
+                buckets = self.buckets.setdefault(rest, {})
+                buckets[bound] = buckets.get(bound, 0.0) + value
+                return
+        key = (name, labels)
+        if self.typ != "gauge" or mode in ("sum", "livesum"):
+            samples[key] = samples.get(key, 0.0) + value
+        elif mode in ("all", "liveall"):
+            samples[(name, (*labels, ("pid", pid)))] = value
+        elif mode in ("min", "livemin"):
+            samples[key] = min(samples.get(key, value), value)
+        else:  # max, livemax (and the most recent, which the daemon does not use)
+            samples[key] = max(samples.get(key, value), value)
+
+    def metric(self, metric_name: str) -> Metric:
+        """The merged series; a histogram's buckets made cumulative, and its count."""
+        samples = self.samples
+        for rest, by_bound in self.buckets.items():
+            total = 0.0
+            for bound, value in sorted(by_bound.items()):
+                total += value
+                le: str = floatToGoString(bound)  # type: ignore[no-untyped-call]
+                samples[(metric_name + "_bucket", (*rest, ("le", le)))] = total
+            samples[(metric_name + "_count", rest)] = total
+        metric = Metric(metric_name, self.help_text, self.typ)
+        for (name, labels), value in samples.items():
+            metric.add_sample(name, dict(labels), value)
+        return metric
