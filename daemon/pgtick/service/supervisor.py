@@ -10,6 +10,7 @@ series from a private directory, created at start and removed at exit (metrics.p
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -186,9 +187,20 @@ class Supervisor:
         return code
 
     def _spec(self, slot: int, worker_id: str) -> ChildSpec:
+        """What worker process ``slot`` runs with. Its poll interval is ``worker.poll_interval``
+        times the processes: idle, the daemon as a whole probes as often as one process did
+        (issue 47: at most a query a second whatever N); a NOTIFY still wakes one of them
+        within milliseconds, and a run due later is claimed when due (the probe says when)."""
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+        w = self.config.worker
+        config = dataclasses.replace(
+            self.config,
+            worker=dataclasses.replace(
+                w, poll_interval_seconds=w.poll_interval_seconds * self.count
+            ),
+        )
         return ChildSpec(
-            config=self.config,
+            config=config,
             dsn=self.dsn,
             slot=slot,
             worker_id=worker_id,
