@@ -78,8 +78,8 @@ def drain(
         if not life.wait_idle(handlers.COMMAND_STOP_TIMEOUT_SECONDS, commands_only=True):
             log.error("commands_still_running", handlers=worker.busy)
     report = life.leftovers()
-    released += worker.release(report.release)
-    worker.fail_timed_out(report.timed_out)
+    released += worker.giveback.release(report.release)
+    worker.giveback.fail_timed_out(report.timed_out)
     at_exit.extend(report.at_exit)
     for held in report.left_running:
         log.error(
@@ -114,7 +114,7 @@ def release_and_exit(worker: Worker, runs: list[Held], code: int) -> NoReturn:
     handlers' threads with it, so that no other daemon starts a run while its first copy
     still runs here (docs/guarantees.md). Released any earlier, they ran beside their next
     claim for as long as this process took to end (issue 43)."""
-    released = worker.release(runs, hold_seconds=EXIT_HOLD_SECONDS)
+    released = worker.giveback.release(runs, hold_seconds=EXIT_HOLD_SECONDS)
     log.info(
         "released_at_exit",
         released=released,
