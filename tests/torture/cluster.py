@@ -145,11 +145,13 @@ def job_type_table(job_type: JobType) -> str:
     return f"\n[job_types.{job_type.name}]\n{body}"
 
 
-def config_text(world: World) -> str:
-    """The config every daemon (and the operator's CLI) reads."""
+def config_text(world: World, processes: int = 1) -> str:
+    """The config every daemon (and the operator's CLI) reads; ``processes``: each daemon's
+    worker.processes (above 1: a supervisor and its worker processes, issue 47)."""
     text = f"""\
 [worker]
 threads = {world.threads}
+processes = {processes}
 prefetch = {world.prefetch}
 lease = "{world.lease_seconds:g}s"
 poll_interval = "{POLL_SECONDS:g}s"

@@ -147,6 +147,17 @@ class Daemon:
     def worker_id(self) -> str:
         return str(self.ready.get("worker_id", "")) if self.ready else ""
 
+    def holds(self, worker: str | None) -> bool:
+        """Whether ``worker`` (a worker id) is this daemon's: its own, or with
+        ``worker.processes`` above 1 one of its worker processes' ("host:PID.SLOT:suffix",
+        PID its supervisor's, the process the harness started)."""
+        if not worker:
+            return False
+        if worker == self.worker_id:
+            return True
+        parts = worker.rsplit(":", 2)
+        return len(parts) == 3 and parts[1].partition(".")[0] == str(self.pid) and "." in parts[1]
+
     @property
     def died_at(self) -> int | None:
         times = [e.t for e in (self.killed, self.exit) if e is not None]
@@ -172,6 +183,10 @@ class Model:
     final: Mapping[str, Any]
     retention_ns: int  # an ended attempt's row is kept at least this long
     attempts: list[Mapping[str, Any]]  # every ended attempt seen: by the observer, or at the end
+
+    def daemon_of(self, worker: str | None) -> Daemon | None:
+        """The daemon that ``worker`` (a worker id) belongs to, if one of this run's."""
+        return next((d for d in self.daemons.values() if d.holds(worker)), None)
 
     def final_runs(self) -> dict[int, Mapping[str, Any]]:
         return {int(r["id"]): r for r in self.final.get("runs", [])}
@@ -202,12 +217,12 @@ class Model:
         have cost a lease then), the row locks on other runs those daemons held, the server's
         restarts and the sessions it ended."""
         wanted, names = set(runs), set(daemons)
-        workers = {d.worker_id for d in self.daemons.values() if d.name in names and d.worker_id}
+        mine = [d for d in self.daemons.values() if d.name in names]
         recent = end - 2 * self.lease_ns
         locks = {
             line.get("step")
             for start, stop, line in self.row_locks
-            if line.get("holder") in workers and start <= end and stop >= recent
+            if any(d.holds(line.get("holder")) for d in mine) and start <= end and stop >= recent
         }
         return [
             e
