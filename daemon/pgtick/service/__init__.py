@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
-from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -38,12 +36,12 @@ from pgtick.observability.systemd import Notifier
 from pgtick.service.drain import EXIT_HOLD_SECONDS, release_and_exit
 from pgtick.service.endpoints import Endpoints
 from pgtick.service.loops import (
-    MAIN_LOOP_SECONDS,
-    SUMMARY_INTERVAL_SECONDS,
     LoopThread,
     dead_threads,
     log_summary,
     stale_loops,
+    warn_if_no_job_types,
+    watch,
     worker_id,
 )
 from pgtick.service.once import OnceSide
@@ -288,54 +286,4 @@ class Service:
             work.status,
             lambda: log_summary(work.worker.life),
             self._dead,
-        )
-
-
-def watch(
-    stop: threading.Event,
-    notifier: Notifier,
-    dead: Callable[[], list[str]],
-    stale: Callable[[], list[str]],
-    status: Callable[[], str],
-    summary: Callable[[], None],
-    found_dead: list[str],
-    also: Callable[[], bool] | None = None,
-) -> bool:
-    """The main thread's loop until ``stop``: a dead thread stops the process (True); the
-    systemd watchdog is fed only while no loop is stuck; ``also`` (the supervisor's look at
-    its worker processes) runs each round, True from it stops the process too."""
-    interval = notifier.watchdog_interval_seconds or MAIN_LOOP_SECONDS
-    wait = min(MAIN_LOOP_SECONDS, interval)
-    next_summary = time.monotonic() + SUMMARY_INTERVAL_SECONDS
-    while not stop.wait(wait):
-        names = dead()
-        if names:
-            found_dead.extend(names)
-            log.error(
-                "loop_died",
-                loops=names,
-                message="a daemon thread died: stopping (systemd restarts the service)",
-            )
-            return True
-        if also is not None and also():
-            return True
-        stuck = stale()
-        if stuck:
-            log.warning("loops_stalled", loops=stuck)
-        else:
-            notifier.watchdog()
-        notifier.status(status())
-        if time.monotonic() >= next_summary:
-            next_summary = time.monotonic() + SUMMARY_INTERVAL_SECONDS
-            summary()
-    return False
-
-
-def warn_if_no_job_types(cfg: Config, job_types: dict[str, handlers.JobType]) -> None:
-    if not job_types:
-        log.warning(
-            "no_job_types",
-            message="no job types: this daemon runs no jobs, it only ticks schedules; "
-            "declare [job_types.NAME] or list @pgtick.job modules in worker.imports",
-            config=cfg.path,
         )

@@ -92,14 +92,15 @@ class Children:
         self._listening = False
         self.exit_codes: list[int] = []  # of processes that ended while stopping
         self.died = 0  # processes that ended unasked
-        self._thread = threading.Thread(target=self._watch, name="pgtick-children", daemon=True)
+        # Watched by the supervisor like a side loop: if it dies, no death would be seen.
+        self.thread = threading.Thread(target=self._watch, name="pgtick-children", daemon=True)
 
     # -- starting and watching -----------------------------------------------------------------
 
     def start(self) -> None:
         for slot in self._slots:
             self._spawn(slot)
-        self._thread.start()
+        self.thread.start()
 
     def _spawn(self, slot: int) -> Child:
         worker_id = new_worker_id(slot)
@@ -311,7 +312,7 @@ class Children:
                     c.process.kill()
                 self._gone.wait(KILL_JOIN_SECONDS)
                 break
-        self._thread.join(KILL_JOIN_SECONDS)
+        self.thread.join(KILL_JOIN_SECONDS)
 
 
 def _signal_name(signum: int) -> str:

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from pgtick.config import Config
 from pgtick.core import handlers
 from pgtick.core.lifecycle import Lifecycle
+from pgtick.observability.systemd import Notifier
 
 MAIN_LOOP_SECONDS = 1.0
 LOOP_STALE_FACTOR = 3.0  # a loop is stuck after this many of its own intervals
@@ -77,3 +79,53 @@ def log_summary(life: Lifecycle) -> None:
     """One INFO line per job type with what finished since the last one, if anything."""
     for job_type, counts in life.take_summary().items():
         runs_log.info("runs_summary", job_type=job_type, **counts)
+
+
+def watch(
+    stop: threading.Event,
+    notifier: Notifier,
+    dead: Callable[[], list[str]],
+    stale: Callable[[], list[str]],
+    status: Callable[[], str],
+    summary: Callable[[], None],
+    found_dead: list[str],
+    also: Callable[[], bool] | None = None,
+) -> bool:
+    """The main thread's loop until ``stop``: a dead thread stops the process (True); the
+    systemd watchdog is fed only while no loop is stuck; ``also`` (the supervisor's look at
+    its worker processes) runs each round, True from it stops the process too."""
+    interval = notifier.watchdog_interval_seconds or MAIN_LOOP_SECONDS
+    wait = min(MAIN_LOOP_SECONDS, interval)
+    next_summary = time.monotonic() + SUMMARY_INTERVAL_SECONDS
+    while not stop.wait(wait):
+        names = dead()
+        if names:
+            found_dead.extend(names)
+            log.error(
+                "loop_died",
+                loops=names,
+                message="a daemon thread died: stopping (systemd restarts the service)",
+            )
+            return True
+        if also is not None and also():
+            return True
+        stuck = stale()
+        if stuck:
+            log.warning("loops_stalled", loops=stuck)
+        else:
+            notifier.watchdog()
+        notifier.status(status())
+        if time.monotonic() >= next_summary:
+            next_summary = time.monotonic() + SUMMARY_INTERVAL_SECONDS
+            summary()
+    return False
+
+
+def warn_if_no_job_types(cfg: Config, job_types: dict[str, handlers.JobType]) -> None:
+    if not job_types:
+        log.warning(
+            "no_job_types",
+            message="no job types: this daemon runs no jobs, it only ticks schedules; "
+            "declare [job_types.NAME] or list @pgtick.job modules in worker.imports",
+            config=cfg.path,
+        )

@@ -32,7 +32,13 @@ from pgtick.service.child import ChildSpec
 from pgtick.service.children import Children
 from pgtick.service.drain import DISPATCHER_JOIN_SECONDS, RESULTS_FLUSH_SECONDS
 from pgtick.service.endpoints import Endpoints
-from pgtick.service.loops import LoopThread, dead_threads, stale_loops
+from pgtick.service.loops import (
+    LoopThread,
+    dead_threads,
+    stale_loops,
+    warn_if_no_job_types,
+    watch,
+)
 from pgtick.service.once import OnceSide
 from pgtick.storage import db
 from pgtick.storage.store import RunStore
@@ -133,8 +139,6 @@ class Supervisor:
             threads=cfg.worker.threads,
             job_types=handlers.handler_summary(self.job_types),
         )
-        from pgtick.service import warn_if_no_job_types, watch
-
         warn_if_no_job_types(cfg, self.job_types)
         waited = 0.0
         while not stop.is_set() and not children.all_ready() and waited < STARTUP_WAIT_SECONDS:
@@ -150,7 +154,7 @@ class Supervisor:
         crashed = watch(
             stop,
             self.notifier,
-            lambda: dead_threads(loops, []),
+            lambda: dead_threads(loops, [children.thread]),
             lambda: stale_loops({"ticker": (once.ticker.alive_at, cfg.ticker.interval_seconds)}),
             lambda: children.status(cfg.worker.threads),
             lambda: None,  # each worker process logs its own summary
