@@ -22,6 +22,9 @@ from tests.dbhelp import Connection, Runs, connect
 
 HERE = Path(__file__).resolve().parent
 START_TIMEOUT_SECONDS = 20.0
+# worker.processes of the daemons the tests start unless a test says (1: one process, as
+# before issue 47); PGTICK_TEST_PROCESSES=2 runs the suite's daemons as supervisors.
+PROCESSES = int(os.environ.get("PGTICK_TEST_PROCESSES", "1"))
 
 BASE_CONFIG = """
 [worker]
@@ -87,7 +90,7 @@ class Cluster:
     def config(self, extra: str = "", **settings: Any) -> Path:
         values = {
             "threads": 8,
-            "processes": 1,
+            "processes": PROCESSES,
             "prefetch": 0,
             "lease": "60s",
             "heartbeat": "20s",

@@ -270,3 +270,43 @@ def test_recycling_after_n_runs_loses_and_repeats_nothing(
     assert outcomes <= {"succeeded", "released"}
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0
+
+
+@pytest.mark.timeout(120)
+def test_second_sigterm_stops_every_process_at_once(cluster: Cluster, store: Runs) -> None:
+    daemon, pids = start_two_quietly(cluster, grace="60s", threads=2)
+    store.enqueue_many([NewRun("stubborn", {"seconds": 30}) for _ in range(4)])
+    wait_for(lambda: len(cluster.executions()) == 4, 20, what="all started")
+    started = time.monotonic()
+    daemon.signal(signal.SIGTERM)
+    time.sleep(0.5)
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(20) == 0
+    assert time.monotonic() - started < 15  # not the 60 s grace
+    assert not any(alive(p) for p in pids)
+
+
+@pytest.mark.timeout(120)
+def test_readyz_reflects_every_worker_process(cluster: Cluster, conn: Connection) -> None:
+    """Not ready while a worker process is missing or starting; ready again once its
+    successor is."""
+    path = cluster.config(processes=2)
+    path.write_text(path.read_text().replace('listen = ""', 'listen = "127.0.0.1:0"', 1))
+    daemon = cluster.start(path)
+    event = next(e for e in daemon.events() if e.get("event") == "http_listening")
+    base = f"http://127.0.0.1:{event['port']}"
+    wait_for(lambda: _get(base + "/readyz")[0] == 200, 30, what="ready")
+    victim = sorted(children(daemon))[0]
+    os.kill(victim, signal.SIGKILL)
+    _status, body = wait_for(
+        lambda: (r := _get(base + "/readyz"))[0] == 503 and r, 5, 0.02, "not ready"
+    )
+    assert "worker process" in body
+    wait_for(lambda: _get(base + "/readyz")[0] == 200, 30, what="ready again")
+    assert victim not in children(daemon) and len(children(daemon)) == 2
+
+
+def start_two_quietly(cluster: Cluster, **settings: object) -> tuple[Daemon, set[int]]:
+    daemon = cluster.start(cluster.config(processes=2, **settings))
+    wait_for(lambda: len(children(daemon)) == 2, 20, what="two worker processes")
+    return daemon, children(daemon)
