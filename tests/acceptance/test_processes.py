@@ -310,3 +310,36 @@ def start_two_quietly(cluster: Cluster, **settings: object) -> tuple[Daemon, set
     daemon = cluster.start(cluster.config(processes=2, **settings))
     wait_for(lambda: len(children(daemon)) == 2, 20, what="two worker processes")
     return daemon, children(daemon)
+
+
+def claims_counted(base: str) -> float:
+    """Claim statements sent by every process of the daemon so far (/metrics)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(_get(base + "/metrics")[1]):
+        for s in family.samples:
+            if s.name == "pgtick_claim_duration_seconds_count":
+                return s.value
+    raise AssertionError("no pgtick_claim_duration_seconds_count")
+
+
+@pytest.mark.timeout(120)
+def test_one_notify_wakes_one_worker_process(
+    cluster: Cluster, store: Runs, conn: Connection
+) -> None:
+    """No thundering herd: the supervisor LISTENs and wakes one process per NOTIFY, so one
+    enqueue costs the daemon the claims of one process (the one that finds the run, and the
+    one after it that finds nothing), not those of every process."""
+    path = cluster.config(processes=2, poll_interval="60s")
+    path.write_text(path.read_text().replace('listen = ""', 'listen = "127.0.0.1:0"', 1))
+    daemon = cluster.start(path)
+    event = next(e for e in daemon.events() if e.get("event") == "http_listening")
+    base = f"http://127.0.0.1:{event['port']}"
+    wait_for(lambda: _get(base + "/readyz")[0] == 200, 30, what="ready")
+    time.sleep(1.0)  # the processes' first claims (at start) are done
+    for i in range(3):
+        before = claims_counted(base)
+        store.enqueue(NewRun("record", {}))
+        wait_for(lambda i=i: status_counts(conn) == {"succeeded": i + 1}, 10, what="ran")
+        time.sleep(0.5)
+        assert claims_counted(base) - before <= 2

@@ -117,6 +117,8 @@ class Children:
         with self._lock:
             self._slots[slot] = c
         c.send("listening", self._listening)
+        if self._stopping:  # the drain began while it was being started
+            c.send("drain")
         log.info("worker_process_spawned", slot=slot, pid=process.pid, worker_id=worker_id)
         return c
 
