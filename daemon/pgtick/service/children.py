@@ -34,6 +34,9 @@ RESTART_MAX_SECONDS = 30.0
 HEALTHY_AFTER_SECONDS = 60.0  # a process that lived this long restarts without back-off
 WATCH_SECONDS = 0.5  # the watching thread's longest wait when nothing happens
 KILL_JOIN_SECONDS = 5.0
+# A dead process's run whose row was locked at its death (its own open ctx.transaction(), until
+# the server notices the connection gone and rolls back) was skipped: looked for again then.
+REAP_AGAIN_SECONDS = 1.0
 
 log = structlog.get_logger("pgtick.service")
 
@@ -86,6 +89,7 @@ class Children:
         self._retiring: list[Child] = []
         self._failures: dict[int, int] = dict.fromkeys(range(1, count + 1), 0)
         self._restart_at: dict[int, float] = {}
+        self._reap_again: dict[str, float] = {}  # worker id -> when to recover its runs again
         self._stopping = False
         self._gone = threading.Event()
         self._next = 0  # round-robin position of wake-ups
@@ -130,11 +134,17 @@ class Children:
         while True:
             live = self._live()
             if self._stopping and not live:
+                for worker_id in list(self._reap_again):
+                    del self._reap_again[worker_id]
+                    self._recover(worker_id)  # once more, not waiting for the second
                 self._gone.set()
                 return
             timeout = WATCH_SECONDS
-            if self._restart_at and not self._stopping:
-                timeout = max(0.0, min(timeout, min(self._restart_at.values()) - time.monotonic()))
+            due = [*self._reap_again.values()]
+            if not self._stopping:
+                due += self._restart_at.values()
+            if due:
+                timeout = max(0.0, min(timeout, min(due) - time.monotonic()))
             by_handle: dict[Any, Child] = {}
             for c in live:
                 by_handle[c.conn] = c
@@ -146,6 +156,21 @@ class Children:
                 elif c in self._live():
                     self._ended(c)
             self._restart_due()
+            self._recover_again()
+
+    def _recover_again(self) -> None:
+        now = time.monotonic()
+        for worker_id, at in list(self._reap_again.items()):
+            if at <= now:
+                del self._reap_again[worker_id]
+                self._recover(worker_id)
+
+    def _recover(self, worker_id: str) -> None:
+        """Whatever ``worker_id`` still holds, recovered by claim now (``on_death``)."""
+        try:
+            self._on_death(worker_id)
+        except Exception as exc:  # a database away: the reaper takes them after the lease
+            log.warning("worker_process_runs_not_recovered", worker_id=worker_id, error=str(exc))
 
     def _read(self, c: Child) -> None:
         try:
@@ -195,10 +220,9 @@ class Children:
         else:
             self.died += 0 if expected else 1
             log.error("worker_process_died", **fields, lived_seconds=round(self._age(c), 3))
-        try:
-            self._on_death(c.worker_id)  # whatever it still held, by claim, now
-        except Exception as exc:  # a database away: the reaper takes them after the lease
-            log.warning("worker_process_runs_not_recovered", worker_id=c.worker_id, error=str(exc))
+        self._recover(c.worker_id)  # whatever it still held, by claim, now
+        if not (expected and code == 0):
+            self._reap_again[c.worker_id] = time.monotonic() + REAP_AGAIN_SECONDS
         if expected:
             return
         failures = 0 if self._age(c) >= HEALTHY_AFTER_SECONDS else self._failures[c.slot] + 1
