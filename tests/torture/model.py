@@ -142,6 +142,8 @@ class Daemon:
     exit: Event | None = None
     killed: Event | None = None
     termed: Event | None = None  # the harness's SIGTERM (a nemesis's, or the final stop)
+    # worker.processes above 1: when each worker process ended (pid -> ns), as logged
+    worker_exits: dict[int, int] = field(default_factory=dict)
 
     @property
     def worker_id(self) -> str:
@@ -305,6 +307,8 @@ def read_daemons(events: Sequence[Event]) -> dict[str, Daemon]:
             out[name].ready = e
         elif name in out and e.f == "daemon-exit":
             out[name].exit = e
+        elif name in out and e.f == "worker-exit":
+            out[name].worker_exits[int(e.get("pid", 0))] = int(e.get("at", 0))
         elif name in out and e.f == "kill" and e.type == OK:
             out[name].killed = e
         elif name in out and e.f == "term" and e.type == INVOKE:
@@ -346,8 +350,12 @@ def read_executions(events: Sequence[Event], daemons: Mapping[str, Daemon]) -> l
     for ex in out:
         if ex.end is None and not ex.command:
             holder = daemons.get(ex.daemon)
-            if holder is not None and holder.died_at is not None and holder.died_at >= ex.begin:
-                ex.died_at = holder.died_at
+            if holder is None:
+                continue
+            # Its own process's end (a worker process), else its daemon's.
+            ended = holder.worker_exits.get(int(ex.start.get("pid", 0)), holder.died_at)
+            if ended is not None and ended >= ex.begin:
+                ex.died_at = ended
     return out
 
 
