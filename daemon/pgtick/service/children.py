@@ -295,10 +295,10 @@ class Children:
             c.send("wake")
 
     def due(self, job_type: str, run_at: Any) -> None:
-        """A ``!due``: one process claims; every process lowers its bound (keyset.py)."""
-        chosen = self._one()
+        """A ``!due``: every process lowers its bound (keyset.py) and none is woken by it: the
+        job type's NOTIFY sent right after it (enqueue(), storage.runs.announce) wakes one."""
         for c in self._ready():
-            c.send("due" if c is chosen else "bound", job_type, run_at.timestamp())
+            c.send("bound", job_type, run_at.timestamp())
 
     def rescan(self) -> None:
         for c in self._ready():
