@@ -343,3 +343,23 @@ def test_one_notify_wakes_one_worker_process(
         wait_for(lambda i=i: status_counts(conn) == {"succeeded": i + 1}, 10, what="ran")
         time.sleep(0.5)
         assert claims_counted(base) - before <= 2
+
+
+@pytest.mark.timeout(180)
+def test_recycling_past_a_memory_limit_loses_and_repeats_nothing(
+    cluster: Cluster, store: Runs, conn: Connection
+) -> None:
+    """worker.max_memory_mib = 1: every worker process is past it at its first look (each
+    second), so each is drained and replaced again and again; the runs still each succeed
+    exactly once."""
+    path = cluster.config(processes=2, threads=4)
+    path.write_text(path.read_text().replace("[ticker]", "max_memory_mib = 1\n\n[ticker]"))
+    daemon = cluster.start(path)
+    store.enqueue_many([NewRun("record", {"sleep": 0.05}) for _ in range(60)])
+    wait_for(lambda: status_counts(conn) == {"succeeded": 60}, 150, 0.2, "all succeeded")
+    executions = cluster.executions()
+    assert len(executions) == 60 and set(executions.values()) == {1}
+    recycled = [e for e in daemon.events() if e.get("event") == "worker_process_recycled"]
+    assert recycled and all("MiB" in str(e.get("reason")) for e in recycled)
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0

@@ -45,15 +45,10 @@ from pgtick.service.loops import (
     worker_id,
 )
 from pgtick.service.once import OnceSide
-from pgtick.service.work import WorkSide
+from pgtick.service.work import WorkSide, beat_pool
 from pgtick.storage import db, migrate
 from pgtick.storage.store import RunStore
-from pgtick.surfaces.operations.setup import (
-    HEARTBEAT_POOL_SIZE,
-    database_checks,
-    pool_size,
-    startup_checks,
-)
+from pgtick.surfaces.operations.setup import database_checks, pool_size, startup_checks
 
 __all__ = ["EXIT_HOLD_SECONDS", "Service", "worker_id"]
 
@@ -64,18 +59,6 @@ PREPARED_STATEMENTS_OFF = (
 )
 
 log = structlog.get_logger("pgtick.service")
-
-
-def beat_pool(dsn: str, config: Config) -> Any:
-    """The heartbeat's one-connection pool. During an outage a beat fails at once rather than
-    waiting for a connection, so that claims stop until the leases have been re-checked."""
-    return db.make_pool(
-        dsn,
-        config.database.schema,
-        size=HEARTBEAT_POOL_SIZE,
-        name="pgtick-beat",
-        checkout_timeout=min(config.worker.heartbeat_seconds, db.POOL_OPEN_TIMEOUT_SECONDS),
-    )
 
 
 class Service:

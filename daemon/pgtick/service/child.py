@@ -37,10 +37,10 @@ from pgtick.observability.outage import tell_pool_warnings
 from pgtick.observability.systemd import Notifier
 from pgtick.service.drain import exit_now, release_and_exit
 from pgtick.service.loops import dead_threads, log_summary, stale_loops
-from pgtick.service.work import WorkSide
+from pgtick.service.work import WorkSide, beat_pool
 from pgtick.storage import db
 from pgtick.storage.store import RunStore
-from pgtick.surfaces.operations.setup import HEARTBEAT_POOL_SIZE, pool_size, startup_checks
+from pgtick.surfaces.operations.setup import pool_size, startup_checks
 
 # After the supervisor died, the longest this process may take to give back its runs and
 # exit: past it, it exits anyway (its leases then expire and the reaper decides).
@@ -170,13 +170,7 @@ def _serve(
     tell_pool_warnings(metrics.outage)
     schema = cfg.database.schema
     pool = db.make_pool(spec.dsn, schema, size=pool_size(cfg), name="pgtick", prepare=spec.prepare)
-    beats = db.make_pool(
-        spec.dsn,
-        schema,
-        size=HEARTBEAT_POOL_SIZE,
-        name="pgtick-beat",
-        checkout_timeout=min(cfg.worker.heartbeat_seconds, db.POOL_OPEN_TIMEOUT_SECONDS),
-    )
+    beats = beat_pool(spec.dsn, cfg)
     spans = tracing.start(cfg.tracing.enabled, pgtick.__version__)
     try:
         work = WorkSide(

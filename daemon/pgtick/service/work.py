@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 
+import psycopg_pool
 import structlog
 
 import pgtick
@@ -25,8 +26,21 @@ from pgtick.service.drain import drain
 from pgtick.service.loops import LoopThread, log_summary
 from pgtick.storage import db
 from pgtick.storage.store import RunStore, WorkerInfo
+from pgtick.surfaces.operations.setup import HEARTBEAT_POOL_SIZE
 
 log = structlog.get_logger("pgtick.service")
+
+
+def beat_pool(dsn: str, config: Config) -> psycopg_pool.ConnectionPool[db.Connection]:
+    """The heartbeat's one-connection pool. During an outage a beat fails at once rather than
+    waiting for a connection, so that claims stop until the leases have been re-checked."""
+    return db.make_pool(
+        dsn,
+        config.database.schema,
+        size=HEARTBEAT_POOL_SIZE,
+        name="pgtick-beat",
+        checkout_timeout=min(config.worker.heartbeat_seconds, db.POOL_OPEN_TIMEOUT_SECONDS),
+    )
 
 
 class WorkSide:
