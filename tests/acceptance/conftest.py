@@ -29,8 +29,7 @@ PROCESSES = int(os.environ.get("PGTICK_TEST_PROCESSES", "1"))
 BASE_CONFIG = """
 [worker]
 threads = {threads}
-processes = {processes}
-prefetch = {prefetch}
+{processes}prefetch = {prefetch}
 lease = "{lease}"
 heartbeat = "{heartbeat}"
 poll_interval = "{poll_interval}"
@@ -100,6 +99,10 @@ class Cluster:
             "level": "info",
         }
         values.update(settings)
+        # Written only when not 1, so that a test running an earlier pgtick (an installed
+        # one, PYTHONPATH replaced) reads a config it knows.
+        n = values["processes"]
+        values["processes"] = "" if n == 1 else f"processes = {n}\n"
         path = self.tmp_path / f"config-{len(self.daemons)}-{time.monotonic_ns()}.toml"
         path.write_text(BASE_CONFIG.format(**values) + extra)
         return path
