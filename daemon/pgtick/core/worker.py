@@ -23,7 +23,7 @@ import collections
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 import structlog
@@ -167,6 +167,8 @@ class Worker:
         self.dispatcher_alive_at = time.monotonic()
         self.claimed_total = 0
         self.released_after_close = 0  # claims that landed after the drain began
+        # A claim came back full: more is due than this process takes (service/child.py).
+        self.on_backlog: Callable[[], None] = lambda: None
         self._avg_duration: float | None = None  # seconds, recent handlers (None: none yet)
 
     # -- threads ------------------------------------------------------------------------------
@@ -313,7 +315,7 @@ class Worker:
                 # (a run committed long after its run_at, behind the bound): rescan.
                 self.bounds.missed()
             if runs:
-                self._accept(store, runs, sent_at)
+                self._accept(store, runs, sent_at, full=len(runs) == capacity)
             backlog = len(runs) == capacity
             idle = not runs and not behind
 
@@ -336,7 +338,9 @@ class Worker:
             if unstarted:
                 self.giveback.release(unstarted, store)
 
-    def _accept(self, store: RunStore, runs: list[ClaimedRun], sent_at: float) -> None:
+    def _accept(
+        self, store: RunStore, runs: list[ClaimedRun], sent_at: float, *, full: bool = False
+    ) -> None:
         fresh = [
             Held(
                 run,
@@ -357,6 +361,8 @@ class Worker:
             self._local.extend(fresh)
             self._cond.notify(len(fresh))
         self.claimed_total += len(fresh)
+        if full:
+            self.on_backlog()  # a worker process: the supervisor wakes another one
 
     # -- running ------------------------------------------------------------------------------
 

@@ -5,7 +5,9 @@ over one pipe.
 
 The pipe carries, from the supervisor: NOTIFYs relayed by its LISTEN connection (``wake`` to
 one process, the bounds and controls to all), ``drain`` (SIGTERM) and ``force`` (the second
-SIGTERM); to it: ``ready``, a ``status`` a second, and ``recycle`` (the limits of
+SIGTERM); to it: ``ready``, a ``status`` a second, ``backlog`` (a claim came back full: the
+supervisor wakes another process, so a backlog spreads one wake-up at a time), and
+``recycle`` (the limits of
 ``worker.max_runs_per_process`` / ``worker.max_memory_mib`` reached: this process drains like
 on SIGTERM and the supervisor starts its successor at once). The end of the pipe is the
 supervisor's death: the process then stops at once (``force``), gives back what it holds and
@@ -15,8 +17,10 @@ to every process of the unit) are a warm stop only: the cold one comes through t
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
+import time
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +49,9 @@ from pgtick.surfaces.operations.setup import pool_size, startup_checks
 # After the supervisor died, the longest this process may take to give back its runs and
 # exit: past it, it exits anyway (its leases then expire and the reaper decides).
 ORPHAN_EXIT_SECONDS = 15.0
+# While its claims come back full, this process asks the supervisor to wake another one at
+# most this often: a backlog spreads over the processes one wake-up at a time, no herd.
+BACKLOG_TELL_SECONDS = 0.05
 MIB = 1024 * 1024
 
 log = structlog.get_logger("pgtick.service")
@@ -86,6 +93,30 @@ def _page_size() -> int:
     import resource
 
     return resource.getpagesize()
+
+
+class _Outbox:
+    """Messages to the supervisor, from the main thread and the dispatcher alike."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+        self._backlog_at = -math.inf
+
+    def send(self, *message: Any) -> bool:
+        """False once the supervisor is gone (the inbox stops this process)."""
+        with self._lock:
+            try:
+                self._conn.send(message)
+            except (OSError, ValueError):
+                return False
+            return True
+
+    def backlog(self) -> None:
+        now = time.monotonic()
+        if now - self._backlog_at >= BACKLOG_TELL_SECONDS:
+            self._backlog_at = now
+            self.send("backlog")
 
 
 class _Inbox:
@@ -152,12 +183,12 @@ def main(spec: ChildSpec, conn: Connection) -> None:
     logs.protect_dsn(spec.dsn)
     inbox = _Inbox(conn, stop, force)
     threading.Thread(target=inbox.run, name="pgtick-inbox", daemon=True).start()
-    exit_now(_serve(spec, conn, inbox, stop, force))
+    exit_now(_serve(spec, _Outbox(conn), inbox, stop, force))
 
 
 def _serve(
     spec: ChildSpec,
-    conn: Connection,
+    out: _Outbox,
     inbox: _Inbox,
     stop: threading.Event,
     force: threading.Event,
@@ -187,10 +218,11 @@ def _serve(
         worker.bounds.notifying = lambda: inbox.listening
         worker.controls.notifying = lambda: inbox.listening
         inbox.worker = worker
+        worker.on_backlog = out.backlog
         loops = [work.start_heartbeat()]
         threads = work.start_threads()
         worker.wake()  # NOTIFYs sent before the inbox knew the worker: claim once now
-        conn.send(("ready", spec.worker_id))
+        out.send("ready", spec.worker_id)
         log.info(
             "worker_process_started",
             worker_id=spec.worker_id,
@@ -209,10 +241,10 @@ def _serve(
             stuck = stale_loops(work.stale_limits())
             if stuck:
                 log.warning("loops_stalled", loops=stuck)
-            if _report(spec, conn, work, metrics):
+            if _report(spec, out, work, metrics):
                 break  # recycled: drained like on SIGTERM
         if found_dead:
-            conn.send(("problem", f"threads died: {', '.join(found_dead)}"))
+            out.send("problem", f"threads died: {', '.join(found_dead)}")
         at_exit: list[Held] = []
         crashed = not work.drain(force, Notifier({}), at_exit) or crashed
         work.finish()
@@ -228,7 +260,7 @@ def _serve(
         pool.close(timeout=2.0)
 
 
-def _report(spec: ChildSpec, conn: Connection, work: WorkSide, metrics: Metrics) -> bool:
+def _report(spec: ChildSpec, out: _Outbox, work: WorkSide, metrics: Metrics) -> bool:
     """A second's status to the supervisor and the process's own gauges; True (a recycle,
     told to the supervisor) when a limit of worker.max_runs_per_process or
     worker.max_memory_mib is reached."""
@@ -236,9 +268,7 @@ def _report(spec: ChildSpec, conn: Connection, work: WorkSide, metrics: Metrics)
     rss = rss_bytes()
     metrics.sample_process(worker.busy, rss)
     finished = worker.life.finished_total
-    try:
-        conn.send(("status", worker.busy, worker.claimed_total, finished))
-    except OSError:
+    if not out.send("status", worker.busy, worker.claimed_total, finished):
         return False  # the supervisor is gone: the inbox stops us
     w = spec.config.worker
     reason = None
@@ -250,5 +280,5 @@ def _report(spec: ChildSpec, conn: Connection, work: WorkSide, metrics: Metrics)
     if reason is None:
         return False
     log.info("worker_process_recycling", worker_id=spec.worker_id, reason=reason)
-    conn.send(("recycle", reason))
+    out.send("recycle", reason)
     return True

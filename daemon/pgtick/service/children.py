@@ -185,6 +185,8 @@ class Children:
             c.ready = True
         elif kind == "status":
             c.busy, c.claimed, c.finished = message[1:4]
+        elif kind == "backlog":
+            self.wake(besides=c)
         elif kind == "problem":
             c.problem = str(message[1])
         elif kind == "recycle" and not c.retiring and not self._stopping:
@@ -281,16 +283,18 @@ class Children:
         with self._lock:
             return [c for c in self._slots.values() if c is not None and c.ready]
 
-    def _one(self) -> Child | None:
+    def _one(self, besides: Child | None = None) -> Child | None:
         """The next ready process, round-robin: one NOTIFY wakes one process, not all."""
-        ready = self._ready()
+        ready = [c for c in self._ready() if c is not besides]
         if not ready:
             return None
         self._next = (self._next + 1) % len(ready)
         return ready[self._next]
 
-    def wake(self) -> None:
-        c = self._one()
+    def wake(self, besides: Child | None = None) -> None:
+        """Wake one process (a NOTIFY; or another than ``besides``, whose claim came back
+        full)."""
+        c = self._one(besides)
         if c is not None:
             c.send("wake")
 
