@@ -39,6 +39,7 @@ PARTS = {
     "output": "output",
     "upgrade": "upgrade",
     "torture": "torture",
+    "cpu": "cpu",
 }
 
 

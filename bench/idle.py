@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from bench import common, load
+from bench import common, load, throughput
 
 DEFAULT_SECONDS = 60.0
 DEFAULT_SETTLE_SECONDS = 15.0
@@ -119,6 +119,9 @@ def measure(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.
                 by_query1 = by_query(conn, name) if use_statements else {}
                 xacts1 = common.one(adm, XACTS, [name])[0]
                 rss, hwm = rss_kib(daemon.pid)
+                # worker.processes above 1: each worker process's own (and the supervisor's
+                # above is the supervisor's alone).
+                per_process = {pid: rss_kib(pid)[0] for pid in throughput.children_of(daemon.pid)}
         finally:
             daemon.stop()
     xacts_per_second = (xacts1 - xacts0) / elapsed
@@ -132,6 +135,7 @@ def measure(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.
         "rss_mib_mean": round(sum(samples) / len(samples) / 1024, 1),
         "rss_mib_end": round(rss / 1024, 1),
         "rss_mib_peak": round(hwm / 1024, 1),
+        "children_rss_mib": {str(pid): round(kib / 1024, 1) for pid, kib in per_process.items()},
     }
     deltas = (
         (calls - by_query0.get(qid, ("", 0))[1], text) for qid, (text, calls) in by_query1.items()

@@ -38,3 +38,12 @@ def hold(ctx: JobContext, payload: Any) -> None:
     """Holds its thread (and the run's lease) until cancelled or ``payload.seconds`` pass."""
     seconds = float((payload or {}).get("seconds", HOLD_DEFAULT_SECONDS))
     ctx.cancelled.wait(seconds)
+
+
+@job("burn")
+def burn(ctx: JobContext, payload: Any) -> None:
+    """Burns ``payload.seconds`` (1) of CPU in pure Python, the GIL held: what scales with
+    worker.processes and not with threads."""
+    deadline = time.thread_time() + float((payload or {}).get("seconds", 1.0))
+    while time.thread_time() < deadline:
+        pass

@@ -98,7 +98,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only each peer's fastest configuration, the one the bar names (procrastinate "
         "concurrency 50, pgqueuer asyncpg batch 50): rounds of a large --runs in minutes",
     )
+    parser.add_argument(
+        "--processes",
+        default="",
+        metavar="N,...",
+        help="drain pgtick once per value of worker.processes given (e.g. 1,2 or 1,auto) in "
+        "each round: the per-process ratio and the multi-process one side by side; the peers' "
+        "ratio column is to the last value (default: the config's, no --set)",
+    )
     common.add_settings_option(parser)
+
+
+def process_counts(text: str) -> list[int | str | None]:
+    """``--processes 1,2,auto``: the worker.processes of each pgtick drain (None: as --set or
+    the default says)."""
+    if not text.strip():
+        return [None]
+    out: list[int | str | None] = []
+    for item in text.split(","):
+        value = item.strip()
+        if value == "auto":
+            out.append(value)
+        elif value.isdigit() and int(value) >= 1:
+            out.append(int(value))
+        else:
+            raise common.BenchError(f"--processes {text!r}: expected N,... or auto", 2)
+    return out
 
 
 def check_installed() -> dict[str, str | None]:
@@ -118,6 +143,7 @@ def check(args: argparse.Namespace) -> None:
         raise common.BenchError("--runs must be at least 1", 2)
     common.parse_settings(args.set)
     selected(args.only)
+    process_counts(args.processes)
     if args.rounds < 1:
         raise common.BenchError("--rounds must be at least 1", 2)
     check_installed()
@@ -132,26 +158,31 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         "peers": versions,
         "rounds": args.rounds,
         "fastest": args.fastest,
+        "processes": args.processes,
     }
+    counts = process_counts(args.processes)
     peers = [
         peer
         for peer in PEERS
         if (not only or peer.name in only) and (peer.fastest or not args.fastest)
     ]
     pgtick_rounds: list[dict[str, Any]] = []
+    by_count: dict[str, list[dict[str, Any]]] = {}
     peer_rounds: dict[Peer, list[dict[str, Any]]] = {peer: [] for peer in peers}
     for round_no in range(1, args.rounds + 1):
         label = f"round {round_no}: " if args.rounds > 1 else ""
-        pgtick = throughput.drain(
-            admin_dsn,
-            tmp,
-            args.runs,
-            settings=common.parse_settings(args.set),
-            timeout=args.timeout,
-        )
+        for count in counts:
+            settings = common.parse_settings(args.set)
+            if count is not None:
+                settings.setdefault("worker", {})["processes"] = count
+            name = "defaults" if count is None else f"processes = {count}"
+            pgtick = throughput.drain(
+                admin_dsn, tmp, args.runs, settings=settings, timeout=args.timeout
+            )
+            by_count.setdefault(name, []).append(pgtick)
+            pgtick_rps = pgtick["runs_per_second"]
+            print(f"  {label}pgtick ({name}): {pgtick_rps:,.0f} runs/s", flush=True)
         pgtick_rounds.append(pgtick)
-        pgtick_rps = pgtick["runs_per_second"]
-        print(f"  {label}pgtick (defaults): {pgtick_rps:,.0f} runs/s", flush=True)
         for peer in peers:
             result = drain_peer(admin_dsn, tmp, peer, args.runs, args.timeout)
             result["pgtick_ratio"] = round(pgtick_rps / result["runs_per_second"], 2)
@@ -162,9 +193,20 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         "pgtick": pgtick_rounds[0] if args.rounds == 1 else pgtick_rounds,
         "peers": [r for peer in peers for r in peer_rounds[peer]],
     }
+    if len(by_count) > 1:
+        record.results["pgtick_by_processes"] = by_count
     pgtick_median = statistics.median(r["runs_per_second"] for r in pgtick_rounds)
-    seconds = statistics.median(r["seconds"] for r in pgtick_rounds)
-    table_rows: list[list[Any]] = [["pgtick", "defaults", args.runs, seconds, pgtick_median, 1.0]]
+    table_rows: list[list[Any]] = [
+        [
+            "pgtick",
+            name,
+            args.runs,
+            statistics.median(r["seconds"] for r in results),
+            statistics.median(r["runs_per_second"] for r in results),
+            round(statistics.median(r["runs_per_second"] for r in results) / pgtick_median, 2),
+        ]
+        for name, results in by_count.items()
+    ]
     for peer in peers:
         results = peer_rounds[peer]
         table_rows.append(

@@ -106,12 +106,19 @@ def generate(conn: psycopg.Connection[object], terminal: int, queued: int) -> No
 
 @contextlib.contextmanager
 def serving(
-    tmp: Path, dsn: str, role: str, admin: psycopg.Connection[Any], name: str
+    tmp: Path,
+    dsn: str,
+    role: str,
+    admin: psycopg.Connection[Any],
+    name: str,
+    processes: int = 1,
 ) -> Iterator[str]:
-    """A `pgtick run` as ``role`` on the scrape config; its /metrics URL. Afterwards its
-    sessions have ended, so the table statistics hold all it did."""
+    """A `pgtick run` as ``role`` on the scrape config (``processes``: its worker.processes);
+    its /metrics URL. Afterwards its sessions have ended, so the table statistics hold all it
+    did."""
     config = tmp / "scrape-config.toml"
-    config.write_text(CONFIG + "".join(SCHEDULE_CONFIG.format(i=i) for i in range(SCHEDULES)))
+    text = CONFIG.replace("[worker]\n", f"[worker]\nprocesses = {processes}\n", 1)
+    config.write_text(text + "".join(SCHEDULE_CONFIG.format(i=i) for i in range(SCHEDULES)))
     daemon = common.start_daemon(load.as_role(dsn, role), config, tmp / f"scrape-{name}.log")
     try:
         yield load.metrics_url(daemon)
@@ -179,6 +186,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--terminal", type=int, default=10_000_000)
     parser.add_argument("--queued", type=int, default=100_000)
     parser.add_argument("--scrapes", type=int, default=10, help="cold scrapes (one per period)")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="the daemon's worker.processes (1); above 1 /metrics merges every process's files",
+    )
 
 
 def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
@@ -198,7 +211,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
             found = statement(RECOUNT)
             return found if found.calls else None
 
-        with serving(tmp, dsn, role, admin, "recount") as url:
+        with serving(tmp, dsn, role, admin, "recount", args.processes) as url:
             timed_scrape(url)  # starts the recount: the counts have never been taken
             recount: load.StatementStats = common.wait_for(
                 recounted, RECOUNT_WAIT_SECONDS, "the terminal-state recount"
@@ -207,7 +220,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         cold: list[float] = []
         warm: list[float] = []
         aggregate_ms: list[float] = []
-        with serving(tmp, dsn, role, admin, "scrapes") as url:
+        with serving(tmp, dsn, role, admin, "scrapes", args.processes) as url:
             for i in range(args.scrapes):
                 before = statement(AGGREGATE)
                 seconds, body = timed_scrape(url)

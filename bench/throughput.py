@@ -124,6 +124,21 @@ def process_cpu(pid: int, command: str | None = None) -> float | None:
         return None
 
 
+def children_of(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (a supervisor's worker processes), from /proc."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
 def cpu_seconds(conn: Any, procs: Sequence[common.Daemon]) -> dict[str, dict[int, float]]:
     """CPU used so far by the daemons and by the server processes of the bench's database
     (read from /proc: only for a server on this machine)."""
@@ -135,8 +150,10 @@ def cpu_seconds(conn: Any, procs: Sequence[common.Daemon]) -> dict[str, dict[int
     ]
     out: dict[str, dict[int, float]] = {"daemon": {}, "server": {}}
     for pid in (p.pid for p in procs):
-        if (used := process_cpu(pid)) is not None:
-            out["daemon"][pid] = used
+        # With worker.processes above 1 the daemon's work is done by its worker processes.
+        for one in (pid, *children_of(pid)):
+            if (used := process_cpu(one)) is not None:
+                out["daemon"][one] = used
     for pid in backends:
         if (used := process_cpu(pid, "postgres")) is not None:
             out["server"][pid] = used

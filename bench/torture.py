@@ -43,6 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only these operations and faults: " + ", ".join(torture_plan.KINDS),
     )
     parser.add_argument("--keep", type=Path, help="write the history into DIR and keep it")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="each daemon's worker.processes (1); 2 runs every daemon as a supervisor and two "
+        "worker processes",
+    )
 
 
 def options(args: argparse.Namespace) -> torture_run.Options:
@@ -55,6 +62,7 @@ def options(args: argparse.Namespace) -> torture_run.Options:
         only=only,
         dsn=args.dsn or os.environ.get(common.DSN_ENV) or os.environ.get(DSN_ENV) or None,
         keep=args.keep,
+        processes=args.processes,
     )
 
 
@@ -74,6 +82,7 @@ def run(args: argparse.Namespace, admin_dsn: str | None, tmp: Path, record: comm
         "seed": chosen.seed,
         "minutes": chosen.minutes,
         "daemons": chosen.daemons,
+        "processes": chosen.processes,
         "only": list(chosen.only),
     }
     verdict = torture_run.execute(chosen, sys.stdout)

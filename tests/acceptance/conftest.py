@@ -22,11 +22,14 @@ from tests.dbhelp import Connection, Runs, connect
 
 HERE = Path(__file__).resolve().parent
 START_TIMEOUT_SECONDS = 20.0
+# worker.processes of the daemons the tests start unless a test says (1: one process, as
+# before issue 47); PGTICK_TEST_PROCESSES=2 runs the suite's daemons as supervisors.
+PROCESSES = int(os.environ.get("PGTICK_TEST_PROCESSES", "1"))
 
 BASE_CONFIG = """
 [worker]
 threads = {threads}
-prefetch = {prefetch}
+{processes}prefetch = {prefetch}
 lease = "{lease}"
 heartbeat = "{heartbeat}"
 poll_interval = "{poll_interval}"
@@ -86,6 +89,7 @@ class Cluster:
     def config(self, extra: str = "", **settings: Any) -> Path:
         values = {
             "threads": 8,
+            "processes": PROCESSES,
             "prefetch": 0,
             "lease": "60s",
             "heartbeat": "20s",
@@ -95,6 +99,10 @@ class Cluster:
             "level": "info",
         }
         values.update(settings)
+        # Written only when not 1, so that a test running an earlier pgtick (an installed
+        # one, PYTHONPATH replaced) reads a config it knows.
+        n = values["processes"]
+        values["processes"] = "" if n == 1 else f"processes = {n}\n"
         path = self.tmp_path / f"config-{len(self.daemons)}-{time.monotonic_ns()}.toml"
         path.write_text(BASE_CONFIG.format(**values) + extra)
         return path

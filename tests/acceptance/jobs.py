@@ -132,3 +132,14 @@ def span(ctx: JobContext, payload: dict[str, Any]) -> None:
 # record()).
 import correctness_jobs  # noqa: E402, F401
 import lifecycle_jobs  # noqa: E402, F401
+
+
+@job("burn")
+def burn(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Burn ``seconds`` of CPU in pure Python (the GIL held throughout), then record."""
+    record(ctx, "start")
+    deadline = time.thread_time() + float(payload.get("seconds", 1.0))
+    n = 0
+    while time.thread_time() < deadline:
+        n += 1
+    record(ctx)

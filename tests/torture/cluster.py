@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -158,11 +159,13 @@ def job_type_table(job_type: JobType) -> str:
     return f"\n[job_types.{job_type.name}]\n{body}"
 
 
-def config_text(world: World) -> str:
-    """The config every daemon (and the operator's CLI) reads."""
+def config_text(world: World, processes: int = 1) -> str:
+    """The config every daemon (and the operator's CLI) reads; ``processes``: each daemon's
+    worker.processes (above 1: a supervisor and its worker processes, issue 47)."""
     text = f"""\
 [worker]
 threads = {world.threads}
+processes = {processes}
 prefetch = {world.prefetch}
 lease = "{world.lease_seconds:g}s"
 poll_interval = "{POLL_SECONDS:g}s"
@@ -217,6 +220,21 @@ class Incarnation:
         with contextlib.suppress(OSError):
             return self.log_path.read_text(errors="replace").splitlines()[-lines:]
         return []
+
+    def worker_exits(self) -> list[tuple[int, int]]:
+        """(pid, when in ns) of each worker process that ended, as its supervisor logged it
+        (worker.processes above 1: a Python handler ends with its worker process, which may
+        be well before the supervisor does)."""
+        out = []
+        with contextlib.suppress(OSError):
+            for line in self.log_path.read_text(errors="replace").splitlines():
+                if '"worker_process_exited"' not in line and '"worker_process_died"' not in line:
+                    continue
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    e = json.loads(line)
+                    at = datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00"))
+                    out.append((int(e["pid"]), int(at.timestamp() * 1e9)))
+        return out
 
 
 @dataclass
@@ -337,6 +355,8 @@ class Daemons:
         checker ends a Python handler's execution there) and whether the harness asked for
         it; start a slot whose daemon exited on its own again (the checker reports the exit)."""
         code = inc.proc.wait()
+        for pid, at in inc.worker_exits():
+            self.history.write(INFO, "worker-exit", {"daemon": inc.name, "pid": pid, "at": at})
         value = {
             "daemon": inc.name,
             "pid": inc.pid,

@@ -54,11 +54,11 @@ def daemon_lifecycle(model: Model) -> list[Finding]:
                     (e,),
                 )
             )
-    clean = {
-        d.worker_id
+    clean = [
+        d
         for d in model.daemons.values()
         if d.exit is not None and d.exit.get("told") == "SIGTERM" and d.exit.get("code") == 0
-    }
+    ]
     for run in model.final.get("runs", []):
         if run["status"] == "running":
             out.append(
@@ -71,7 +71,7 @@ def daemon_lifecycle(model: Model) -> list[Finding]:
                 )
             )
     for worker in model.final.get("workers", []):
-        if worker in clean:
+        if any(d.holds(worker) for d in clean):
             out.append(
                 Finding(
                     "daemon-lifecycle", f"worker {worker}", "its workers row outlived a clean stop"

@@ -75,9 +75,9 @@ def lock_blamed(
     holder keeps its lease whoever holds its row)."""
     wanted = set(runs)
     names = set(daemons)
-    workers = {d.worker_id for d in model.daemons.values() if d.name in names and d.worker_id}
+    mine = [d for d in model.daemons.values() if d.name in names]
     for start, stop, line in model.row_locks:
-        if line.get("run") not in wanted and line.get("holder") not in workers:
+        if line.get("run") not in wanted and not any(d.holds(line.get("holder")) for d in mine):
             continue
         if min(stop, end) - max(start, begin) >= model.lease_ns - NS:
             return line
@@ -97,7 +97,7 @@ def taken(model: Model, ex: Execution, before: int) -> tuple[str, Event | None]:
         if (
             a["run"] == ex.run
             and a["attempt"] == ex.attempt
-            and a["worker"] == daemon.worker_id
+            and daemon.holds(a["worker"])
             and 0 < int(a.get("finished") or 0) <= before
         ):
             previous = daemon.started.get("release") == "previous"

@@ -66,7 +66,7 @@ def released_under(model: Model, ex: Execution, before: int) -> bool:
         a["run"] == ex.run
         and a["attempt"] == ex.attempt
         and a["outcome"] == "released"
-        and a["worker"] == daemon.worker_id
+        and daemon.holds(a["worker"])
         and ex.begin <= int(a.get("finished") or 0) <= before
         for a in model.attempts
     )
@@ -76,13 +76,12 @@ def lease_kept(model: Model) -> list[Finding]:
     """A lease is taken (the attempt written lost, lease_expired) only from a holder that
     could not renew it: dead, frozen, cut off from the server, starved. Never from a live one
     because another session held the run's row."""
-    by_worker = {d.worker_id: d for d in model.daemons.values() if d.worker_id}
     out = []
     for row in model.attempts:
         if row["outcome"] != "lost" or not row.get("finished"):
             continue
         reaped = int(row["finished"])
-        daemon = by_worker.get(row["worker"])
+        daemon = model.daemon_of(row["worker"])
         if daemon is None:
             continue  # not a daemon of this run's (a leftover of a fixture): nothing to say
         if daemon.died_at is not None and daemon.died_at <= reaped:
@@ -262,11 +261,11 @@ def held_run_kept(model: Model) -> list[Finding]:
     """Retention and prune never remove a run that is held (its handler still running)."""
     out = []
     runs = by_run(model.executions)
-    daemon_of = {d.worker_id: d.name for d in model.daemons.values() if d.worker_id}
     for run, s in sorted(model.sightings.items()):
         if s.gone is None or s.gone_state is None or s.gone_state[3] is None or not s.last_seen:
             continue
-        holder = daemon_of.get(str(s.gone_state[3]))
+        holder_daemon = model.daemon_of(str(s.gone_state[3]))
+        holder = holder_daemon.name if holder_daemon is not None else None
         alive = [
             e
             for e in runs.get(run, [])

@@ -142,10 +142,23 @@ class Daemon:
     exit: Event | None = None
     killed: Event | None = None
     termed: Event | None = None  # the harness's SIGTERM (a nemesis's, or the final stop)
+    # worker.processes above 1: when each worker process ended (pid -> ns), as logged
+    worker_exits: dict[int, int] = field(default_factory=dict)
 
     @property
     def worker_id(self) -> str:
         return str(self.ready.get("worker_id", "")) if self.ready else ""
+
+    def holds(self, worker: str | None) -> bool:
+        """Whether ``worker`` (a worker id) is this daemon's: its own, or with
+        ``worker.processes`` above 1 one of its worker processes' ("host:PID.SLOT:suffix",
+        PID its supervisor's, the process the harness started)."""
+        if not worker:
+            return False
+        if worker == self.worker_id:
+            return True
+        parts = worker.rsplit(":", 2)
+        return len(parts) == 3 and parts[1].partition(".")[0] == str(self.pid) and "." in parts[1]
 
     @property
     def died_at(self) -> int | None:
@@ -176,6 +189,10 @@ class Model:
     # migrate fault ended; the end of the run if it never did), None: no upgrade in this run.
     old_until: int | None = None
 
+    def daemon_of(self, worker: str | None) -> Daemon | None:
+        """The daemon that ``worker`` (a worker id) belongs to, if one of this run's."""
+        return next((d for d in self.daemons.values() if d.holds(worker)), None)
+
     def final_runs(self) -> dict[int, Mapping[str, Any]]:
         return {int(r["id"]): r for r in self.final.get("runs", [])}
 
@@ -205,12 +222,12 @@ class Model:
         have cost a lease then), the row locks on other runs those daemons held, the server's
         restarts and the sessions it ended."""
         wanted, names = set(runs), set(daemons)
-        workers = {d.worker_id for d in self.daemons.values() if d.name in names and d.worker_id}
+        mine = [d for d in self.daemons.values() if d.name in names]
         recent = end - 2 * self.lease_ns
         locks = {
             line.get("step")
             for start, stop, line in self.row_locks
-            if line.get("holder") in workers and start <= end and stop >= recent
+            if any(d.holds(line.get("holder")) for d in mine) and start <= end and stop >= recent
         }
         return [
             e
@@ -301,6 +318,8 @@ def read_daemons(events: Sequence[Event]) -> dict[str, Daemon]:
             out[name].ready = e
         elif name in out and e.f == "daemon-exit":
             out[name].exit = e
+        elif name in out and e.f == "worker-exit":
+            out[name].worker_exits[int(e.get("pid", 0))] = int(e.get("at", 0))
         elif name in out and e.f == "kill" and e.type == OK:
             out[name].killed = e
         elif name in out and e.f == "term" and e.type == INVOKE:
@@ -342,8 +361,12 @@ def read_executions(events: Sequence[Event], daemons: Mapping[str, Daemon]) -> l
     for ex in out:
         if ex.end is None and not ex.command:
             holder = daemons.get(ex.daemon)
-            if holder is not None and holder.died_at is not None and holder.died_at >= ex.begin:
-                ex.died_at = holder.died_at
+            if holder is None:
+                continue
+            # Its own process's end (a worker process), else its daemon's.
+            ended = holder.worker_exits.get(int(ex.start.get("pid", 0)), holder.died_at)
+            if ended is not None and ended >= ex.begin:
+                ex.died_at = ended
     return out
 
 

@@ -105,10 +105,9 @@ def success_recorded(model: Model) -> list[Finding]:
 def only_successes_recorded(model: Model) -> list[Finding]:
     """Conversely, an attempt recorded succeeded had a handler that returned normally: that
     attempt, on that daemon (no result of another claim landed on it)."""
-    by_worker = {d.worker_id: d for d in model.daemons.values() if d.worker_id}
     out = []
     for row in model.attempts:
-        daemon = by_worker.get(row["worker"])
+        daemon = model.daemon_of(row["worker"])
         if row["outcome"] != "succeeded" or daemon is None:
             continue
         mine = [
@@ -141,8 +140,11 @@ def recorded_as(
     that returned normally; None when it was recorded succeeded, or nothing is left to tell
     (its run and attempt removed by retention)."""
     daemon = model.daemons.get(ex.daemon)
-    worker = daemon.worker_id if daemon else ""
-    mine = [r for r in rows.get((ex.run, ex.attempt), []) if not worker or r["worker"] == worker]
+    mine = [
+        r
+        for r in rows.get((ex.run, ex.attempt), [])
+        if daemon is None or not daemon.ready or daemon.holds(r["worker"])
+    ]
     if any(r["outcome"] == "succeeded" for r in mine):
         return None
     job_type = model.world.job_type(ex.job_type)

@@ -53,6 +53,7 @@ class Options:
     only: tuple[str, ...] = ()
     dsn: str | None = None  # an admin DSN; None: an embedded server of the run's own
     keep: Path | None = None  # the history directory to write (kept); None: a temporary one
+    processes: int = 1  # each daemon's worker.processes
 
 
 def execute(options: Options, out: TextIO) -> checker.Verdict:
@@ -60,7 +61,7 @@ def execute(options: Options, out: TextIO) -> checker.Verdict:
     plan = draw(options.seed, options.minutes, options.daemons, options.only)
     print(
         f"torture seed={plan.seed} minutes={plan.minutes:g} daemons={plan.daemons}"
-        f" only={','.join(plan.only) or 'all'}",
+        f" processes={options.processes} only={','.join(plan.only) or 'all'}",
         file=out,
         flush=True,
     )
@@ -73,7 +74,7 @@ def execute(options: Options, out: TextIO) -> checker.Verdict:
     )
     with directory(options.keep) as history_dir:
         (history_dir / "plan.json").write_text(plan.to_json())
-        run_plan(plan, options.dsn, history_dir, out)
+        run_plan(plan, options.dsn, history_dir, out, options.processes)
         verdict = judge(history_dir)
         print(report.text(verdict), file=out, flush=True)
         if options.keep is None and verdict.violations:
@@ -98,11 +99,13 @@ def judge(history_dir: Path) -> checker.Verdict:
     return checker.check(raw, read_directory(history_dir), final)
 
 
-def run_plan(plan: Plan, dsn: str | None, history_dir: Path, out: TextIO) -> None:
+def run_plan(
+    plan: Plan, dsn: str | None, history_dir: Path, out: TextIO, processes: int = 1
+) -> None:
     logs = history_dir / "logs"
     logs.mkdir(exist_ok=True)
     config = history_dir / "config.toml"
-    config.write_text(config_text(plan.world))
+    config.write_text(config_text(plan.world, processes))
     harness = HistoryFile(history_dir / "harness.jsonl", "harness")
     previous = upgrade.previous_code(history_dir) if plan.upgrade else None
     with server(dsn) as srv, database(srv.admin_dsn, previous) as db_dsn:

@@ -39,3 +39,24 @@ def test_a_seed_keeps_every_guarantee(seed: int, tmp_path: Path) -> None:
     verdict = execute(options, out)
     if verdict.violations:
         pytest.fail(f"{out.getvalue()}\n(history kept in {history})", pytrace=False)
+
+
+# One seed with every daemon a supervisor and two worker processes (worker.processes = 2,
+# issue 47): the same promises, whatever the process model.
+PROCESSES_SEED = 103
+
+
+def test_a_seed_keeps_every_guarantee_with_two_processes_per_daemon(tmp_path: Path) -> None:
+    out = io.StringIO()
+    history = tmp_path / f"history-{PROCESSES_SEED}-processes-2"
+    options = Options(
+        seed=PROCESSES_SEED,
+        minutes=MINUTES,
+        daemons=3,
+        dsn=os.environ.get("PGTICK_TEST_DSN") or None,
+        keep=history,
+        processes=2,
+    )
+    verdict = execute(options, out)
+    if verdict.violations:
+        pytest.fail(f"{out.getvalue()}\n(history kept in {history})", pytrace=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import threading
 import tomllib
@@ -128,6 +129,9 @@ prepared_statements = false
 
 [worker]
 threads = 32
+processes = 3
+max_runs_per_process = 1000
+max_memory_mib = 512
 lease = "2m"
 heartbeat = "15s"
 poll_interval = "1s"
@@ -212,6 +216,9 @@ def test_every_key_loads_into_its_field() -> None:
         prefetch=16,
         refuse_undeclared_job_types=True,
         service="billing",
+        processes=3,
+        max_runs_per_process=1000,
+        max_memory_mib=512,
     )
     assert cfg.ticker == TickerConfig(
         interval_seconds=30.0, lookahead_seconds=0.0, reaper_interval_seconds=5.0
@@ -406,6 +413,16 @@ ERRORS = [
     ("[worker]\nthreads = 8.0", "worker.threads: expected a positive integer, got 8.0"),
     ("[worker]\nthreads = true", "worker.threads: expected a positive integer, got true"),
     ("[worker]\nthreads = 1025", "worker.threads: must be at most 1024, got 1025"),
+    ("[worker]\nprocesses = 0", 'worker.processes: expected an integer 1-256 or "auto", got 0'),
+    (
+        "[worker]\nprocesses = 'all'",
+        'worker.processes: expected an integer 1-256 or "auto", got "all"',
+    ),
+    ("[worker]\nprocesses = 2.0", 'worker.processes: expected an integer 1-256 or "auto", got 2.0'),
+    (
+        "[worker]\nmax_runs_per_process = -1",
+        "worker.max_runs_per_process: expected a non-negative integer, got -1",
+    ),
     ("[worker]\nlease = '0s'", 'worker.lease: must be longer than 0s, got "0s"'),
     (
         "[worker]\nlease = '60'\nheartbeat = '60s'",
@@ -993,3 +1010,10 @@ def test_example_sleep_returns_or_retries_when_cancelled() -> None:
     ctx.cancelled.set()
     with pytest.raises(Retry):
         examples.sleep(ctx, {"seconds": 60})
+
+
+def test_processes_auto_counts_the_cpus_this_process_may_use() -> None:
+    cfg = load_text('[database]\ndsn = "postgresql:///x"\n[worker]\nprocesses = "auto"')
+    assert cfg.worker.processes == "auto"
+    assert cfg.worker.process_count == len(os.sched_getaffinity(0))
+    assert load_text('[database]\ndsn = "postgresql:///x"').worker.process_count == 1

@@ -42,6 +42,7 @@ class Worker:
 
     def __init__(self, life: Lifecycle) -> None:
         self.life = life
+        self.giveback = self  # what the heartbeat asks of giveback.py, here
 
     def let_go(self, given_up: list[Held]) -> None:
         raise AssertionError(f"nothing is lost here: {given_up}")

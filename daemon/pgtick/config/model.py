@@ -24,6 +24,8 @@ from pgtick.config.schema import (
     DEFAULT_LOG_LEVEL,
     DEFAULT_LOOKAHEAD_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_MEMORY_MIB,
+    DEFAULT_MAX_RUNS_PER_PROCESS,
     DEFAULT_METRICS_LISTEN,
     DEFAULT_ON_PAUSE,
     DEFAULT_OTHER_JOB_TYPES,
@@ -33,6 +35,7 @@ from pgtick.config.schema import (
     DEFAULT_POOL_SIZE,
     DEFAULT_PREFETCH,
     DEFAULT_PRIORITY,
+    DEFAULT_PROCESSES,
     DEFAULT_REAPER_INTERVAL_SECONDS,
     DEFAULT_RETAIN_AUDIT_SECONDS,
     DEFAULT_RETAIN_CANCELLED_SECONDS,
@@ -55,7 +58,7 @@ from pgtick.config.schema import (
     DEFAULT_WEB_TOKEN_FILE,
     DEFAULT_WEB_VIEWER_TOKEN_FILE,
 )
-from pgtick.config.values import Rate, split_listen
+from pgtick.config.values import AUTO, Rate, cpus_available, split_listen
 from pgtick.observability.redact import redact_dsn
 
 # The package re-exports these (``from pgtick.config import Config``).
@@ -110,6 +113,9 @@ class WorkerConfig:
     """
 
     threads: int = DEFAULT_THREADS
+    processes: int | str = DEFAULT_PROCESSES  # or "auto": see ``process_count``
+    max_runs_per_process: int = DEFAULT_MAX_RUNS_PER_PROCESS
+    max_memory_mib: int = DEFAULT_MAX_MEMORY_MIB
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
     poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS
@@ -118,6 +124,11 @@ class WorkerConfig:
     prefetch: int = DEFAULT_PREFETCH
     refuse_undeclared_job_types: bool = False
     service: str = DEFAULT_SERVICE
+
+    @property
+    def process_count(self) -> int:
+        """Worker processes to run on this machine ("auto": one per CPU it may use)."""
+        return cpus_available() if self.processes == AUTO else int(self.processes)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from pgtick.config.values import (
     optional_string,
     payload,
     payload_field,
+    process_count,
     rate,
     schema,
     string,
@@ -48,6 +49,13 @@ MAX_POOL_SIZE = 1000
 
 DEFAULT_THREADS = 8
 MAX_THREADS = 1024
+# Worker processes per daemon (docs/architecture.md, "The process model", says why 1): each
+# one brings its own pools, so the default keeps a fleet's connections and memory as they were.
+DEFAULT_PROCESSES = 1
+MAX_PROCESSES = 256
+# Recycling of worker processes (0: never): after this many finished runs, or this RSS.
+DEFAULT_MAX_RUNS_PER_PROCESS = 0
+DEFAULT_MAX_MEMORY_MIB = 0
 DEFAULT_LEASE_SECONDS = 60.0
 # A shorter lease expires while a healthy run waits for its heartbeat's round trip.
 MIN_LEASE_SECONDS = 1.0
@@ -192,7 +200,7 @@ KEYS: tuple[Key, ...] = (
         "connections in the pool, shared by the worker threads and the loops"),
 
     Key(WORKER, "threads", f"integer 1-{MAX_THREADS}", DEFAULT_THREADS, integer(1, MAX_THREADS),
-        "handlers running at once"),
+        "handlers running at once, per worker process"),
     Key(WORKER, "lease", DURATION, DEFAULT_LEASE_SECONDS, _LEASE,
         "how long a claimed run is ours without a heartbeat"),
     Key(WORKER, "heartbeat", DURATION, DEFAULT_HEARTBEAT_SECONDS, _SECONDS,
@@ -214,6 +222,18 @@ KEYS: tuple[Key, ...] = (
     Key(WORKER, "refuse_undeclared_job_types", "boolean", False, flag,
         "`pgtick enqueue` refuses (exit 2) a job type this config does not declare; the SQL "
         "and Python enqueue do not read the config"),
+    Key(WORKER, "processes", f'integer 1-{MAX_PROCESSES}, or "auto"', DEFAULT_PROCESSES,
+        process_count(MAX_PROCESSES),
+        'worker processes, each with worker.threads threads and its own connections; "auto" = '
+        "the CPUs this process may run on; above 1 a supervisor process owns the ticker, the "
+        "reaper, the HTTP listeners and the signals"),
+    Key(WORKER, "max_runs_per_process", "integer >= 0", DEFAULT_MAX_RUNS_PER_PROCESS,
+        integer(0),
+        "with processes above 1: a worker process finishing this many runs is drained and "
+        "replaced (a handler that leaks); 0: never"),
+    Key(WORKER, "max_memory_mib", "integer >= 0", DEFAULT_MAX_MEMORY_MIB, integer(0),
+        "with processes above 1: a worker process whose resident memory passes this many MiB "
+        "is drained and replaced; 0: never"),
 
     Key(TICKER, "interval", DURATION, DEFAULT_TICK_INTERVAL_SECONDS, _SECONDS,
         "how often schedules are materialized (plus an early wake before a due run)"),

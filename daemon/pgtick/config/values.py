@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+import os
 import re
 from collections.abc import Callable, Mapping
 from datetime import date, time
@@ -183,6 +184,30 @@ def integer(low: int, high: int = MAX_INT4, why: str = "") -> Checker:
         return value
 
     return parse
+
+
+AUTO = "auto"
+
+
+def process_count(high: int) -> Checker:
+    """An integer 1..high, or "auto" (kept as such: it is counted on the machine that runs)."""
+
+    def parse(key: str, value: Any) -> int | str:
+        if value == AUTO:
+            return AUTO
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+            raise ConfigError(f'{key}: expected an integer 1-{high} or "auto", got {show(value)}')
+        return value
+
+    return parse
+
+
+def cpus_available() -> int:
+    """The CPUs this process may run on (its affinity: a cgroup's cpuset, taskset)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 class Rate(NamedTuple):

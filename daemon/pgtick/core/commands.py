@@ -51,8 +51,10 @@ REAP_TIMEOUT_SECONDS = 5.0
 FINAL_DRAIN_ROUNDS = 16
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
-# systemd hands these to pgtick alone; a child inheriting them could speak for the daemon.
-PRIVATE_ENV_VARS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+# systemd hands these to pgtick alone; a child inheriting them could speak for the daemon; and
+# with worker.processes above 1, a command using prometheus_client would write its series into
+# the daemon's /metrics (metrics.py).
+PRIVATE_ENV_VARS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "PROMETHEUS_MULTIPROC_DIR")
 # A run's trace context is its own (the caller's env), never the daemon's inherited one.
 TRACE_ENV_VARS = ("TRACEPARENT", "TRACESTATE")
 

@@ -20,11 +20,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from pgtick.storage.store import ClaimType, JobTypeControl
+from pgtick.storage.store import ClaimType, JobTypeControl, RunStore
 
 # With a LISTEN connection, a missed `!controls` NOTIFY (none should be: a reconnect re-reads)
 # is made up for within this long.
 SAFETY_REFRESH_SECONDS = 60.0
+# Due runs held back by a concurrency or rate limit are asked for again this often (sooner
+# when a NOTIFY says a slot came free): a rate window frees up with no event to announce it.
+FLOW_WAIT_SECONDS = 0.1
+MIN_RATE_WAIT_SECONDS = 0.001
 
 
 def with_controls(
@@ -92,3 +96,50 @@ class ControlsClock:
         self._stale.clear()
         self._read_at = time.monotonic()
         self.reads += 1
+
+
+class ClaimTypes:
+    """What the dispatcher claims with: the config's claim types (``base``) less the paused,
+    with the limits operators override, and what follows from them. Read by the worker's
+    threads, replaced whole by the dispatcher's ``apply``."""
+
+    def __init__(self, base: Sequence[ClaimType], poll_interval_seconds: float) -> None:
+        self.base = list(base)
+        self.clock = ControlsClock(poll_interval_seconds)
+        self.paused: frozenset[str] = frozenset()
+        self._set(self.base)
+
+    def _set(self, types: list[ClaimType]) -> None:
+        self.types = types
+        self.claimable = sorted(t.job_type for t in types)  # handled and not paused
+        # Types with a limit: a slot they free is announced to the fleet (NOTIFY), and a
+        # claim that finds their due runs held back waits instead of asking again at once.
+        self.limited = frozenset(t.job_type for t in types if t.limited)
+        # Types whose finished runs free a key's slot (a per-key rate frees with time:
+        # ClaimBounds puts its bounds back instead).
+        self.keyed = frozenset(t.job_type for t in types if t.max_running_per_key)
+        self.key_windows = {t.job_type: t.rate_per_key[1] for t in types if t.rate_per_key}
+
+    def apply(self, controls: Mapping[str, JobTypeControl]) -> frozenset[str]:
+        """Claim by these controls from now on; returns the types paused by them just now."""
+        types, paused = with_controls(self.base, controls)
+        newly = paused - self.paused
+        self.paused = paused
+        self._set(types)
+        return newly
+
+    def held_back_wait(self, store: RunStore, empty_claims: int, poll_seconds: float) -> float:
+        """Due runs the last claim did not take: held back by a limit, row-locked by another
+        session, or taken by another daemon meanwhile. Claim again when a slot frees (a
+        NOTIFY, or a run of ours finishing), when a saturated rate window next allows a
+        start, or after a short wait (an idle daemon probed and claimed at once again, some
+        2 000 times a second, while another session held a due run's row lock)."""
+        wait = FLOW_WAIT_SECONDS
+        if not self.limited:
+            # Nothing of ours frees such a run: doubling waits, up to the poll interval.
+            doubled = FLOW_WAIT_SECONDS * 2.0 ** min(empty_claims - 1, 16)
+            return min(poll_seconds, max(FLOW_WAIT_SECONDS, doubled))
+        free_in = store.rate_free_in(self.types)
+        if free_in is not None:
+            wait = min(wait, max(MIN_RATE_WAIT_SECONDS, free_in))
+        return wait

@@ -103,7 +103,7 @@ class Heartbeat:
         gone = (set(leases) - beat.held - beat.busy) | (beat.cancelled & set(leases))
         if gone:
             attempts = {rid: leases[rid].attempt for rid in gone}
-            self._worker.let_go(life.lost(gone, beat.cancelled & gone, attempts))
+            self._worker.giveback.let_go(life.lost(gone, beat.cancelled & gone, attempts))
         # A beat of the blocked runs only re-checked nothing else: with them renewed, every
         # lease is known renewed as of the last full beat.
         blocking = life.confirm(
@@ -121,7 +121,7 @@ class Heartbeat:
         if blocked:
             self._worker.wake()  # the dispatcher waited for this beat to claim again
         self.last_success_at = time.monotonic()
-        self._worker.release_stale(self._store)
+        self._worker.giveback.release_stale(self._store)
 
     def beaten(self, now: float, *, full: bool) -> float:
         """A beat (``full``: of every lease) at ``now`` went through: when to beat next. The
@@ -163,6 +163,6 @@ class Heartbeat:
                         log.warning("heartbeat_failed", error=str(exc), retry_in=delay)
                     next_beat = now + delay
             self._nudged.clear()  # before looking: a run started after this wakes us
-            deadline = self._worker.expire_timeouts()
+            deadline = self._worker.giveback.expire_timeouts()
             wake_at = next_beat if deadline is None else min(next_beat, deadline)
             self._nudged.wait(max(MIN_WAIT_SECONDS, wake_at - time.monotonic()))

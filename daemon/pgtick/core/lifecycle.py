@@ -37,116 +37,43 @@ A transition asked for in any other state is refused (it returns False or None a
 nothing): races between a handler, the heartbeat and a timeout are normal, and the state
 decides which of them wins.
 
-``Lifecycle`` is one class of some 480 lines, and this module past 500, on purpose: every
-transition reads and writes the same table of held runs under the same lock, and splitting it
-would put that lock (and the answer to "who may write this result") in two places.
+``Lifecycle`` stays one class (some 430 lines) on purpose: every transition reads and writes
+the same table of held runs under the same lock, and splitting it would put that lock (and the
+answer to "who may write this result") in two places. What is not a transition lives apart:
+the held run and its states (held.py), the counting of outcomes (tally.py).
 """
 
 from __future__ import annotations
 
-import collections
-import enum
-import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 import structlog
 
 from pgtick.core import handlers
-from pgtick.core.handlers import JobContext, JobType, Outcome
+from pgtick.core.handlers import Outcome
+from pgtick.core.held import (
+    LEASE_WAIT_SECONDS,
+    UNSTARTED_MAX_WAIT_SECONDS,
+    WRITING,
+    DrainReport,
+    Held,
+    HeldTable,
+    State,
+)
+from pgtick.core.tally import Tally
 from pgtick.observability.metrics import Metrics
-from pgtick.storage.store import ClaimedRun, FailResult, Lease
+from pgtick.storage.store import FailResult
+
+# Held, State and the constants are read from here too (the worker, the tests).
+__all__ = ["UNSTARTED_MAX_WAIT_SECONDS", "DrainReport", "Held", "Lifecycle", "State"]
 
 log = structlog.get_logger("pgtick.lifecycle")
-# One line per run outcome; successes only at DEBUG (the attempts table and the metrics
-# already record every run, and an INFO line per success would be the largest per-run cost).
-RUNS_LOGGER = "pgtick.runs"
-runs_log = structlog.get_logger(RUNS_LOGGER)
 
 
-class State(enum.Enum):
-    CLAIMED = "claimed"  # accepted from a claim, waiting for a thread
-    RUNNING = "running"  # a thread runs its handler
-    COMMITTING = "committing"  # ctx.transaction() is committing the run's success
-    COMMITTED = "committed"  # the success is committed; the handler may still be returning
-    FINISHING = "finishing"  # an outcome is on its way to the database
-    # Past its timeout, its Python handler not returned yet: held until it does, then the
-    # timeout's failure is written (whatever the handler returned).
-    TIMED_OUT = "timed_out"
-    LOST = "lost"  # the lease is gone (lost or cancelled): the handler's result is dropped
-    INTERRUPTED = "interrupted"  # stopped by the drain: to be released
-    RELEASING = "releasing"  # being given back to the queue
-
-
-# How long a claimed run waits for a thread before it goes back to the queue (checked at each
-# heartbeat): runs are claimed ahead for the threads to start within milliseconds, so one
-# still waiting after this is held back by handlers that turned out slow.
-UNSTARTED_MAX_WAIT_SECONDS = 1.0
-# How often a thread about to start a run whose lease is unconfirmed looks again.
-LEASE_WAIT_SECONDS = 0.5
-
-# States in which the database still holds the run for us: the heartbeat renews these.
-LEASED = frozenset(
-    {
-        State.CLAIMED,
-        State.RUNNING,
-        State.COMMITTING,
-        State.TIMED_OUT,
-        State.FINISHING,
-        State.INTERRUPTED,
-        State.RELEASING,
-    }
-)
-
-# States in which our own write of the run's outcome (or its release) may hold its row lock.
-WRITING = frozenset({State.COMMITTING, State.FINISHING, State.RELEASING})
-
-
-@dataclass(eq=False)
-class Held:
-    """A run this process holds, from claim until its result is written or it is let go."""
-
-    run: ClaimedRun
-    ctx: JobContext
-    job_type: JobType
-    state: State = State.CLAIMED
-    started_at: float | None = None  # monotonic, when a thread picked it up
-    deadline: float | None = None  # monotonic, Python handlers with a timeout
-    expired: Outcome | None = None  # past the deadline: the failure to write once it returns
-    handler_active: bool = False  # a thread is inside its handler right now
-    # "lost": the lease is gone; "cancelled": an operator cancelled the run, which stays ours
-    # until we let go of it. Set by the heartbeat (or a newer claim of the same run).
-    gone: str | None = None
-    claimed_at: float = 0.0  # monotonic, when accepted
-    lease_until: float = math.inf  # monotonic: the lease surely lasts until then
-
-    @property
-    def id(self) -> int:
-        return self.run.id
-
-    @property
-    def is_command(self) -> bool:
-        return self.job_type.command is not None
-
-
-@dataclass(frozen=True)
-class DrainReport:
-    """What the drain leaves behind, for its last log line."""
-
-    release: list[Held]  # to give back to the queue: no handler of ours runs them
-    left_running: list[Held]  # command handlers whose process group may still be alive
-    # Python runs past their timeout whose handlers never returned (they die with this
-    # process): the timeout's failure to write.
-    timed_out: list[Held] = field(default_factory=list)
-    # Python handlers still running (they ignore the cancel): given back as the process's
-    # last act, held off for a moment, since they run until it ends.
-    at_exit: list[Held] = field(default_factory=list)
-
-
-class Lifecycle:
+class Lifecycle(HeldTable):
     """Every run held by this process, and the only code that changes their state."""
 
     def __init__(
@@ -157,74 +84,22 @@ class Lifecycle:
         log_each_run: bool = False,
         min_lease_seconds: float = math.inf,
     ) -> None:
+        super().__init__(clock, min_lease_seconds)
         self._metrics = metrics
-        self._clock = clock
-        self._min_lease = min_lease_seconds
-        self._confirmed_at = clock()  # when the last heartbeat that renewed every lease left
-        self._last_start = -math.inf  # monotonic, the latest start()
-        # `pgtick demo` shows every success at INFO; a production daemon only counts them
-        # (at DEBUG, which a batch of results looks up once rather than formatting a line
-        # per run for nothing).
-        self._log_each_run = log_each_run
-        self._log_success = runs_log.info if log_each_run else runs_log.debug
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._held: dict[int, Held] = {}
-        # Copies replaced by a new claim of the same run whose handler has not returned yet
-        # (the lease expired during an outage and the run was reaped): the new copy waits.
-        self._replaced: dict[int, Held] = {}
         # Called when a run with a timeout starts (the heartbeat sets it: it enforces them).
         self.on_deadline: Callable[[], None] = lambda: None
-        self._active = 0  # threads inside a handler
         metrics.count_busy(lambda: self._active)
-        self._waiting = 0  # runs held in CLAIMED: waiting for a thread
-        self._active_commands = 0  # of which run a command handler
-        self._closed = False  # no more claims accepted
-        self._interrupting = False  # the drain told handlers to stop
-        self._tally: dict[str, collections.Counter[str]] = collections.defaultdict(
-            collections.Counter
-        )
-        self.finished_total = 0
-
-    # -- reading ------------------------------------------------------------------------------
-
-    def state(self, run_id: int) -> State | None:
-        with self._lock:
-            held = self._held.get(run_id)
-            return None if held is None else held.state
-
-    def held_count(self) -> int:
-        with self._lock:
-            return len(self._held)
+        self.tally = Tally(metrics, log_each_run)  # the counters, the summary and run lines
 
     @property
-    def active(self) -> int:
-        """Threads inside a handler now."""
-        return self._active
+    def finished_total(self) -> int:
+        """Attempts ended here (a release is not an end)."""
+        return self.tally.finished_total
 
-    def occupied(self) -> int:
-        """Runs that have a thread or wait for one: what the claims are bounded by."""
-        return self._active + self._waiting
+    def take_summary(self) -> dict[str, dict[str, int]]:
+        return self.tally.take_summary()
 
-    def since_last_start(self) -> float:
-        """Seconds since a thread last started a handler."""
-        return self._clock() - self._last_start
-
-    def leases(self) -> dict[int, Lease]:
-        """{run id: lease} of every run the database holds for us: those in a leased state
-        not found gone, and those an operator cancelled that we have not let go of yet."""
-        with self._lock:
-            return {
-                rid: Lease(rid, h.run.attempt, h.job_type.lease_seconds)
-                for rid, h in self._held.items()
-                if (h.state in LEASED and h.gone != "lost")
-                or (h.state is State.LOST and h.gone == "cancelled")
-            }
-
-    def lease_ends(self, run_ids: Iterable[int]) -> list[float]:
-        """The (monotonic) ends of these runs' leases as last known renewed, of those held."""
-        with self._lock:
-            return [h.lease_until for rid in run_ids if (h := self._held.get(rid)) is not None]
+    # -- the heartbeat's knowledge of the leases ----------------------------------------------
 
     def confirm(
         self, sent_at: float, renewed: Iterable[int], skipped: Iterable[int] = ()
@@ -248,12 +123,6 @@ class Lifecycle:
                     held.lease_until = max(held.lease_until, sent_at + held.job_type.lease_seconds)
             self._changed.notify_all()
             return blocking
-
-    def may_claim(self) -> bool:
-        """False while a lease we hold may have expired unnoticed (the heartbeat could not
-        renew it): a claim now could take again a run this process still holds."""
-        with self._lock:
-            return not self._held or self._clock() < self._confirmed_at + self._min_lease
 
     # -- claiming and starting ----------------------------------------------------------------
 
@@ -292,10 +161,7 @@ class Lifecycle:
                     held.job_type.lease_seconds
                 )
                 self._held[held.id] = held
-        for old in replaced:
-            runs_log.warning("run_reclaimed_while_running", **_fields(old))
-        for old in superseded:
-            self._record(old, "lost", None)
+        self.tally.replaced(replaced, superseded)
         return []
 
     def start(self, held: Held) -> bool:
@@ -404,18 +270,7 @@ class Lifecycle:
                 gone = held.gone or "lost"
             else:
                 return None  # FINISHING: the drain is writing its timeout's failure
-        if gone is None:
-            if outcome.kind != "succeeded":
-                runs_log.warning(
-                    "handler_error_after_commit",
-                    run_id=held.id,
-                    job_type=held.run.job_type,
-                    error=outcome.error,
-                )
-            self._record(held, "succeeded", duration)
-            self._log_success("run_succeeded", **_fields(held), duration=round(duration, 6))
-        else:
-            self._record(held, gone, duration)
+        self.tally.returned(held, gone, outcome, duration)
         return None
 
     def _returned(self, held: Held) -> None:
@@ -498,14 +353,7 @@ class Lifecycle:
                 elif held.state in (State.FINISHING, State.RELEASING):
                     held.gone = held.gone or reason  # no longer renewed; the write decides
             self._changed.notify_all()  # a thread waiting to start one of them gives up
-        for held in given_up:
-            if held.gone == "lost":
-                self._metrics.lease_lost(held.run.job_type)
-                runs_log.warning("lease_lost", **_fields(held))
-            else:
-                runs_log.info("run_cancelled", **_fields(held))
-            if held.state not in (State.LOST, State.FINISHING):  # never started: counted now
-                self._record(held, "lost", None)
+        self.tally.given_up(given_up)
         return given_up
 
     # -- the completer ----------------------------------------------------------------------------
@@ -523,29 +371,7 @@ class Lifecycle:
         let_go = set(let_go)
         with self._lock:
             mine = [item for item in batch if self._take_written(item[0])]
-        log_each = self._log_each_run or logging.getLogger(RUNS_LOGGER).isEnabledFor(logging.DEBUG)
-        ok: list[tuple[Held, float | None]] = []
-        for held, outcome, duration in mine:
-            if outcome.kind == "succeeded" and held.id in succeeded:
-                ok.append((held, duration))
-                if log_each:
-                    self._log_success(
-                        "run_succeeded", **_fields(held), duration=round(duration or 0.0, 6)
-                    )
-            elif held.id in failed:
-                self._failed(held, outcome, duration, failed[held.id])
-            elif held.gone == "cancelled" or held.id in let_go:
-                # Cancelled by an operator: seen by the heartbeat (logged then), or only now
-                # that the write found the run cancelled.
-                self._record(held, "cancelled", duration)
-                if held.gone != "cancelled":
-                    runs_log.info("run_cancelled", **_fields(held), at="finish")
-            else:
-                self._metrics.lease_lost(held.run.job_type)
-                self._record(held, "lost", duration)
-                runs_log.warning("lease_lost", **_fields(held), at="finish")
-        if ok:
-            self._record_many("succeeded", ok)
+        self.tally.written(mine, succeeded, failed, let_go)
 
     def _take_written(self, held: Held) -> bool:
         """Under the lock: whether a result written for ``held`` is ours to record (it was
@@ -559,23 +385,6 @@ class Lifecycle:
             held.state = State.LOST
             return True
         return False
-
-    def _failed(
-        self, held: Held, outcome: Outcome, duration: float | None, result: FailResult
-    ) -> None:
-        self._record(held, "failed", duration, dead=result.status == "dead")
-        if result.status == "dead":
-            runs_log.error(
-                "run_dead", **_fields(held), error_type=outcome.error_type, error=outcome.error
-            )
-        else:
-            runs_log.warning(
-                "run_failed",
-                **_fields(held),
-                error_type=outcome.error_type,
-                error=outcome.error,
-                retry_at=result.run_at.isoformat(),
-            )
 
     # -- shutdown -------------------------------------------------------------------------------
 
@@ -672,46 +481,6 @@ class Lifecycle:
                     mine.append(held)
         for held in mine:
             if held.id in released_ids:
-                self._record(held, "released", None)
+                self.tally.record(held, "released", None)
             elif held.id in let_go:
-                self._record(held, "cancelled", None)
-
-    # -- counting -------------------------------------------------------------------------------
-
-    def _record(self, held: Held, outcome: str, duration: float | None, dead: bool = False) -> None:
-        self._record_many(outcome, [(held, duration)], "dead" if dead else outcome)
-
-    def _record_many(
-        self, outcome: str, ended: list[tuple[Held, float | None]], tally: str | None = None
-    ) -> None:
-        """Count attempts that ended with ``outcome`` (in the summary's tally as ``tally``):
-        the metrics once per job type, the tally under one lock; a batch of successes is
-        counted in one call."""
-        durations: dict[str, list[float | None]] = collections.defaultdict(list)
-        for held, duration in ended:
-            durations[held.run.job_type].append(duration)
-        for job_type, seconds in durations.items():
-            self._metrics.attempts_finished(job_type, outcome, seconds)
-        with self._lock:
-            for job_type, seconds in durations.items():
-                self._tally[job_type][tally or outcome] += len(seconds)
-            if outcome != "released":
-                self.finished_total += len(ended)
-
-    def take_summary(self) -> dict[str, dict[str, int]]:
-        """{job type: {outcome: count}} since the last call, for the periodic summary line."""
-        with self._lock:
-            tally, self._tally = self._tally, collections.defaultdict(collections.Counter)
-        return {jt: dict(c) for jt, c in sorted(tally.items()) if c}
-
-
-def _fields(held: Held) -> dict[str, object]:
-    fields: dict[str, object] = {
-        "run_id": held.id,
-        "job_type": held.run.job_type,
-        "attempt": held.run.attempt,
-    }
-    ids = held.ctx.trace_ids
-    if ids is not None:
-        fields["trace_id"], fields["span_id"] = ids
-    return fields
+                self.tally.record(held, "cancelled", None)

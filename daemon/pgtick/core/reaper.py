@@ -136,6 +136,28 @@ class Reaper:
             self._next_worker_reap = time.monotonic() + WORKER_REAP_EVERY_SECONDS
         return len(reaped)
 
+    def reap_holder(self, worker_id: str) -> int:
+        """A worker process of this daemon died (worker.processes above 1): recover its runs
+        now, by its worker id, rather than after their leases. Only Python handlers' runs: a
+        command's process group may outlive the worker process, so its runs wait for their
+        leases as after a daemon's death. Returns how many runs were recovered."""
+        python_types = sorted(n for n, jt in self._job_types.items() if jt.command is None)
+        reaped, let_go = self._store.reap_holder(worker_id, python_types, self._delay_for)
+        for run in reaped:
+            log.warning(
+                "run_reaped",
+                run_id=run.id,
+                job_type=run.job_type,
+                status=run.status,
+                holder=run.worker_id,
+                runs_again=run.status == "failed",
+                reason="worker process died",
+            )
+        if let_go:
+            log.info("cancelled_runs_let_go", count=let_go, reason="worker process died")
+        self._store.deregister_worker(worker_id)
+        return len(reaped)
+
     def prune_once(self) -> int:
         """Drop the partitions of terminal runs (and their attempts and output) older than
         their status's retention, and create those ahead; returns the runs dropped."""

@@ -10,10 +10,11 @@ guarded by its claim (worker id and attempt). Which result may be written,
 and when a run stops being held, is the lifecycle's decision (lifecycle.py). No transaction
 is open while a handler runs, unless the handler opens one with ``ctx.transaction()``.
 
-``Worker`` stays one class (some 350 lines): the dispatcher, the handler threads and the
+``Worker`` stays one class (some 330 lines): the dispatcher, the handler threads and the
 drain share one queue of runs to start, one condition and one capacity count, and each
 claim's size is computed from all three; split, that count would be read from state another
-class owns.
+class owns. Around it: what the claims ask for (``controls.ClaimTypes``) and the runs given
+back without a handler's result (``giveback.Giveback``).
 """
 
 from __future__ import annotations
@@ -22,22 +23,23 @@ import collections
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 import structlog
 
 from pgtick.config import JobTypeConfig, WorkerConfig
 from pgtick.core import handlers
-from pgtick.core.completer import Completer, Result, announce_freed, limited_among
-from pgtick.core.controls import ControlsClock, with_controls
+from pgtick.core.completer import Completer
+from pgtick.core.controls import ClaimTypes
+from pgtick.core.giveback import Giveback
 from pgtick.core.handlers import JobType
 from pgtick.core.keyset import ClaimBounds
-from pgtick.core.lifecycle import UNSTARTED_MAX_WAIT_SECONDS, Held, Lifecycle, State
+from pgtick.core.lifecycle import Held, Lifecycle
 from pgtick.core.output import Flusher
 from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
-from pgtick.observability.tracing import Tracing
+from pgtick.observability.tracing import Attempt, Tracing
 from pgtick.storage.db import retry_delay
 from pgtick.storage.store import ClaimedRun, ClaimType, RunStore
 
@@ -51,10 +53,6 @@ BACKLOG_WAIT_SECONDS = 0.005
 # A claim that started this long before a NOTIFY arrived and found runs may have taken the
 # runs the NOTIFY announces (the commit comes first, its NOTIFY a moment later).
 NOTIFY_SLACK_SECONDS = 0.05
-# Due runs held back by a concurrency or rate limit are asked for again this often (sooner
-# when a NOTIFY says a slot came free): a rate window frees up with no event to announce it.
-FLOW_WAIT_SECONDS = 0.1
-MIN_RATE_WAIT_SECONDS = 0.001
 
 log = structlog.get_logger("pgtick.worker")
 
@@ -71,6 +69,37 @@ def claim_type(config: JobTypeConfig, lease_seconds: float) -> ClaimType:
         rate=config.rate,
         rate_per_key=config.rate_per_key,
     )
+
+
+def prefetch_ahead(cfg: WorkerConfig, life: Lifecycle, avg: float | None) -> int:
+    """How many runs to hold ahead of free threads now that there is a backlog: up to
+    ``worker.prefetch``, fewer the longer recent handlers took (``avg``, seconds), none before
+    any finished."""
+    if avg is None or cfg.prefetch == 0:
+        return 0
+    if life.active >= cfg.threads:
+        # Every thread is busy: none frees up sooner than the youngest handler has run
+        # already, so a handler that blocks stops the claiming ahead.
+        avg = max(avg, life.since_last_start())
+    startable = cfg.threads * PREFETCH_HORIZON_SECONDS / max(avg, 1e-6)
+    return min(cfg.prefetch, int(startable))
+
+
+def run_handler(held: Held, tracing: Tracing) -> tuple[handlers.Outcome, Attempt, float]:
+    """Run a started run's handler (its payload parsed here, in the thread that runs it):
+    the outcome, the attempt's span, the handler's duration. A payload Python cannot read
+    (the database took it) fails its run."""
+    run = held.run
+    attempt = tracing.attempt(
+        run.job_type, run.id, run.attempt, run.max_attempts, run.traceparent, run.started_at
+    )
+    try:
+        payload = run.payload
+    except (ValueError, RecursionError) as exc:
+        outcome = handlers.unreadable_payload(held.ctx, exc)
+    else:
+        outcome = handlers.execute(held.ctx, held.job_type, payload, attempt)
+    return outcome, attempt, time.monotonic() - (held.started_at or time.monotonic())
 
 
 class Worker:
@@ -99,23 +128,18 @@ class Worker:
         self._cfg = cfg
         self._job_types = dict(job_types)
         self._metrics = metrics
-        # The config's claim types; those claimed with: less the paused, with the limits
+        # What the claims ask for: the config's types, less the paused, with the limits
         # operators override (controls.py, read by the dispatcher).
-        self._base_types = [
-            claim_type(jt.config, jt.lease_seconds) for jt in self._job_types.values()
-        ]
-        self._claim_types = list(self._base_types)
-        self.paused: frozenset[str] = frozenset()
-        self.controls = ControlsClock(cfg.poll_interval_seconds)
-        # Types with a limit: a slot they free is announced to the fleet (NOTIFY), and a
-        # claim that finds their due runs held back waits instead of asking again at once.
-        self.limited = frozenset(t.job_type for t in self._claim_types if t.limited)
+        self.types = ClaimTypes(
+            [claim_type(jt.config, jt.lease_seconds) for jt in self._job_types.values()],
+            cfg.poll_interval_seconds,
+        )
+        self.controls = self.types.clock
         # The last claim found nothing though runs were due: held back by a limit, or
         # row-locked by another session (a claim skips those). The next waits a moment.
         self._held_back = False
         self._empty_claims = 0  # claims in a row that found nothing
         self.handled = sorted(self._job_types)
-        self._claimable = list(self.handled)  # handled and not paused
         leases = [jt.lease_seconds for jt in self._job_types.values()]
         self.life = Lifecycle(
             metrics, log_each_run=log_each_run, min_lease_seconds=min(leases, default=math.inf)
@@ -123,9 +147,7 @@ class Worker:
         self._local: collections.deque[Held] = collections.deque()  # claimed, to start
         # Where each type's claim scan starts (keyset.py); a per-key rate's window says when a
         # bound its claims passed is put back.
-        self.bounds = ClaimBounds(
-            {t.job_type: t.rate_per_key[1] for t in self._claim_types if t.rate_per_key}
-        )
+        self.bounds = ClaimBounds(self.types.key_windows)
         self._cond = threading.Condition()
         self._wake = threading.Event()
         self._notified = threading.Event()  # woken by a NOTIFY since the last claim
@@ -133,16 +155,20 @@ class Worker:
         self._hit_at = -math.inf  # monotonic: when the last claim that found runs started
         self._stop_claiming = threading.Event()
         self._closing = False
-        # Types whose finished runs free a key's slot (a per-key rate frees with time:
-        # ClaimBounds puts its bounds back instead).
-        self._keyed = frozenset(t.job_type for t in self._claim_types if t.max_running_per_key)
-        self.completer = Completer(store, worker_id, self.life, metrics, self.limited, self._keyed)
+        self.completer = Completer(
+            store, worker_id, self.life, metrics, self.types.limited, self.types.keyed
+        )
+        self.giveback = Giveback(
+            store, worker_id, self.life, self.completer, self.bounds, self.types, metrics
+        )
         self._threads: list[threading.Thread] = []
         self._dispatcher: threading.Thread | None = None
         self._completer: threading.Thread | None = None
         self.dispatcher_alive_at = time.monotonic()
         self.claimed_total = 0
         self.released_after_close = 0  # claims that landed after the drain began
+        # A claim came back full: more is due than this process takes (service/child.py).
+        self.on_backlog: Callable[[], None] = lambda: None
         self._avg_duration: float | None = None  # seconds, recent handlers (None: none yet)
 
     # -- threads ------------------------------------------------------------------------------
@@ -199,17 +225,7 @@ class Worker:
     # -- claiming -----------------------------------------------------------------------------
 
     def prefetch_now(self) -> int:
-        """How many runs to hold ahead of free threads now that there is a backlog: up to
-        ``worker.prefetch``, fewer the longer recent handlers took, none before any finished."""
-        avg = self._avg_duration
-        if avg is None or self._cfg.prefetch == 0:
-            return 0
-        if self.life.active >= self._cfg.threads:
-            # Every thread is busy: none frees up sooner than the youngest handler has run
-            # already, so a handler that blocks stops the claiming ahead.
-            avg = max(avg, self.life.since_last_start())
-        startable = self._cfg.threads * PREFETCH_HORIZON_SECONDS / max(avg, 1e-6)
-        return min(self._cfg.prefetch, int(startable))
+        return prefetch_ahead(self._cfg, self.life, self._avg_duration)
 
     def _capacity(self, backlog: bool) -> int:
         ahead = self.prefetch_now() if backlog else 0
@@ -262,10 +278,14 @@ class Worker:
             if idle and not self.bounds.look_due():
                 # Idle: one cheap probe per poll, and a claim only when something is due
                 # (a NOTIFY wakes us and claims at once) or a look back is (keyset.py).
-                due_in = store.next_due_in(self._claimable, self.bounds.probe_lows())
+                due_in = store.next_due_in(self.types.claimable, self.bounds.probe_lows())
                 if due_in is not None and due_in <= 0 and self._held_back:
                     self._held_back = False
-                    idle = not self._wake.wait(self._held_back_wait(store))
+                    idle = not self._wake.wait(
+                        self.types.held_back_wait(
+                            store, self._empty_claims, self._cfg.poll_interval_seconds
+                        )
+                    )
                     continue
                 if due_in is None or due_in > 0:
                     wait = self._cfg.poll_interval_seconds
@@ -281,7 +301,7 @@ class Worker:
             self._notified.clear()
             lows, looks = self.bounds.for_claim()
             runs, behind = store.claim_looking(
-                self.worker_id, self._claim_types, capacity, lows, looks
+                self.worker_id, self.types.types, capacity, lows, looks
             )
             self._metrics.claimed(time.monotonic() - sent_at)
             self._held_back = not runs
@@ -295,7 +315,7 @@ class Worker:
                 # (a run committed long after its run_at, behind the bound): rescan.
                 self.bounds.missed()
             if runs:
-                self._accept(store, runs, sent_at)
+                self._accept(store, runs, sent_at, full=len(runs) == capacity)
             backlog = len(runs) == capacity
             idle = not runs and not behind
 
@@ -306,42 +326,21 @@ class Worker:
         if not self.controls.due():
             return
         self.controls.reading()
-        types, paused = with_controls(self._base_types, store.job_type_controls())
-        self._claim_types = types
-        self._claimable = sorted(t.job_type for t in types)
-        newly = paused - self.paused
-        if paused != self.paused:
-            log.info("job_types_paused", paused=sorted(paused))
-        self.paused = paused
-        self._metrics.paused(self.handled, paused)
-        self.limited = frozenset(t.job_type for t in types if t.limited)
-        self._keyed = frozenset(t.job_type for t in types if t.max_running_per_key)
-        self.completer.limits_changed(self.limited, self._keyed)
-        self.bounds.set_key_windows(
-            {t.job_type: t.rate_per_key[1] for t in types if t.rate_per_key}
-        )
+        before = self.types.paused
+        newly = self.types.apply(store.job_type_controls())
+        if self.types.paused != before:
+            log.info("job_types_paused", paused=sorted(self.types.paused))
+        self._metrics.paused(self.handled, self.types.paused)
+        self.completer.limits_changed(self.types.limited, self.types.keyed)
+        self.bounds.set_key_windows(self.types.key_windows)
         if newly:
             unstarted = [h for h in self.life.unstarted() if h.run.job_type in newly]
             if unstarted:
-                self.release(unstarted, store)
+                self.giveback.release(unstarted, store)
 
-    def _held_back_wait(self, store: RunStore) -> float:
-        """Due runs the last claim did not take: held back by a limit, row-locked by another
-        session, or taken by another daemon meanwhile. Claim again when a slot frees (a
-        NOTIFY, or a run of ours finishing), when a saturated rate window next allows a
-        start, or after a short wait (an idle daemon probed and claimed at once again, some
-        2 000 times a second, while another session held a due run's row lock)."""
-        wait = FLOW_WAIT_SECONDS
-        if not self.limited:
-            # Nothing of ours frees such a run: doubling waits, up to the poll interval.
-            doubled = FLOW_WAIT_SECONDS * 2.0 ** min(self._empty_claims - 1, 16)
-            return min(self._cfg.poll_interval_seconds, max(FLOW_WAIT_SECONDS, doubled))
-        free_in = store.rate_free_in(self._claim_types)
-        if free_in is not None:
-            wait = min(wait, max(MIN_RATE_WAIT_SECONDS, free_in))
-        return wait
-
-    def _accept(self, store: RunStore, runs: list[ClaimedRun], sent_at: float) -> None:
+    def _accept(
+        self, store: RunStore, runs: list[ClaimedRun], sent_at: float, *, full: bool = False
+    ) -> None:
         fresh = [
             Held(
                 run,
@@ -362,6 +361,8 @@ class Worker:
             self._local.extend(fresh)
             self._cond.notify(len(fresh))
         self.claimed_total += len(fresh)
+        if full:
+            self.on_backlog()  # a worker process: the supervisor wakes another one
 
     # -- running ------------------------------------------------------------------------------
 
@@ -369,25 +370,14 @@ class Worker:
         """Run claimed runs one at a time: the next waits in the shared queue, where any idle
         thread can take it, and each result goes to the writer as soon as it is known.
         Nothing else here catches: ``handlers.execute`` never raises, so an exception is a
-        bug, and the thread dies for the supervisor to see; a payload Python cannot read
-        (the database took it) fails its run instead."""
+        bug, and the thread dies for the supervisor to see."""
         while True:
             held = self._next()
             if held is None:
                 return
             if not self.life.start(held):
                 continue  # released, lost or cancelled before a thread got to it
-            run = held.run
-            attempt = self._tracing.attempt(
-                run.job_type, run.id, run.attempt, run.max_attempts, run.traceparent, run.started_at
-            )
-            try:
-                payload = run.payload  # parsed here, in the thread that runs it
-            except (ValueError, RecursionError) as exc:
-                outcome = handlers.unreadable_payload(held.ctx, exc)
-            else:
-                outcome = handlers.execute(held.ctx, held.job_type, payload, attempt)
-            duration = time.monotonic() - (held.started_at or time.monotonic())
+            outcome, attempt, duration = run_handler(held, self._tracing)
             avg = self._avg_duration  # threads race here; any recent value will do
             self._avg_duration = (
                 duration if avg is None else avg + DURATION_SMOOTHING * (duration - avg)
@@ -417,55 +407,6 @@ class Worker:
                 if not self._local:
                     return None
 
-    # -- for the heartbeat --------------------------------------------------------------------
-
-    def let_go(self, given_up: list[Held]) -> None:
-        """Hand the writer the runs given up (by the heartbeat) that we must let go of in the
-        database: cancelled by an operator before a thread started them."""
-        results: list[Result] = [
-            (held, handlers.Outcome(held.id, "cancelled"), None)
-            for held in given_up
-            if held.state is State.FINISHING
-        ]
-        if results:
-            self.completer.submit_many(results)
-
-    def release_stale(self, store: RunStore) -> int:
-        """Give back claimed runs that have waited for a thread too long (every thread is
-        held up by slow handlers): queued again, another daemon, or this one later, starts
-        them, instead of this daemon renewing their leases for as long as its threads stay
-        busy. Called by the heartbeat, on its own connection."""
-        stale = self.life.unstarted(UNSTARTED_MAX_WAIT_SECONDS)
-        if not stale:
-            return 0
-        released = self.release(stale, store)
-        log.info("unstarted_runs_released", runs=len(stale), released=released)
-        return released
-
-    def expire_timeouts(self) -> float | None:
-        """Tell Python handlers past their timeout to stop; returns the next deadline
-        (monotonic). Their runs stay held until the handlers return (the lifecycle writes
-        the failure then); the writer notes on each run that it timed out meanwhile."""
-        expired, next_deadline = self.life.expire()
-        for held in expired:
-            log.warning("run_timed_out", run_id=held.id, job_type=held.run.job_type)
-        marks: list[Result] = [
-            (held, handlers.Outcome(held.id, "timed_out", held.expired.error, "timeout"), None)
-            for held in expired
-            if held.expired is not None
-        ]
-        if marks:
-            self.completer.submit_many(marks)
-        return next_deadline
-
-    def fail_timed_out(self, runs: list[Held]) -> None:
-        """End of the drain: write the timeout's failure of Python runs whose handlers never
-        returned (they die with this process)."""
-        now = time.monotonic()
-        self.completer.submit_many(
-            [(h, h.expired, now - (h.started_at or now)) for h in runs if h.expired is not None]
-        )
-
     # -- shutdown -------------------------------------------------------------------------------
 
     def stop_claiming(self, timeout: float) -> bool:
@@ -483,37 +424,7 @@ class Worker:
         unstarted = self.life.unstarted()
         with self._cond:
             self._local.clear()
-        return self.release(unstarted)
-
-    def release(
-        self, runs: list[Held], store: RunStore | None = None, hold_seconds: float = 0.0
-    ) -> int:
-        """Give runs back to the queue (attempt not counted), due no sooner than
-        ``hold_seconds`` from now, and let go of those an operator cancelled meanwhile;
-        returns how many were released."""
-        if not runs:
-            return 0
-        store = store or self._store
-        claims = [(h.id, h.run.attempt) for h in runs]
-        released: set[int] = set()
-        let_go: set[int] = set()
-        try:
-            released = store.release(self.worker_id, claims, hold_seconds)
-            rest = [c for c in claims if c[0] not in released]
-            let_go = store.acknowledge_cancel(self.worker_id, rest) if rest else set()
-            # A run given back announces itself (release); one let go of after a cancel
-            # frees its slot as a finished run does, and is announced the same way.
-            freed = limited_among(runs, let_go, self.limited)
-            if freed:
-                announce_freed(store, freed, self._keyed)
-        except DatabaseError as exc:
-            self._metrics.db_error("release")
-            log.error("release_failed", error=str(exc), runs=len(runs))
-        for held in runs:
-            if held.id in released:  # queued again, maybe behind this daemon's own bound
-                self.bounds.lower(held.run.job_type, held.run.run_at)
-        self.life.released(runs, released, let_go)
-        return len(released)
+        return self.giveback.release(unstarted)
 
     def close(self) -> None:
         """Let idle handler threads exit, and the completer once it has written everything."""

@@ -9,11 +9,20 @@ the result writer after each batch, and every collection), because each Promethe
 takes a lock, and eight threads contending for the same few locks cost a drain of no-op runs
 about a tenth of its throughput (measured, docs/performance.md). The database-derived series
 and ``/readyz`` live in ``database.py``.
+
+With ``worker.processes`` above 1 every process of the daemon keeps its series in files of one
+private directory (prometheus_client's multiprocess mode, ``multiprocess_dir``) and the
+supervisor's ``/metrics`` reads them all, summed: each series once, a counter of a worker
+process that died kept (its file stays), the gauges of one that died dropped
+(``process_gone``). Gauges say how processes combine (``multiprocess_mode``; ignored in one
+process). The supervisor's own process series (``process_*``) are its own only; each worker
+process's resident memory is ``pgtick_worker_process_resident_memory_bytes`` by pid.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client import (
@@ -23,11 +32,14 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
+    multiprocess,
+    values,
 )
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from pgtick.observability.multiproc import MergedFiles
 from pgtick.observability.outage import DatabaseOutage
 
 ATTEMPT_OUTCOMES = ("succeeded", "failed", "lost", "cancelled", "released")
@@ -117,8 +129,26 @@ class _FlushFirst(Collector):
 class Metrics:
     """The process-local series; one instance per daemon."""
 
-    def __init__(self, job_types: Iterable[str], version: str, threads: int) -> None:
+    def __init__(
+        self,
+        job_types: Iterable[str],
+        version: str,
+        threads: int,
+        *,
+        multiprocess_dir: str | None = None,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.multiprocess_dir = multiprocess_dir
+        r = self.registry
+        if multiprocess_dir is not None:
+            # Values go to this process's files (MultiProcessValue, chosen here rather than at
+            # import: the supervisor decides after reading its config); the series objects sit
+            # on a registry of their own, never exposed, and the exposed one reads every
+            # process's files.
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiprocess_dir
+            values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
+            r = CollectorRegistry(auto_describe=True)
+            self.registry.register(MergedFiles(multiprocess_dir))
         # The loops count their database errors here and tell an outage through this.
         self.outage = DatabaseOutage()
         # (job type, start delay) of runs started since the last flush.
@@ -127,7 +157,6 @@ class Metrics:
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.job_types = tuple(job_types)
-        r = self.registry
         self.attempts = Counter(
             "pgtick_run_attempts",
             "Attempts finished by this daemon",
@@ -162,19 +191,37 @@ class Metrics:
         self.db_errors = Counter(
             "pgtick_db_errors", "Database errors seen", ["operation"], registry=r
         )
-        self.worker_threads = Gauge("pgtick_worker_threads", "Worker pool size", registry=r)
-        self.busy_threads = Gauge("pgtick_worker_busy_threads", "Workers in use", registry=r)
-        self.draining = Gauge("pgtick_draining", "1 while shutting down", registry=r)
+        self.worker_threads = Gauge(
+            "pgtick_worker_threads", "Worker pool size", registry=r, multiprocess_mode="livesum"
+        )
+        self.busy_threads = Gauge(
+            "pgtick_worker_busy_threads", "Workers in use", registry=r, multiprocess_mode="livesum"
+        )
+        self.draining = Gauge(
+            "pgtick_draining", "1 while shutting down", registry=r, multiprocess_mode="livemax"
+        )
         self.last_tick = Gauge(
-            "pgtick_ticker_last_tick_timestamp_seconds", "Liveness of the ticker", registry=r
+            "pgtick_ticker_last_tick_timestamp_seconds",
+            "Liveness of the ticker",
+            registry=r,
+            multiprocess_mode="max",
+        )
+        self.process_memory = Gauge(
+            "pgtick_worker_process_resident_memory_bytes",
+            "Resident memory of each worker process (worker.processes above 1)",
+            registry=r,
+            multiprocess_mode="liveall",
         )
         self.job_type_paused = Gauge(
             "pgtick_job_type_paused",
             "1 while the job type is paused fleet-wide (pgtick pause), as this daemon last read it",
             ["job_type"],
             registry=r,
+            multiprocess_mode="livemax",
         )
-        self.build_info = Gauge("pgtick_build_info", "Always 1", ["version"], registry=r)
+        self.build_info = Gauge(
+            "pgtick_build_info", "Always 1", ["version"], registry=r, multiprocess_mode="max"
+        )
         self.build_info.labels(version).set(1)
         self.worker_threads.set(threads)
         self._attempts: dict[tuple[str, str], Counter] = {}
@@ -237,6 +284,18 @@ class Metrics:
         """The busy-thread gauge reads ``busy`` when collected, rather than being set twice
         per run by the threads."""
         self.busy_threads.set_function(busy)
+
+    def sample_process(self, busy: int, rss_bytes: int | None) -> None:
+        """A worker process's own gauges, set once a second (multiprocess mode reads files,
+        where a gauge read when collected, as ``count_busy`` makes it, cannot be)."""
+        self.busy_threads.set(busy)
+        if rss_bytes is not None:
+            self.process_memory.set(rss_bytes)
+
+    def process_gone(self, pid: int) -> None:
+        """The supervisor: a worker process ended; its live gauges go (its counters stay)."""
+        if self.multiprocess_dir is not None:
+            multiprocess.mark_process_dead(pid, self.multiprocess_dir)  # type: ignore[no-untyped-call]
 
     def lease_lost(self, job_type: str) -> None:
         self.leases_lost.labels(job_type).inc()

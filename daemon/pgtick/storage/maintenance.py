@@ -220,6 +220,47 @@ class MaintenanceQueries(StoreBase):
             announce(conn, [(r.job_type, r.run_at) for r in done if r.status == "failed"])
         return done
 
+    def reap_holder(
+        self,
+        worker_id: str,
+        job_types: Sequence[str],
+        delay_for: Callable[[str, int], float],
+    ) -> tuple[list[ReapedRun], int]:
+        """A worker process of this daemon died: its running runs of ``job_types`` (whose
+        handlers died with it) failed or dead at once, as the reaper would once their leases
+        ended, and its cancelled ones let go of; (the runs reaped, how many let go of)."""
+
+        def step(conn: db.Connection) -> tuple[list[ReapedRun], int]:
+            params = {"worker_id": worker_id, "job_types": list(job_types)}
+            with conn.transaction():
+                rows = conn.execute(
+                    sqlfile.query("reap_holder_select", conn.schema), params
+                ).fetchall()
+                done: list[ReapedRun] = []
+                if rows:
+                    delays = [
+                        None if attempts >= (max_attempts or 1) else delay_for(jt, attempts)
+                        for _, jt, attempts, max_attempts, _ in rows
+                    ]
+                    done = [
+                        ReapedRun(*row)
+                        for row in conn.execute(
+                            sqlfile.query("reap_holder_mark", conn.schema),
+                            {
+                                "ids": [row[0] for row in rows],
+                                "delays": delays,
+                                "workers": [row[4] for row in rows],
+                            },
+                        ).fetchall()
+                    ]
+                    announce(conn, [(r.job_type, r.run_at) for r in done if r.status == "failed"])
+                let_go = conn.execute(
+                    sqlfile.query("reap_holder_cancelled", conn.schema), params
+                ).fetchone()
+            return done, int(let_go[0]) if let_go else 0
+
+        return self._moving("reap", step, SKIPPING_TRIES)
+
     def maintain_partitions(
         self,
         retention: Mapping[str, float],

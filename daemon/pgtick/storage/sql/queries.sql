@@ -896,6 +896,74 @@ SELECT id, status, job_type,
        worker_id
 FROM done;
 
+-- reap_holder_select --
+-- A worker process of this daemon died (its supervisor saw it exit, worker.processes above
+-- 1): lock the runs its worker id holds, whatever their lease, of the job types whose
+-- handlers died with it (%(job_types)s: Python handlers; a command's process group may
+-- outlive it, so its runs wait for their lease and the reaper). A row another session holds
+-- locked is skipped and left to the reaper.
+SELECT r.id, r.job_type, r.attempts, r.max_attempts, r.locked_by
+FROM {schema}.runs r
+WHERE r.status = 'running' AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
+  AND r.job_type = ANY(%(job_types)s::text[])
+ORDER BY r.id
+FOR UPDATE OF r SKIP LOCKED;
+
+-- reap_holder_mark --
+-- reap_mark for the runs reap_holder_select locked: the same outcome as a lease that expired
+-- under a daemon that died (failed with its backoff, or dead; the attempt written lost), at
+-- once, guarded by the claim (the dead process's worker id) rather than by the lease's end.
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(delays)s::float8[], %(workers)s::text[])
+        AS f(id, delay, worker_id)
+), done AS (
+    UPDATE {schema}.runs r
+    SET status = CASE WHEN f.delay IS NULL THEN 'dead' ELSE 'failed' END,
+        run_at = CASE WHEN f.delay IS NULL OR f.delay = 0 THEN r.run_at
+                      ELSE now() + make_interval(secs => f.delay) END,
+        finished_at = CASE WHEN f.delay IS NULL THEN now() END,
+        last_error = 'worker process died while running on ' || r.locked_by,
+        error_type = 'lease_expired',
+        locked_by = NULL, locked_until = NULL, updated_at = now()
+    FROM input f
+    WHERE r.id = ANY(%(ids)s::bigint[])
+      AND r.id = f.id AND r.status = 'running'
+      AND r.locked_by IS NOT DISTINCT FROM f.worker_id
+    RETURNING r.id, r.attempts, r.status, r.job_type, r.run_at, r.started_at, f.worker_id
+), ended AS (
+    INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
+                                          outcome, error, error_type)
+    SELECT id, attempts, worker_id, started_at, now(), 'lost', 'worker process died',
+           'lease_expired'
+    FROM done
+)
+SELECT id, status, job_type,
+       least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at,
+       worker_id
+FROM done;
+
+-- reap_holder_cancelled --
+-- The cancelled runs a dead worker process had not let go of yet: let go of at once (as
+-- reap_cancelled does once their lease expired), the attempt written lost.
+WITH held AS (
+    SELECT id, locked_by FROM {schema}.runs
+    WHERE status = 'cancelled' AND locked_by IS NOT DISTINCT FROM %(worker_id)s
+      AND job_type = ANY(%(job_types)s::text[])
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE {schema}.runs r
+    SET locked_by = NULL, locked_until = NULL, updated_at = now()
+    FROM held h
+    WHERE r.id = h.id AND r.status = 'cancelled'
+    RETURNING r.id, r.attempts, r.started_at, h.locked_by AS worker_id
+), ended AS (
+    INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
+                                          outcome, error)
+    SELECT id, attempts, worker_id, started_at, now(), 'lost', 'cancelled by operator'
+    FROM done
+)
+SELECT count(*) FROM done;
+
 -- retry --
 -- Operator retry: failed/dead/cancelled back to queued, due now, lease cleared. A run that
 -- had used up its attempts gets one more. A cancelled run whose holder has not let go (its

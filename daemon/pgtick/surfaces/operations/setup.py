@@ -24,6 +24,9 @@ EXTRA_CONNECTIONS = 5
 HEARTBEAT_POOL_SIZE = 1
 LISTEN_CONNECTIONS = 1  # the LISTEN connection, outside every pool
 WEB_POOL_SIZE = 2  # the console's reads and actions, apart from the workers' pool
+# With worker.processes above 1, the supervisor's own pool: the ticker, the reaper, the
+# recovery of a worker process that died, registering; the workers have pools of their own.
+SUPERVISOR_POOL_SIZE = 3
 CONSOLE_EXTRA_MISSING = (
     "{key}: the web console needs the console extra (waitress, jinja2): "
     "pip install 'pgtick[console]'"
@@ -101,20 +104,31 @@ def check_database(dsn: str, cfg: Config) -> None:
         database_checks(cfg, conn)
 
 
+def connections_needed(cfg: Config) -> int:
+    """Every connection one daemon may open: per worker process its pool and its heartbeat's;
+    once per daemon the LISTEN connection, the metrics' and the console's pools, and above one
+    process the supervisor's own pool (docs/architecture.md, "The process model")."""
+    processes = cfg.worker.process_count
+    needed = processes * (pool_size(cfg) + HEARTBEAT_POOL_SIZE) + LISTEN_CONNECTIONS
+    needed += SUPERVISOR_POOL_SIZE if processes > 1 else 0
+    needed += METRICS_POOL_SIZE if cfg.metrics.enabled else 0
+    needed += WEB_POOL_SIZE if cfg.web.enabled else 0
+    return needed
+
+
 def _check_connection_limit(cfg: Config, conn: db.Connection, size: int) -> None:
     """Refuse more connections than the server accepts at all: a pool that can never fill
     fails only after its timeout, and floods the log with the server's refusals meanwhile."""
-    needed = size + HEARTBEAT_POOL_SIZE + LISTEN_CONNECTIONS
-    needed += METRICS_POOL_SIZE if cfg.metrics.enabled else 0
-    needed += WEB_POOL_SIZE if cfg.web.enabled else 0
+    needed = connections_needed(cfg)
     allowed, max_connections = RunStore.connection_limit_on(conn)
     if needed > allowed:
         where = f"{cfg.path}: " if cfg.path else ""
         raise ConfigError(
-            f"{where}database.pool_size: this daemon needs {needed} connections (a pool "
-            f"of {size} and {needed - size} for its loops) but the server accepts "
-            f"at most {allowed} (max_connections = {max_connections}, less reserved slots);"
-            " lower database.pool_size or worker.threads, or raise max_connections"
+            f"{where}database.pool_size: this daemon needs {needed} connections "
+            f"({cfg.worker.process_count} worker process(es) with a pool of {size} each, and "
+            f"the loops') but the server accepts at most {allowed} (max_connections = "
+            f"{max_connections}, less reserved slots); lower database.pool_size, "
+            "worker.threads or worker.processes, or raise max_connections"
         )
 
 

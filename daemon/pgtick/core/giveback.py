@@ -1,0 +1,122 @@
+"""Runs the worker gives back or lets go of without a handler's result: released to the queue
+(the drain, runs claimed ahead that waited too long for a thread, a type paused), let go of
+after an operator's cancel, or failed by a timeout whose handler never returned. Each is
+guarded by the claim (worker id and attempt) in the database; the lifecycle says which runs,
+and is told how each ended.
+"""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+
+from pgtick.core import handlers
+from pgtick.core.completer import Completer, Result, announce_freed, limited_among
+from pgtick.core.controls import ClaimTypes
+from pgtick.core.keyset import ClaimBounds
+from pgtick.core.lifecycle import UNSTARTED_MAX_WAIT_SECONDS, Held, Lifecycle, State
+from pgtick.errors import DatabaseError
+from pgtick.observability.metrics import Metrics
+from pgtick.storage.store import RunStore
+
+log = structlog.get_logger("pgtick.worker")
+
+
+class Giveback:
+    """The worker's releases and let-gos, on the store given (the heartbeat's, or its own)."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        worker_id: str,
+        life: Lifecycle,
+        completer: Completer,
+        bounds: ClaimBounds,
+        types: ClaimTypes,
+        metrics: Metrics,
+    ) -> None:
+        self._store = store
+        self._worker_id = worker_id
+        self._life = life
+        self._completer = completer
+        self._bounds = bounds
+        self._types = types
+        self._metrics = metrics
+
+    def let_go(self, given_up: list[Held]) -> None:
+        """Hand the writer the runs given up (by the heartbeat) that we must let go of in the
+        database: cancelled by an operator before a thread started them."""
+        results: list[Result] = [
+            (held, handlers.Outcome(held.id, "cancelled"), None)
+            for held in given_up
+            if held.state is State.FINISHING
+        ]
+        if results:
+            self._completer.submit_many(results)
+
+    def release_stale(self, store: RunStore) -> int:
+        """Give back claimed runs that have waited for a thread too long (every thread is
+        held up by slow handlers): queued again, another daemon, or this one later, starts
+        them, instead of this daemon renewing their leases for as long as its threads stay
+        busy. Called by the heartbeat, on its own connection."""
+        stale = self._life.unstarted(UNSTARTED_MAX_WAIT_SECONDS)
+        if not stale:
+            return 0
+        released = self.release(stale, store)
+        log.info("unstarted_runs_released", runs=len(stale), released=released)
+        return released
+
+    def expire_timeouts(self) -> float | None:
+        """Tell Python handlers past their timeout to stop; returns the next deadline
+        (monotonic). Their runs stay held until the handlers return (the lifecycle writes
+        the failure then); the writer notes on each run that it timed out meanwhile."""
+        expired, next_deadline = self._life.expire()
+        for held in expired:
+            log.warning("run_timed_out", run_id=held.id, job_type=held.run.job_type)
+        marks: list[Result] = [
+            (held, handlers.Outcome(held.id, "timed_out", held.expired.error, "timeout"), None)
+            for held in expired
+            if held.expired is not None
+        ]
+        if marks:
+            self._completer.submit_many(marks)
+        return next_deadline
+
+    def fail_timed_out(self, runs: list[Held]) -> None:
+        """End of the drain: write the timeout's failure of Python runs whose handlers never
+        returned (they die with this process)."""
+        now = time.monotonic()
+        self._completer.submit_many(
+            [(h, h.expired, now - (h.started_at or now)) for h in runs if h.expired is not None]
+        )
+
+    def release(
+        self, runs: list[Held], store: RunStore | None = None, hold_seconds: float = 0.0
+    ) -> int:
+        """Give runs back to the queue (attempt not counted), due no sooner than
+        ``hold_seconds`` from now, and let go of those an operator cancelled meanwhile;
+        returns how many were released."""
+        if not runs:
+            return 0
+        store = store or self._store
+        claims = [(h.id, h.run.attempt) for h in runs]
+        released: set[int] = set()
+        let_go: set[int] = set()
+        try:
+            released = store.release(self._worker_id, claims, hold_seconds)
+            rest = [c for c in claims if c[0] not in released]
+            let_go = store.acknowledge_cancel(self._worker_id, rest) if rest else set()
+            # A run given back announces itself (release); one let go of after a cancel
+            # frees its slot as a finished run does, and is announced the same way.
+            freed = limited_among(runs, let_go, self._types.limited)
+            if freed:
+                announce_freed(store, freed, self._types.keyed)
+        except DatabaseError as exc:
+            self._metrics.db_error("release")
+            log.error("release_failed", error=str(exc), runs=len(runs))
+        for held in runs:
+            if held.id in released:  # queued again, maybe behind this daemon's own bound
+                self._bounds.lower(held.run.job_type, held.run.run_at)
+        self._life.released(runs, released, let_go)
+        return len(released)

@@ -1,0 +1,133 @@
+"""The half of a daemon that claims and runs: the worker pool (dispatcher, handler threads,
+completer), the output flusher and the heartbeat, registered under one worker id. The one
+process of ``worker.processes = 1`` runs it beside the once-per-daemon loops; each worker
+process runs one of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import psycopg_pool
+import structlog
+
+import pgtick
+from pgtick.config import Config
+from pgtick.core import handlers
+from pgtick.core.heartbeat import Heartbeat
+from pgtick.core.lifecycle import Held
+from pgtick.core.output import Flusher, log_job_output
+from pgtick.core.worker import Worker
+from pgtick.observability.metrics import Metrics
+from pgtick.observability.systemd import Notifier
+from pgtick.observability.tracing import Tracing
+from pgtick.service.drain import drain
+from pgtick.service.loops import LoopThread, log_summary
+from pgtick.storage import db
+from pgtick.storage.store import RunStore, WorkerInfo
+from pgtick.surfaces.operations.setup import HEARTBEAT_POOL_SIZE
+
+log = structlog.get_logger("pgtick.service")
+
+
+def beat_pool(dsn: str, config: Config) -> psycopg_pool.ConnectionPool[db.Connection]:
+    """The heartbeat's one-connection pool. During an outage a beat fails at once rather than
+    waiting for a connection, so that claims stop until the leases have been re-checked."""
+    return db.make_pool(
+        dsn,
+        config.database.schema,
+        size=HEARTBEAT_POOL_SIZE,
+        name="pgtick-beat",
+        checkout_timeout=min(config.worker.heartbeat_seconds, db.POOL_OPEN_TIMEOUT_SECONDS),
+    )
+
+
+class WorkSide:
+    """Built registered (the workers row written), started by ``start``, ended by ``drain``
+    then ``finish``."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: RunStore,
+        beat_store: RunStore,
+        worker_id: str,
+        job_types: dict[str, handlers.JobType],
+        metrics: Metrics,
+        *,
+        log_each_run: bool,
+        tracing: Tracing,
+    ) -> None:
+        cfg = config
+        self.config = config
+        self.store = store
+        self.worker_id = worker_id
+        self.metrics = metrics
+        self.flusher = Flusher(store, worker_id, log_job_output if cfg.logging.job_output else None)
+        self.worker = Worker(
+            store,
+            worker_id,
+            cfg.worker,
+            job_types,
+            metrics,
+            log_each_run=log_each_run,
+            flusher=self.flusher,
+            tracing=tracing,
+        )
+        self.flusher.start()
+        self.info = WorkerInfo(
+            worker_id,
+            handlers.hostname(),
+            os.getpid(),
+            pgtick.__version__,
+            cfg.worker.threads,
+            self.worker.handled,
+        )
+        store.register_worker(self.info)
+        self.heartbeat = Heartbeat(
+            beat_store, self.worker, cfg.worker.heartbeat_seconds, metrics, self.info
+        )
+        self.loop = LoopThread("heartbeat", self.heartbeat.run)
+
+    def start_heartbeat(self) -> LoopThread:
+        self.loop.thread.start()
+        return self.loop
+
+    def start_threads(self) -> list[threading.Thread]:
+        """The dispatcher, the completer and the handler threads (watched by the caller)."""
+        return self.worker.start()
+
+    def status(self) -> str:
+        return (
+            f"{self.worker.busy}/{self.config.worker.threads} busy, "
+            f"{self.worker.claimed_total} runs claimed"
+        )
+
+    def stale_limits(self) -> dict[str, tuple[float, float]]:
+        """{loop: (alive_at, interval)} of the loops of this half (loops.stale_loops)."""
+        w = self.config.worker
+        return {
+            "heartbeat": (self.heartbeat.alive_at, w.heartbeat_seconds),
+            "dispatcher": (
+                self.worker.dispatcher_alive_at,
+                w.poll_interval_seconds + db.POOL_OPEN_TIMEOUT_SECONDS,
+            ),
+        }
+
+    def drain(self, force: threading.Event, notifier: Notifier, at_exit: list[Held]) -> bool:
+        """service.drain.drain on this half; False if some results could not be written."""
+        grace = self.config.worker.shutdown_grace_seconds
+        return drain(self.worker, grace, force, self.metrics, notifier, at_exit)
+
+    def finish(self) -> None:
+        """After the drain: the last summary line, the heartbeat and the flusher stopped, the
+        workers row removed."""
+        log_summary(self.worker.life)
+        self.heartbeat.stop()
+        self.flusher.stop()
+        self.loop.thread.join(timeout=2.0)
+        try:
+            self.store.deregister_worker(self.worker_id)
+        except pgtick.DatabaseError as exc:
+            log.warning("deregister_failed", error=str(exc))
