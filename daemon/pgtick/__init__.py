@@ -74,6 +74,28 @@ def enqueue(
     )
 
 
+def result(conn: psycopg.Connection[Any], run_id: int, *, schema: str = DEFAULT_SCHEMA) -> Any:
+    """What run ``run_id``'s handler returned when it succeeded (None: not succeeded, returned
+    nothing, or pruned); the schema's ``result(run_id)`` SQL function reads the same."""
+    from pgtick.storage import results
+
+    return results.result(conn, run_id, schema=schema)
+
+
+def wait(
+    conn: psycopg.Connection[Any],
+    run_id: int,
+    *,
+    timeout: float,
+    schema: str = DEFAULT_SCHEMA,
+) -> tuple[str, Any]:
+    """Wait for run ``run_id`` to end; returns (status, result). Polls (no LISTEN, so it works
+    through a transaction pooler); use an autocommit connection. Raises TimeoutError."""
+    from pgtick.storage import results
+
+    return results.wait(conn, run_id, timeout=timeout, schema=schema)
+
+
 __all__ = [
     "ConfigError",
     "DatabaseError",
@@ -85,4 +107,6 @@ __all__ = [
     "__version__",
     "enqueue",
     "job",
+    "result",
+    "wait",
 ]

@@ -321,6 +321,7 @@ def config_from_mapping(
             checked_schedules[name] = sc
     for sc in checked_schedules.values():
         _attempt(errors, check_key_field, sc, checked_types.get(sc.job_type), default=None)
+    _attempt(errors, check_chain_cycles, checked_types, default=None)
     return Config(
         database=database,
         worker=worker,
@@ -334,6 +335,19 @@ def config_from_mapping(
         schedules=types.MappingProxyType(checked_schedules),
         path=path,
     )
+
+
+def check_chain_cycles(job_types: Mapping[str, JobTypeConfig]) -> None:
+    """Refuse job types whose chains lead back to themselves: each run would chain the
+    next for ever (docs/composition.md, Chains)."""
+    from pgtick.scheduling import steps
+
+    cycle = steps.find_cycle({name: jt.follow for name, jt in job_types.items()})
+    if cycle:
+        raise ConfigError(
+            f"job_types.{cycle[0]}.on_success/on_dead: the chain is a cycle "
+            f"({' -> '.join(cycle)}); a chain must end"
+        )
 
 
 def check_key_field(

@@ -232,6 +232,17 @@ class JobTypeConfig:
     max_running_per_key: int | None = None
     rate: Rate | None = None
     rate_per_key: Rate | None = None
+    result_from_stdout: bool = False  # commands: the last line of stdout is the result
+    # Chains (docs/composition.md): what to enqueue when a run of this type ends, by
+    # outcome; lists of steps {"job_type": ..., "payload": {...}, "on_success": ...}.
+    on_success: Any = None
+    on_dead: Any = None
+
+    @property
+    def follow(self) -> dict[str, Any] | None:
+        """The chain of this type's runs in its stored form (None: none)."""
+        follow = {k: v for k, v in (("on_success", self.on_success), ("on_dead", self.on_dead))}
+        return {k: v for k, v in follow.items() if v} or None
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from pgtick.config.values import (
     DAY_SECONDS,
     HOUR_SECONDS,
     Checker,
     byte_size,
+    chain_steps,
     choice,
     command,
     duration,
@@ -302,6 +303,12 @@ KEYS: tuple[Key, ...] = (
         "at most N starts in any window of that length, across every daemon"),
     Key(JOB, "rate_per_key", '"N/second|minute|hour"', None, rate,
         "the same per concurrency key"),
+    Key(JOB, "result_from_stdout", "boolean", False, flag,
+        "commands: the last line of stdout, as JSON, is the run's result (at most 4 KiB)"),
+    Key(JOB, "on_success", "job type, step table or array of them", None, chain_steps,
+        "what to enqueue when a run of this type succeeds (docs/composition.md, Chains)"),
+    Key(JOB, "on_dead", "job type, step table or array of them", None, chain_steps,
+        "what to enqueue when a run of this type is dead"),
 
     Key(SCHEDULE, "job_type", "job type name", None, job_type_ref,
         "a [job_types] entry or a @pgtick.job type", required=True),
@@ -372,3 +379,6 @@ class JobOptions(TypedDict, total=False):
     max_running_per_key: int | None
     rate: str | None
     rate_per_key: str | None
+    result_from_stdout: bool | None
+    on_success: Any
+    on_dead: Any

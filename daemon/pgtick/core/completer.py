@@ -213,9 +213,15 @@ class Completer:
     ) -> tuple[set[int], dict[int, FailResult]]:
         """The batch's results in one write; if a run's row stays locked by another session,
         each on its own, those still locked set aside (removed from ``batch``)."""
+        # The handlers' results (storage/results.py), by run id: most batches have none.
+        results = {h.id: o.result for h, o, _ in batch if o.result is not None}
         try:
             succeeded, failed = store.finish(
-                self._worker_id, succeed, failures, lock_wait_ms=FINISH_LOCK_WAIT_MS
+                self._worker_id,
+                succeed,
+                failures,
+                lock_wait_ms=FINISH_LOCK_WAIT_MS,
+                results=results,
             )
             return succeeded, {r.id: r for r in failed}
         except DatabaseError as exc:
@@ -234,6 +240,7 @@ class Completer:
                     [claim] if claim in succeed else [],
                     one,
                     lock_wait_ms=ONE_LOCK_WAIT_MS,
+                    results=results,
                 )
             except DatabaseError as exc:
                 if not db.lock_not_available(exc):

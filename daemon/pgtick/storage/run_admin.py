@@ -64,6 +64,7 @@ class Attempt:
     outcome: str | None
     error: str | None
     error_type: str | None
+    result: Any = None  # what the attempt's handler returned (migration 0024)
 
 
 @dataclass(frozen=True)

@@ -457,10 +457,14 @@ class RunQueries(StoreBase):
         )
         return Beat(set(held), bool(registered), set(cancelled), set(busy))
 
-    def succeed(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
-        """Mark runs succeeded if this worker still holds these claims; returns those it did."""
+    def succeed(
+        self, worker_id: str, claims: Sequence[Claim], results: Mapping[int, str] | None = None
+    ) -> set[int]:
+        """Mark runs succeeded if this worker still holds these claims; returns those it did.
+        ``results``: run id -> its handler's result as JSON text (migration 0024)."""
         return self._moving(
-            "succeed", lambda conn: self.succeed_on(conn, worker_id, claims, hinted=True)
+            "succeed",
+            lambda conn: self.succeed_on(conn, worker_id, claims, hinted=True, results=results),
         )
 
     @staticmethod
@@ -471,11 +475,14 @@ class RunQueries(StoreBase):
         *,
         hinted: bool = False,
         lock_wait_ms: int | None = None,
+        results: Mapping[int, str] | None = None,
     ) -> set[int]:
         """``succeed`` on a given connection: inside a handler's transaction, or ``hinted``
         (``by_index``) on pgtick's own, where the planner hints cannot outlast pgtick's
         statements."""
         params = _claims(worker_id, claims)
+        # No results (most batches): a NULL array, nothing to dump per run.
+        params["results"] = [results.get(i) for i in params["ids"]] if results else None
         with db.wrap_errors("succeed"):
             if hinted:
                 rows = by_index(conn, "succeed", params, lock_wait_ms=lock_wait_ms)
@@ -496,6 +503,7 @@ class RunQueries(StoreBase):
         failures: Sequence[Failure],
         *,
         lock_wait_ms: int | None = None,
+        results: Mapping[int, str] | None = None,
     ) -> tuple[set[int], list[FailResult]]:
         """Write a batch of results all or nothing, so a failure part-way leaves nothing
         written and the batch can be retried as it is: one statement when the batch holds
@@ -509,12 +517,15 @@ class RunQueries(StoreBase):
             if succeeded and failures:
                 with conn.transaction():
                     done = self.succeed_on(
-                        conn, worker_id, succeeded, hinted=True, lock_wait_ms=wait
+                        conn, worker_id, succeeded, hinted=True, lock_wait_ms=wait, results=results
                     )
                     return done, self._fail_on(conn, worker_id, failures, lock_wait_ms=wait)
             if failures:
                 return set(), self._fail_on(conn, worker_id, failures, lock_wait_ms=wait)
-            return self.succeed_on(conn, worker_id, succeeded, hinted=True, lock_wait_ms=wait), []
+            done = self.succeed_on(
+                conn, worker_id, succeeded, hinted=True, lock_wait_ms=wait, results=results
+            )
+            return done, []
 
         return self._moving("complete", write)
 

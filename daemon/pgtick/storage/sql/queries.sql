@@ -657,9 +657,12 @@ WITH done AS (
       AND r.status IN ('queued', 'running', 'failed')
     RETURNING r.id, r.attempts, r.started_at
 ), ended AS (
+    -- With each attempt its handler's result (migration 0024), by its position in the list.
     INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
-                                          outcome)
-    SELECT id, attempts, %(worker_id)s, started_at, statement_timestamp(), 'succeeded' FROM done
+                                          outcome, result)
+    SELECT id, attempts, %(worker_id)s, started_at, statement_timestamp(), 'succeeded',
+           ((SELECT %(results)s::text[]))[width_bucket(id, (SELECT %(ids)s::bigint[]))]::jsonb
+    FROM done
 )
 SELECT id FROM done;
 
@@ -990,7 +993,7 @@ FROM {schema}.runs WHERE id = %(id)s;
 
 -- get_attempts --
 -- A run's attempts in order: the ended ones by their start, the open one (id NULL) last.
-SELECT run_id, attempt, worker_id, started_at, finished_at, outcome, error, error_type
+SELECT run_id, attempt, worker_id, started_at, finished_at, outcome, error, error_type, result
 FROM {schema}.attempts WHERE run_id = %(id)s ORDER BY id IS NULL, started_at, id;
 
 -- connection_limit --

@@ -156,6 +156,9 @@ def run_page(
         forms=_run_forms(d, page),
         fields=_run_fields(d),
         payload=json.dumps(d.run.payload, indent=2, ensure_ascii=False, sort_keys=True),
+        result=None
+        if d.result is None
+        else json.dumps(d.result, indent=2, ensure_ascii=False, sort_keys=True),
         timeline=timeline(d.attempts, d.db_now),
         outputs=attempt_outputs(output),
         refresh_seconds=RUN_REFRESH_SECONDS if d.run.status == "running" else None,

@@ -156,6 +156,14 @@ class RunDetail:
     output: list[OutputLine] = field(default_factory=list)  # the tail of the latest output
     waiting: str | None = None  # why a due run is not starting (a limit), None: not held back
 
+    @property
+    def result(self) -> Any:
+        """The run's result: its succeeded attempt's (the schema's result() says the same)."""
+        for a in reversed(self.attempts):
+            if a.outcome == "succeeded":
+                return a.result
+        return None
+
 
 def show_run(store: RunStore, run_id: int, limits: Sequence[ClaimType] = ()) -> RunDetail:
     """One run in full; NotFoundError when there is no such run. With the config's ``limits``,
