@@ -286,7 +286,9 @@ class Service:
             service=cfg.worker.service,
         )
         self._ticker = ticker
-        store.sync_job_type_settings(priorities)
+        store.sync_job_type_settings(
+            priorities, {name: jt.config.follow for name, jt in job_types.items()}
+        )
         # Before the first claim: the partitions this daemon's finished runs go to (the
         # reaper's retention passes keep them ahead from here on).
         reaper.prune_once()

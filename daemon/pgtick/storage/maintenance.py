@@ -212,6 +212,7 @@ class MaintenanceQueries(StoreBase):
                     sqlfile.query("reap_mark", conn.schema),
                     {"ids": ids, "delays": delays, "workers": [row[4] for row in rows]},
                 ).fetchall()
+                if row[0] is not None  # not the rows of chains and batches (0025, 0026)
             ]
             # A first lost attempt is claimable at once: wake idle daemons now rather than
             # at their next poll, so recovery takes lease + reaper interval, not + a poll.

@@ -115,6 +115,7 @@ class RunAdminQueries(StoreBase):
                 rows: list[tuple[Any, ...]] = conn.execute(
                     sqlfile.query("retry", conn.schema), {"ids": list(run_ids)}
                 ).fetchall()
+                rows = [row for row in rows if row[0] is not None]  # not batches' (0026)
                 wake(conn, (row[1] for row in rows))
             return rows
 
@@ -133,7 +134,7 @@ class RunAdminQueries(StoreBase):
             "cancel",
             lambda conn: conn.execute(sqlfile.query("cancel", conn.schema), params).fetchall(),
         )
-        return sorted(row[0] for row in rows)
+        return sorted(row[0] for row in rows if row[0] is not None)
 
     def get_run(self, run_id: int) -> Run | None:
         rows = self._all("get_run", "get_run", {"id": run_id})

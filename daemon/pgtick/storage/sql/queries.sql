@@ -107,6 +107,39 @@ SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key
 SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s,
                         %(priority)s, %(concurrency_key)s, traceparent => %(traceparent)s);
 
+-- enqueue_composed --
+-- The same with a chain (migration 0025): only a run that has one is sent this way.
+SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s,
+                        %(priority)s, %(concurrency_key)s, traceparent => %(traceparent)s,
+                        on_success => %(on_success)s, on_dead => %(on_dead)s);
+
+-- enqueue_member --
+-- A member of an open batch (migration 0026), with its chain if it has one.
+SELECT {schema}.batch_add(%(batch_id)s, %(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s,
+                          %(max_attempts)s, %(priority)s, %(concurrency_key)s, %(traceparent)s,
+                          %(on_success)s, %(on_dead)s);
+
+-- batch_members_added --
+-- enqueue_many's members of one batch counted, under its row lock; refused unless open.
+SELECT {schema}.batch_members_added(%(batch_id)s, %(n)s);
+
+-- batch_open --
+-- A new batch, open, with its callback steps (a normal form of scheduling/steps.py).
+SELECT {schema}.batch_open(%(callback)s);
+
+-- batch_close --
+-- No more members; done at once (callback enqueued) if every member is terminal.
+SELECT {schema}.batch_close(%(batch_id)s);
+
+-- get_batch --
+-- One batch, and its members still kept by state (retention may have dropped finished ones).
+SELECT b.id, b.state, b.callback, b.members, b.succeeded, b.dead, b.cancelled, b.skipped,
+       b.callback_run_id, b.created_at, b.closed_at, b.done_at,
+       (SELECT coalesce(jsonb_object_agg(s.status, s.n), '{{}}'::jsonb)
+        FROM (SELECT r.status, count(*) AS n FROM {schema}.runs r
+              WHERE r.batch_id = b.id GROUP BY r.status) s) AS kept
+FROM {schema}.batches b WHERE b.id = %(batch_id)s;
+
 -- take_idempotency_keys --
 -- The batch's idempotency keys taken (migration 0015): per distinct key, the run that has it
 -- (fresh false) or the id to insert its run with (fresh true). Before enqueue_many, in its
@@ -120,16 +153,19 @@ WITH input AS (
     SELECT i.*, coalesce(i.given_id, nextval(pg_get_serial_sequence({runs_table}, 'id'))) AS new_id
     FROM unnest(%(ids)s::bigint[], %(job_types)s::text[], %(payloads)s::jsonb[],
                 %(run_ats)s::timestamptz[], %(keys)s::text[], %(max_attempts)s::int[],
-                %(priorities)s::int[], %(concurrency_keys)s::text[], %(traceparents)s::text[])
+                %(priorities)s::int[], %(concurrency_keys)s::text[], %(traceparents)s::text[],
+                %(follows)s::jsonb[], %(batch_ids)s::bigint[])
          WITH ORDINALITY AS i(given_id, job_type, payload, run_at, idempotency_key, max_attempts,
-                              priority, concurrency_key, traceparent, ord)
+                              priority, concurrency_key, traceparent, follow, batch_id, ord)
 ), inserted AS (
+    -- A run's chain: its own (checked by the caller), else its job type's (migration 0025).
     INSERT INTO {schema}.runs (id, job_type, payload, run_at, idempotency_key, max_attempts,
-                               priority, concurrency_key, traceparent)
+                               priority, concurrency_key, traceparent, follow, batch_id)
     OVERRIDING SYSTEM VALUE
     SELECT new_id, input.job_type, coalesce(payload, '{{}}'::jsonb), coalesce(run_at, now()),
            idempotency_key, max_attempts, coalesce(input.priority, s.priority, 0),
-           concurrency_key, {schema}.valid_traceparent(input.traceparent)
+           concurrency_key, {schema}.valid_traceparent(input.traceparent),
+           coalesce(input.follow, s.follow), input.batch_id
     FROM input
     LEFT JOIN {schema}.job_type_settings s ON s.job_type = input.job_type
     ORDER BY ord
@@ -137,12 +173,14 @@ WITH input AS (
 SELECT new_id FROM input ORDER BY ord;
 
 -- sync_job_type_settings --
--- Record the default priority of this daemon's job types (enqueue() reads it); rows change
--- only when the value does.
-INSERT INTO {schema}.job_type_settings (job_type, priority)
-SELECT * FROM unnest(%(job_types)s::text[], %(priorities)s::int[])
-ON CONFLICT (job_type) DO UPDATE SET priority = excluded.priority, updated_at = now()
-WHERE job_type_settings.priority IS DISTINCT FROM excluded.priority;
+-- Record the default priority and chain of this daemon's job types (enqueue() reads them);
+-- rows change only when a value does.
+INSERT INTO {schema}.job_type_settings (job_type, priority, follow)
+SELECT * FROM unnest(%(job_types)s::text[], %(priorities)s::int[], %(follows)s::jsonb[])
+ON CONFLICT (job_type) DO UPDATE
+SET priority = excluded.priority, follow = excluded.follow, updated_at = now()
+WHERE job_type_settings.priority IS DISTINCT FROM excluded.priority
+   OR job_type_settings.follow IS DISTINCT FROM excluded.follow;
 
 -- listen --
 -- The LISTEN connection subscribes to the channel named after the schema (enqueue NOTIFYs it
@@ -655,7 +693,7 @@ WITH done AS (
       AND ((SELECT %(ids)s::bigint[]))[width_bucket(r.id, (SELECT %(ids)s::bigint[]))] = r.id
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
-    RETURNING r.id, r.attempts, r.started_at
+    RETURNING r.id, r.attempts, r.started_at, r.job_type, r.follow, r.batch_id
 ), ended AS (
     -- With each attempt its handler's result (migration 0024), by its position in the list.
     INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
@@ -664,7 +702,18 @@ WITH done AS (
            ((SELECT %(results)s::text[]))[width_bucket(id, (SELECT %(ids)s::bigint[]))]::jsonb
     FROM done
 )
-SELECT id FROM done;
+-- Composition in the transaction that records success (docs/composition.md): the steps of
+-- the runs that have them enqueued, and the members of batches counted per batch (rows with
+-- a NULL id, for the caller to ignore). Runs without either cost two empty scans of `done`.
+SELECT id, NULL FROM done
+UNION ALL
+SELECT NULL, {schema}.follow_up(d.id, d.job_type, 'succeeded', d.follow,
+       ((SELECT %(results)s::text[]))[width_bucket(d.id, (SELECT %(ids)s::bigint[]))]::jsonb)
+FROM done d WHERE d.follow IS NOT NULL
+UNION ALL
+SELECT NULL, {schema}.batch_ended(b.batch_id, 'succeeded', b.n)
+FROM (SELECT d.batch_id, count(*)::int AS n FROM done d WHERE d.batch_id IS NOT NULL
+      GROUP BY d.batch_id ORDER BY d.batch_id) b;
 
 -- fail --
 -- Finish runs as failed (retry at now() + delay) or dead (delay NULL, or attempts exhausted),
@@ -691,7 +740,8 @@ WITH done AS (
       AND ((SELECT %(ids)s::bigint[]))[width_bucket(r.id, (SELECT %(ids)s::bigint[]))] = r.id
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
-    RETURNING r.id, r.status, r.run_at, r.attempts, r.started_at
+    RETURNING r.id, r.status, r.run_at, r.attempts, r.started_at, r.job_type, r.follow,
+              r.batch_id
 ), ended AS (
     INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
                                           outcome, error, error_type)
@@ -703,7 +753,16 @@ WITH done AS (
 SELECT id, status,
        -- Readable whatever was written by hand (claim_result says why).
        least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at
-FROM done;
+FROM done
+-- The dead runs' on_dead steps and batches (as succeed's; rows with a NULL id).
+UNION ALL
+SELECT NULL, {schema}.follow_up(d.id, d.job_type, 'dead', d.follow, NULL)::text, NULL
+FROM done d WHERE d.status = 'dead' AND d.follow IS NOT NULL
+UNION ALL
+SELECT NULL, {schema}.batch_ended(b.batch_id, 'dead', b.n)::text, NULL
+FROM (SELECT d.batch_id, count(*)::int AS n FROM done d
+      WHERE d.status = 'dead' AND d.batch_id IS NOT NULL
+      GROUP BY d.batch_id ORDER BY d.batch_id) b;
 
 -- mark_timed_out --
 -- Python runs past their timeout whose handlers have not returned (a thread cannot be
@@ -880,7 +939,8 @@ WITH input AS (
     FROM input f
     WHERE r.id = ANY(%(ids)s::bigint[])
       AND r.id = f.id AND r.status = 'running' AND r.locked_until < now()
-    RETURNING r.id, r.attempts, r.status, r.job_type, r.run_at, r.started_at, f.worker_id
+    RETURNING r.id, r.attempts, r.status, r.job_type, r.run_at, r.started_at, f.worker_id,
+              r.follow, r.batch_id
 ), ended AS (
     INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
                                           outcome, error, error_type)
@@ -891,7 +951,18 @@ SELECT id, status, job_type,
        -- Readable whatever was written by hand (claim_result says why).
        least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at,
        worker_id
-FROM done;
+FROM done
+-- A run the reaper makes dead fires its on_dead steps and counts in its batch, in this
+-- transaction, as fail's (rows with a NULL id).
+UNION ALL
+SELECT NULL, {schema}.follow_up(d.id, d.job_type, 'dead', d.follow, NULL)::text, NULL, NULL,
+       NULL
+FROM done d WHERE d.status = 'dead' AND d.follow IS NOT NULL
+UNION ALL
+SELECT NULL, {schema}.batch_ended(b.batch_id, 'dead', b.n)::text, NULL, NULL, NULL
+FROM (SELECT d.batch_id, count(*)::int AS n FROM done d
+      WHERE d.status = 'dead' AND d.batch_id IS NOT NULL
+      GROUP BY d.batch_id ORDER BY d.batch_id) b;
 
 -- retry --
 -- Operator retry: failed/dead/cancelled back to queued, due now, lease cleared. A run that
@@ -900,7 +971,7 @@ FROM done;
 -- One whose holder died (lease expired) has its attempt written as lost, ended when the lease
 -- did.
 WITH picked AS (
-    SELECT id, locked_until, locked_by FROM {schema}.runs
+    SELECT id, locked_until, locked_by, status, batch_id FROM {schema}.runs
     WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('failed', 'dead', 'cancelled')
       AND (locked_until IS NULL OR locked_until < now())
     FOR UPDATE
@@ -914,7 +985,7 @@ WITH picked AS (
     WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
       AND r.id = p.id AND r.status IN ('failed', 'dead', 'cancelled')
     RETURNING r.id, r.job_type, r.attempts, r.started_at, p.locked_by AS worker_id,
-              p.locked_until AS lease_end
+              p.locked_until AS lease_end, p.status AS was, p.batch_id
 ), ended AS (
     INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
                                           outcome, error)
@@ -922,7 +993,13 @@ WITH picked AS (
     FROM done
     WHERE worker_id IS NOT NULL
 )
-SELECT id, job_type FROM done;
+SELECT id, job_type FROM done
+-- Members of batches not done yet take back the counts of their terminal outcome (0026).
+UNION ALL
+SELECT NULL, {schema}.batch_reopened(b.batch_id, b.was, b.n)::text
+FROM (SELECT d.batch_id, d.was, count(*)::int AS n FROM done d
+      WHERE d.batch_id IS NOT NULL AND d.was IN ('dead', 'cancelled')
+      GROUP BY d.batch_id, d.was ORDER BY d.batch_id, d.was) b;
 
 -- held_after_cancel --
 -- Of the given cancelled runs, those whose holder has not let go yet (lease live): its daemon
@@ -937,10 +1014,18 @@ ORDER BY id;
 -- locked_until and the open attempt are left as they are): its next heartbeat, or its result
 -- write, finds the run cancelled, stops the handler and lets go (acknowledge_cancel), which
 -- closes the attempt when it really ended. Until then the run cannot be retried.
-UPDATE {schema}.runs
-SET status = 'cancelled', finished_at = now(), updated_at = now()
-WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('queued', 'running', 'failed')
-RETURNING id;
+WITH done AS (
+    UPDATE {schema}.runs
+    SET status = 'cancelled', finished_at = now(), updated_at = now()
+    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('queued', 'running', 'failed')
+    RETURNING id, batch_id
+)
+SELECT id FROM done
+-- A cancelled member counts in its batch (0026); a cancel fires no chain step.
+UNION ALL
+SELECT NULL FROM (SELECT d.batch_id, count(*)::int AS n FROM done d
+                  WHERE d.batch_id IS NOT NULL GROUP BY d.batch_id ORDER BY d.batch_id) b
+WHERE {schema}.batch_ended(b.batch_id, 'cancelled', b.n) IS NULL;
 
 -- maintain_partitions --
 -- One step of retention and of the partitions ahead (the function, in migration 0010, says
