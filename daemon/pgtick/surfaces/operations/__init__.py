@@ -13,6 +13,7 @@ command line prints them, the web console renders them. No printing, no argument
 - ``job_types``: one job type's page (its queue, running and waiting runs, schedules);
 - ``charts``: the overview's queue depth per job type over the last hour (its SQL in
   ``charts.sql`` beside it);
+- ``batches``: create, add to, close and show batches (docs/composition.md);
 - ``setup``: the one-connection store of a command, migrations, grants, ``check``.
 
 Callers use this package's names (``operations.list_runs``); the modules are its rooms. May
@@ -25,6 +26,14 @@ from __future__ import annotations
 from pgtick.scheduling.words import cron_in_words
 from pgtick.storage.store import STATUSES, TERMINAL_STATUSES
 from pgtick.surfaces.operations.audit import Actor, audit_entries, cli_actor, record
+from pgtick.surfaces.operations.batches import (
+    add_members,
+    callback_steps,
+    close_batch,
+    create_batch,
+    members_from_lines,
+    show_batch,
+)
 from pgtick.surfaces.operations.bulk import (
     MAX_FILTER_BULK_RUNS,
     FilterBulk,
@@ -190,17 +199,21 @@ __all__ = [
     "Upcoming",
     "When",
     "WorkerStatus",
+    "add_members",
     "add_schedule",
     "audit_entries",
     "backfill",
     "backfill_window",
+    "callback_steps",
     "change_runs",
     "check_database",
     "check_job_type",
     "check_new_run",
     "check_statuses",
     "cli_actor",
+    "close_batch",
     "controls_for",
+    "create_batch",
     "cron_in_words",
     "declares_job_type",
     "describe",
@@ -219,6 +232,7 @@ __all__ = [
     "limits_in_force",
     "list_runs",
     "list_schedules",
+    "members_from_lines",
     "migrate",
     "open_store",
     "output_tail",
@@ -241,6 +255,7 @@ __all__ = [
     "run_output",
     "schedule_views",
     "set_limits",
+    "show_batch",
     "show_run",
     "status",
     "trigger_schedule",

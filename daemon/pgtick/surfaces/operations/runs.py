@@ -452,10 +452,13 @@ def enqueue(
     priority: int | None = None,
     concurrency_key: str | None = None,
     traceparent: str | None = None,
+    follow: dict[str, Any] | None = None,
+    batch_id: int | None = None,
 ) -> int:
     """Add a run (or find the one its idempotency key names); its id. A duration ``when``
     counts from the database's clock, like every time pgtick compares. ``traceparent``: the
-    trace it is enqueued in (docs/tracing.md)."""
+    trace it is enqueued in (docs/tracing.md); ``follow``: its chain, ``batch_id``: its open
+    batch (docs/composition.md)."""
     run_at = store.now() + when if isinstance(when, timedelta) else when
     return store.enqueue(
         NewRun(
@@ -467,6 +470,8 @@ def enqueue(
             priority,
             concurrency_key,
             traceparent,
+            follow,
+            batch_id,
         )
     )
 
