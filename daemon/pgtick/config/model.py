@@ -265,6 +265,14 @@ class ScheduleConfig:
     jitter_seconds: float = DEFAULT_SCHEDULE_JITTER_SECONDS
     max_attempts: int | None = None
     priority: int | None = None  # None: the job type's
+    on_success: Any = None  # chain steps of its runs (None: the job type's)
+    on_dead: Any = None
+
+    @property
+    def follow(self) -> dict[str, Any] | None:
+        """The chain of its runs in its stored form (None: its job type's)."""
+        follow = {"on_success": self.on_success, "on_dead": self.on_dead}
+        return {k: v for k, v in follow.items() if v} or None
 
 
 def _empty_job_types() -> Mapping[str, JobTypeConfig]:

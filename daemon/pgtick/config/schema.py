@@ -333,6 +333,10 @@ KEYS: tuple[Key, ...] = (
         "default: the job type's max_attempts"),
     Key(SCHEDULE, "priority", "integer", None, integer(-MAX_PRIORITY, MAX_PRIORITY),
         "the priority of its runs; default: the job type's"),
+    Key(SCHEDULE, "on_success", "job type, step table or array of them", None, chain_steps,
+        "what to enqueue when one of its runs succeeds; default: the job type's"),
+    Key(SCHEDULE, "on_dead", "job type, step table or array of them", None, chain_steps,
+        "what to enqueue when one of its runs is dead; default: the job type's"),
 )
 # fmt: on
 

@@ -110,6 +110,7 @@ def schedule_def(cfg: ScheduleConfig, type_priority: int = 0) -> ScheduleDef:
         jitter_seconds=cfg.jitter_seconds,
         priority=cfg.priority if cfg.priority is not None else type_priority,
         on_pause=cfg.on_pause,
+        follow=cfg.follow,
     )
 
 

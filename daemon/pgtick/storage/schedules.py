@@ -32,6 +32,7 @@ class ScheduleDef:
     jitter_seconds: float
     priority: int = 0  # of its runs
     on_pause: str = "hold"  # while its job type is paused: hold | skip
+    follow: Mapping[str, Any] | None = None  # its runs' chain (None: the job type's)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class ScheduleRow:
     db_now: datetime
     priority: int = 0
     on_pause: str = "hold"
+    follow: Any = None  # its runs' chain (migration 0025; None: the job type's)
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,7 @@ class ScheduleQueries(StoreBase):
                         "priority": d.priority,
                         "on_pause": d.on_pause,
                         "service": service,
+                        "follow": None if d.follow is None else Jsonb(dict(d.follow)),
                     },
                 ).fetchone()
                 if row is not None:
@@ -258,6 +261,7 @@ class ScheduleQueries(StoreBase):
                     "priority": schedule.priority,
                     "skip": schedule.overlap == "skip",
                     "skip_paused": schedule.on_pause == "skip",
+                    "follow": None if schedule.follow is None else Jsonb(schedule.follow),
                     "scheduled_for": [o.scheduled_for for o in occurrences],
                     "run_at": [o.run_at for o in occurrences],
                     "until": until,

@@ -1130,16 +1130,16 @@ RETURNING key;
 -- an operator's pause stays. Any change forgets next_due_at, so the next tick plans it afresh.
 INSERT INTO {schema}.schedules (name, job_type, payload, cron, timezone, max_attempts, catchup,
                        catchup_limit, overlap, jitter_seconds, priority, on_pause,
-                       service, materialized_until)
+                       service, materialized_until, follow)
 VALUES (%(name)s, %(job_type)s, %(payload)s, %(cron)s, %(timezone)s, %(max_attempts)s,
         %(catchup)s, %(catchup_limit)s, %(overlap)s, %(jitter_seconds)s, %(priority)s,
-        %(on_pause)s, %(service)s, now())
+        %(on_pause)s, %(service)s, now(), %(follow)s)
 ON CONFLICT (name) DO UPDATE
 SET job_type = excluded.job_type, payload = excluded.payload, cron = excluded.cron,
     timezone = excluded.timezone, max_attempts = excluded.max_attempts,
     catchup = excluded.catchup, catchup_limit = excluded.catchup_limit,
     overlap = excluded.overlap, jitter_seconds = excluded.jitter_seconds,
-    priority = excluded.priority, on_pause = excluded.on_pause,
+    priority = excluded.priority, on_pause = excluded.on_pause, follow = excluded.follow,
     paused = schedules.paused AND schedules.paused_reason NOT IN ('removed', 'invalid'),
     paused_reason = CASE WHEN schedules.paused_reason IN ('removed', 'invalid') THEN NULL
                          ELSE schedules.paused_reason END,
@@ -1152,11 +1152,12 @@ SET job_type = excluded.job_type, payload = excluded.payload, cron = excluded.cr
 WHERE schedules.service IS NOT DISTINCT FROM excluded.service
   AND (schedules.job_type, schedules.payload, schedules.cron, schedules.timezone,
        schedules.max_attempts, schedules.catchup, schedules.catchup_limit, schedules.overlap,
-       schedules.jitter_seconds, schedules.priority, schedules.on_pause, schedules.paused_reason)
+       schedules.jitter_seconds, schedules.priority, schedules.on_pause, schedules.paused_reason,
+       schedules.follow)
       IS DISTINCT FROM
       (excluded.job_type, excluded.payload, excluded.cron, excluded.timezone,
        excluded.max_attempts, excluded.catchup, excluded.catchup_limit, excluded.overlap,
-       excluded.jitter_seconds, excluded.priority, excluded.on_pause, NULL)
+       excluded.jitter_seconds, excluded.priority, excluded.on_pause, NULL, excluded.follow)
 RETURNING name;
 
 -- pause_vanished_schedules --
@@ -1199,7 +1200,7 @@ SELECT {schema}.remove_schedule(%(name)s, %(actor)s, %(via)s);
 -- neither read nor locked. A schedule another daemon is materializing right now is skipped
 -- (it does the same work).
 SELECT id, name, job_type, payload, cron, timezone, max_attempts, catchup, catchup_limit,
-       overlap, jitter_seconds, materialized_until, now(), priority, on_pause
+       overlap, jitter_seconds, materialized_until, now(), priority, on_pause, follow
 FROM {schema}.schedules
 WHERE NOT paused AND (next_due_at IS NULL OR next_due_at <= now())
 ORDER BY id
@@ -1242,14 +1243,17 @@ WITH occ AS (
         SELECT 1 FROM {schema}.job_type_controls c WHERE c.job_type = %(job_type)s AND c.paused
     ) AS skipping
 ), inserted AS (
+    -- Its chain: the schedule's, else its job type's (migration 0025).
     INSERT INTO {schema}.runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts,
-                      priority, status, finished_at)
+                      priority, status, finished_at, follow)
     SELECT %(schedule_id)s, occ.scheduled_for, %(job_type)s, %(payload)s, occ.run_at,
            %(max_attempts)s, %(priority)s,
            CASE WHEN paused.skipping OR (%(skip)s AND (busy.busy OR occ.ord < occ.total))
                 THEN 'skipped' ELSE 'queued' END,
            CASE WHEN paused.skipping OR (%(skip)s AND (busy.busy OR occ.ord < occ.total))
-                THEN now() END
+                THEN now() END,
+           coalesce(%(follow)s::jsonb, (SELECT s.follow FROM {schema}.job_type_settings s
+                                        WHERE s.job_type = %(job_type)s))
     FROM occ, busy, paused
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.runs r
                       WHERE r.schedule_id = %(schedule_id)s
