@@ -159,6 +159,7 @@ class MetricsSnapshot:
     horizon: list[HorizonHolder] = field(default_factory=list)  # oldest first
     sees_all_sessions: bool = True  # False: no pg_read_all_stats, other roles' are hidden
     dead_tuples: dict[str, int] = field(default_factory=dict)  # pgtick table -> dead rows
+    batches_open: dict[str, int] = field(default_factory=dict)  # open | closed -> batches
 
 
 class MaintenanceQueries(StoreBase):
@@ -362,7 +363,7 @@ class MaintenanceQueries(StoreBase):
             }
             row = conn.execute(sqlfile.query("metrics_snapshot", conn.schema), params).fetchone()
         assert row is not None
-        db_now, queues, terminal, counted_at, schedules, horizon, sees_all, dead = row
+        db_now, queues, terminal, counted_at, schedules, horizon, sees_all, dead, batches = row
         return MetricsSnapshot(
             db_now=float(db_now),
             queues=[
@@ -378,6 +379,7 @@ class MaintenanceQueries(StoreBase):
             ],
             sees_all_sessions=bool(sees_all),
             dead_tuples={str(t): int(n) for t, n in dead},
+            batches_open={"open": int(batches[0]), "closed": int(batches[1])},
         )
 
     def refresh_terminal_counts(self, max_age_seconds: float, timeout_seconds: float) -> bool:

@@ -1520,7 +1520,12 @@ SELECT /* pgtick_metrics_snapshot */
            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
            JOIN pg_class root ON root.oid = coalesce(pg_partition_root(c.oid), c.oid)
            WHERE n.nspname = %(schema)s AND c.relkind = 'r'
-           GROUP BY root.relname) AS t);
+           GROUP BY root.relname) AS t),
+    -- Batches not done (migration 0026): open (members may come) and closed (their callback
+    -- waits for members still running); batches_active holds only those.
+    (SELECT json_build_array(count(*) FILTER (WHERE state = 'open'),
+                             count(*) FILTER (WHERE state = 'closed'))
+     FROM {schema}.batches_active);
 
 -- claim_terminal_counts_refresh --
 -- Take the right to recount terminal runs if the counts are older than %(max_age)s seconds;
