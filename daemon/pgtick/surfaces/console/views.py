@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from pgtick.storage.store import STATUSES, ScheduleListing
+from pgtick.storage.store import STATUSES, Batch, ScheduleListing
 from pgtick.surfaces import operations
 from pgtick.surfaces.console.fragments import (
     Page,
@@ -202,6 +202,19 @@ def _schedule_forms(s: ScheduleListing) -> list[Form]:
     else:
         forms.append(("pause", {"schedule": s.name}, "Pause", True))
     return forms
+
+
+def batch_page(batch: Batch, page: Page) -> str:
+    """A batch: its state, counts by outcome, callback (docs/composition.md)."""
+    return render(
+        "batch.html",
+        page,
+        f"Batch {batch.id}",
+        "runs",
+        batch=batch,
+        callback=", ".join(step["job_type"] for step in batch.callback or []) or "none",
+        kept=", ".join(f"{s} {n}" for s, n in sorted(batch.kept.items())) or "none",
+    )
 
 
 def schedules_page(views: Sequence[operations.ScheduleView], page: Page) -> str:
