@@ -80,3 +80,16 @@ def callback(ctx: JobContext, payload: dict[str, Any]) -> None:
 def fail(ctx: JobContext, payload: dict[str, Any]) -> None:
     record(ctx)
     raise pgtick.Fail("given up")
+
+
+def bill(ctx: JobContext, payload: dict[str, Any]) -> Any:
+    """A billing run for `after`: its mode file ($JOBS_LOG.mode) says slow (sleeps, then
+    succeeds) or dead (gives up at once)."""
+    with open(os.environ["JOBS_LOG"] + ".mode", encoding="utf-8") as f:
+        mode = f.read().strip()
+    record(ctx, mode=mode)
+    if mode == "dead":
+        raise pgtick.Fail("billing failed")
+    time.sleep(payload.get("sleep", 15))
+    record(ctx, "billed")
+    return {"billed": ctx.scheduled_for.isoformat() if ctx.scheduled_for else None}

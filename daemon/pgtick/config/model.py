@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgtick.config.schema import (
+    DEFAULT_AFTER_DEADLINE_SECONDS,
+    DEFAULT_AFTER_MISSED,
     DEFAULT_BACKOFF,
     DEFAULT_BACKOFF_BASE_SECONDS,
     DEFAULT_BACKOFF_MAX_SECONDS,
@@ -267,6 +269,20 @@ class ScheduleConfig:
     priority: int | None = None  # None: the job type's
     on_success: Any = None  # chain steps of its runs (None: the job type's)
     on_dead: Any = None
+    after: str | None = None  # the schedule whose occurrence each of its runs waits for
+    after_deadline_seconds: float = DEFAULT_AFTER_DEADLINE_SECONDS
+    after_missed: str = DEFAULT_AFTER_MISSED
+
+    @property
+    def after_on(self) -> dict[str, Any] | None:
+        """``after`` as the schedules table stores it (None: none)."""
+        if self.after is None:
+            return None
+        return {
+            "schedule": self.after,
+            "deadline_seconds": self.after_deadline_seconds,
+            "missed": self.after_missed,
+        }
 
     @property
     def follow(self) -> dict[str, Any] | None:

@@ -122,6 +122,9 @@ DEFAULT_OVERLAP = "skip"
 # occurrences as queued runs that start after the resume; skip records them as skipped.
 ON_PAUSE = ("hold", "skip")
 DEFAULT_ON_PAUSE = "hold"
+AFTER_MISSED = ("skip", "run")
+DEFAULT_AFTER_MISSED = "skip"
+DEFAULT_AFTER_DEADLINE_SECONDS = 3600.0
 DEFAULT_SCHEDULE_JITTER_SECONDS = 0.0
 
 # -- The keys --------------------------------------------------------------------------------------
@@ -337,6 +340,15 @@ KEYS: tuple[Key, ...] = (
         "what to enqueue when one of its runs succeeds; default: the job type's"),
     Key(SCHEDULE, "on_dead", "job type, step table or array of them", None, chain_steps,
         "what to enqueue when one of its runs is dead; default: the job type's"),
+    Key(SCHEDULE, "after", "schedule name", None, job_type_ref,
+        "each occurrence waits (queued) until this schedule's occurrence of the same period "
+        "(its latest at or before) succeeded (docs/composition.md, After)"),
+    Key(SCHEDULE, "after_deadline", DURATION, DEFAULT_AFTER_DEADLINE_SECONDS, _SECONDS,
+        "with after: how long past its own occurrence a run waits at most"),
+    Key(SCHEDULE, "after_missed", " | ".join(AFTER_MISSED), DEFAULT_AFTER_MISSED,
+        choice(AFTER_MISSED),
+        "with after: when the other occurrence is dead, skipped, missing or late past the "
+        "deadline: skip (recorded skipped) | run (anyway)"),
 )
 # fmt: on
 

@@ -159,6 +159,7 @@ class DatabaseProbe:
             horizon_sessions_visible=snap.sees_all_sessions,
             dead_tuples=snap.dead_tuples,
             batches_open=snap.batches_open,
+            waiting_after=snap.waiting_after,
         )
 
     def _start_recount(self) -> None:

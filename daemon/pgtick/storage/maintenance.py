@@ -160,6 +160,7 @@ class MetricsSnapshot:
     sees_all_sessions: bool = True  # False: no pg_read_all_stats, other roles' are hidden
     dead_tuples: dict[str, int] = field(default_factory=dict)  # pgtick table -> dead rows
     batches_open: dict[str, int] = field(default_factory=dict)  # open | closed -> batches
+    waiting_after: dict[str, int] = field(default_factory=dict)  # job type -> runs (after)
 
 
 class MaintenanceQueries(StoreBase):
@@ -363,7 +364,18 @@ class MaintenanceQueries(StoreBase):
             }
             row = conn.execute(sqlfile.query("metrics_snapshot", conn.schema), params).fetchone()
         assert row is not None
-        db_now, queues, terminal, counted_at, schedules, horizon, sees_all, dead, batches = row
+        (
+            db_now,
+            queues,
+            terminal,
+            counted_at,
+            schedules,
+            horizon,
+            sees_all,
+            dead,
+            batches,
+            after,
+        ) = row
         return MetricsSnapshot(
             db_now=float(db_now),
             queues=[
@@ -380,6 +392,7 @@ class MaintenanceQueries(StoreBase):
             sees_all_sessions=bool(sees_all),
             dead_tuples={str(t): int(n) for t, n in dead},
             batches_open={"open": int(batches[0]), "closed": int(batches[1])},
+            waiting_after={str(t): int(n) for t, n in after},
         )
 
     def refresh_terminal_counts(self, max_age_seconds: float, timeout_seconds: float) -> bool:

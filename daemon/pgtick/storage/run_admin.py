@@ -40,6 +40,7 @@ class Run:
     updated_at: datetime
     priority: int = 0
     concurrency_key: str | None = None
+    after_on: Any = None  # what it waits for (`after`, migration 0027)
 
     @property
     def timed_out_running(self) -> bool:

@@ -1073,7 +1073,7 @@ SELECT count(*) FROM gone;
 -- One run by id.
 SELECT id, schedule_id, scheduled_for, job_type, payload, idempotency_key, status, run_at,
        attempts, max_attempts, locked_by, locked_until, last_error, error_type, started_at,
-       finished_at, created_at, updated_at, priority, concurrency_key
+       finished_at, created_at, updated_at, priority, concurrency_key, after_on
 FROM {schema}.runs WHERE id = %(id)s;
 
 -- get_attempts --
@@ -1130,16 +1130,17 @@ RETURNING key;
 -- an operator's pause stays. Any change forgets next_due_at, so the next tick plans it afresh.
 INSERT INTO {schema}.schedules (name, job_type, payload, cron, timezone, max_attempts, catchup,
                        catchup_limit, overlap, jitter_seconds, priority, on_pause,
-                       service, materialized_until, follow)
+                       service, materialized_until, follow, after_on)
 VALUES (%(name)s, %(job_type)s, %(payload)s, %(cron)s, %(timezone)s, %(max_attempts)s,
         %(catchup)s, %(catchup_limit)s, %(overlap)s, %(jitter_seconds)s, %(priority)s,
-        %(on_pause)s, %(service)s, now(), %(follow)s)
+        %(on_pause)s, %(service)s, now(), %(follow)s, %(after_on)s)
 ON CONFLICT (name) DO UPDATE
 SET job_type = excluded.job_type, payload = excluded.payload, cron = excluded.cron,
     timezone = excluded.timezone, max_attempts = excluded.max_attempts,
     catchup = excluded.catchup, catchup_limit = excluded.catchup_limit,
     overlap = excluded.overlap, jitter_seconds = excluded.jitter_seconds,
     priority = excluded.priority, on_pause = excluded.on_pause, follow = excluded.follow,
+    after_on = excluded.after_on,
     paused = schedules.paused AND schedules.paused_reason NOT IN ('removed', 'invalid'),
     paused_reason = CASE WHEN schedules.paused_reason IN ('removed', 'invalid') THEN NULL
                          ELSE schedules.paused_reason END,
@@ -1153,11 +1154,12 @@ WHERE schedules.service IS NOT DISTINCT FROM excluded.service
   AND (schedules.job_type, schedules.payload, schedules.cron, schedules.timezone,
        schedules.max_attempts, schedules.catchup, schedules.catchup_limit, schedules.overlap,
        schedules.jitter_seconds, schedules.priority, schedules.on_pause, schedules.paused_reason,
-       schedules.follow)
+       schedules.follow, schedules.after_on)
       IS DISTINCT FROM
       (excluded.job_type, excluded.payload, excluded.cron, excluded.timezone,
        excluded.max_attempts, excluded.catchup, excluded.catchup_limit, excluded.overlap,
-       excluded.jitter_seconds, excluded.priority, excluded.on_pause, NULL, excluded.follow)
+       excluded.jitter_seconds, excluded.priority, excluded.on_pause, NULL, excluded.follow,
+       excluded.after_on)
 RETURNING name;
 
 -- pause_vanished_schedules --
@@ -1200,7 +1202,7 @@ SELECT {schema}.remove_schedule(%(name)s, %(actor)s, %(via)s);
 -- neither read nor locked. A schedule another daemon is materializing right now is skipped
 -- (it does the same work).
 SELECT id, name, job_type, payload, cron, timezone, max_attempts, catchup, catchup_limit,
-       overlap, jitter_seconds, materialized_until, now(), priority, on_pause, follow
+       overlap, jitter_seconds, materialized_until, now(), priority, on_pause, follow, after_on
 FROM {schema}.schedules
 WHERE NOT paused AND (next_due_at IS NULL OR next_due_at <= now())
 ORDER BY id
@@ -1229,10 +1231,17 @@ WHERE id = %(id)s;
 -- failed-awaiting-retry, and only the last of a catch-up batch is queued. While the job type
 -- is paused (job_type_controls) a schedule whose on_pause is 'skip' records every occurrence
 -- as skipped; one that holds (the default) queues them as ever: the paused type's runs wait.
+-- An occurrence of a schedule with `after` (migration 0027) waits: not due (run_at far
+-- ahead) until settle_waiting releases it; a schedule others wait for marks its runs'
+-- follow with "release", so that the outcome's statement settles their waits at once.
 WITH occ AS (
-    SELECT o.scheduled_for, o.run_at, o.ord, count(*) OVER () AS total
-    FROM unnest(%(scheduled_for)s::timestamptz[], %(run_at)s::timestamptz[])
-         WITH ORDINALITY AS o(scheduled_for, run_at, ord)
+    SELECT o.scheduled_for, o.run_at, o.ord, o.wait, count(*) OVER () AS total
+    FROM unnest(%(scheduled_for)s::timestamptz[], %(run_at)s::timestamptz[],
+                %(waits)s::jsonb[])
+         WITH ORDINALITY AS o(scheduled_for, run_at, wait, ord)
+), awaited AS (
+    SELECT EXISTS (SELECT 1 FROM {schema}.schedules d
+                   WHERE d.after_on ->> 'schedule' = %(name)s AND NOT d.paused) AS awaited
 ), busy AS (
     SELECT EXISTS (
         SELECT 1 FROM {schema}.runs
@@ -1245,16 +1254,22 @@ WITH occ AS (
 ), inserted AS (
     -- Its chain: the schedule's, else its job type's (migration 0025).
     INSERT INTO {schema}.runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts,
-                      priority, status, finished_at, follow)
-    SELECT %(schedule_id)s, occ.scheduled_for, %(job_type)s, %(payload)s, occ.run_at,
+                      priority, status, finished_at, follow, after_on)
+    SELECT %(schedule_id)s, occ.scheduled_for, %(job_type)s, %(payload)s,
+           CASE WHEN occ.wait IS NULL THEN occ.run_at ELSE '3000-01-01 00:00:00+00' END,
            %(max_attempts)s, %(priority)s,
            CASE WHEN paused.skipping OR (%(skip)s AND (busy.busy OR occ.ord < occ.total))
                 THEN 'skipped' ELSE 'queued' END,
            CASE WHEN paused.skipping OR (%(skip)s AND (busy.busy OR occ.ord < occ.total))
                 THEN now() END,
-           coalesce(%(follow)s::jsonb, (SELECT s.follow FROM {schema}.job_type_settings s
-                                        WHERE s.job_type = %(job_type)s))
-    FROM occ, busy, paused
+           CASE WHEN awaited.awaited
+                THEN coalesce(%(follow)s::jsonb, (SELECT s.follow FROM {schema}.job_type_settings s
+                                                  WHERE s.job_type = %(job_type)s), '{{}}')
+                     || '{{"release": true}}'
+                ELSE coalesce(%(follow)s::jsonb, (SELECT s.follow FROM {schema}.job_type_settings s
+                                                  WHERE s.job_type = %(job_type)s)) END,
+           occ.wait
+    FROM occ, busy, paused, awaited
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.runs r
                       WHERE r.schedule_id = %(schedule_id)s
                         AND r.scheduled_for = occ.scheduled_for)
@@ -1265,6 +1280,15 @@ WITH occ AS (
     WHERE id = %(schedule_id)s
 )
 SELECT status, count(*) FROM inserted GROUP BY status;
+
+-- after_source --
+-- The cron and zone of a schedule another waits for (`after`, migration 0027).
+SELECT cron, timezone FROM {schema}.schedules WHERE name = %(name)s;
+
+-- settle_waiting --
+-- The tick's sweep of the runs waiting for another schedule's occurrence: released when it
+-- succeeded, the policy applied when it is dead, skipped, missing or past the deadline.
+SELECT {schema}.settle_waiting();
 
 -- list_schedules --
 -- Every schedule with its latest run and latest success, for `pgtick schedules`. The latest
@@ -1525,7 +1549,12 @@ SELECT /* pgtick_metrics_snapshot */
     -- waits for members still running); batches_active holds only those.
     (SELECT json_build_array(count(*) FILTER (WHERE state = 'open'),
                              count(*) FILTER (WHERE state = 'closed'))
-     FROM {schema}.batches_active);
+     FROM {schema}.batches_active),
+    -- Runs waiting for another schedule's occurrence (`after`, migration 0027), per type.
+    (SELECT coalesce(json_agg(json_build_array(job_type, n)), '[]')
+     FROM (SELECT job_type, count(*) AS n FROM {schema}.runs
+           WHERE status = 'queued' AND after_on IS NOT NULL AND NOT (after_on ? 'released')
+           GROUP BY job_type) AS w);
 
 -- claim_terminal_counts_refresh --
 -- Take the right to recount terminal runs if the counts are older than %(max_age)s seconds;

@@ -190,6 +190,13 @@ def _waiting(store: RunStore, run: Run, limits: Sequence[ClaimType]) -> str | No
     The limits in force: the config's (``limits``) with what an operator changed at runtime."""
     if run.status not in ("queued", "failed"):
         return None
+    after = run.after_on
+    if after and "released" not in after:
+        then = "skipped" if after.get("missed") == "skip" else "run anyway"
+        return (
+            f"after {after['schedule']}: waits for its occurrence {after['occurrence']} to"
+            f" succeed, until {after['deadline']} (then {then})"
+        )
     control = store.job_type_controls().get(run.job_type)
     if control is not None and control.paused:
         why = f": {control.paused_reason}" if control.paused_reason else ""
