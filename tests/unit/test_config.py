@@ -195,6 +195,9 @@ max_attempts = 2
 priority = 7
 on_success = "send_invoice_emails"
 on_dead = { job_type = "send_invoice_emails", on_success = "cleanup_sessions" }
+after = "billing"
+after_deadline = "2h"
+after_missed = "run"
 """
 
 
@@ -273,6 +276,9 @@ def test_every_key_loads_into_its_field() -> None:
         on_dead=[
             {"job_type": "send_invoice_emails", "on_success": [{"job_type": "cleanup_sessions"}]}
         ],
+        after="billing",
+        after_deadline_seconds=7200.0,
+        after_missed="run",
     )
 
 
