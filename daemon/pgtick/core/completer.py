@@ -30,6 +30,9 @@ from pgtick.storage.db import retry_delay
 from pgtick.storage.store import Claim, ClaimedRun, FailResult, Failure, RunStore
 
 COMPLETE_BATCH_MAX = 500
+# Results (storage/results.py, up to 1 MiB each) in one finish statement at most about this
+# much: 500 results of 1 MiB would be one 500 MiB statement.
+COMPLETE_BATCH_RESULT_BYTES = 8 * 1024 * 1024
 COMPLETE_BATCH_WINDOW_SECONDS = 0.002
 # A finish waits this long for a row lock before the batch is written result by result (a
 # result waits for the heartbeat's lock of its row, milliseconds, as a matter of course).
@@ -175,7 +178,12 @@ class Completer:
                 time.sleep(COMPLETE_BATCH_WINDOW_SECONDS)
             with self._cond:
                 n = min(len(self._items), COMPLETE_BATCH_MAX)
-                batch = [self._items.popleft() for _ in range(n)]
+                batch: list[Result] = []
+                size = 0
+                while len(batch) < n and (not batch or size < COMPLETE_BATCH_RESULT_BYTES):
+                    item = self._items.popleft()
+                    size += len(item[1].result or "")
+                    batch.append(item)
                 self._in_flight = len(batch)
                 self._writing = batch
             try:
