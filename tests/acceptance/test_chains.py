@@ -67,24 +67,32 @@ def _done(conn: Connection, job_type: str, n: int) -> bool:
 def test_three_step_chains_under_kills_each_next_run_once(
     cluster: Cluster, conn: Connection
 ) -> None:
-    chains = 60
+    chains = 200
     config = cluster.config(CHAIN_TYPES.format(sleep=0.3), **FAST)
     # Started first: a job type's chain is its runs' when they are enqueued, as its daemons'
     # config declared it then (job_type_settings, like its default priority).
     daemons = [cluster.start(config), cluster.start(config)]
     a_ids = [pgtick.enqueue(conn, "a", {"sleep": 0.3, "n": n}) for n in range(chains)]
-    # Faults until every chain has ended: SIGKILL one daemon, SIGTERM the other, restart.
+    # Faults until every chain has ended: SIGKILL, SIGTERM (each then restarted), SIGSTOP
+    # past the lease.
     deadline = time.monotonic() + 200
     turn = 0
     while not _done(conn, "c", chains):
         assert time.monotonic() < deadline, Counter(r["status"] for r in _runs(conn, "c"))
         time.sleep(1.5)
         victim = daemons[turn % 2]
-        victim.signal(signal.SIGKILL if turn % 2 == 0 else signal.SIGTERM)
-        victim.wait(timeout=30)
-        daemons[turn % 2] = cluster.start(config)
+        if turn % 3 == 2:
+            # Frozen past its lease: the other daemon's reaper takes its runs; thawed, its
+            # late results are refused by the claim guard.
+            victim.signal(signal.SIGSTOP)
+            time.sleep(5)
+            victim.signal(signal.SIGCONT)
+        else:
+            victim.signal(signal.SIGKILL if turn % 3 == 0 else signal.SIGTERM)
+            victim.wait(timeout=30)
+            daemons[turn % 2] = cluster.start(config)
         turn += 1
-    assert turn >= 2  # the chains crossed kills and drains
+    assert turn >= 3  # the chains crossed kills, drains and a freeze
 
     a_runs, b_runs, c_runs = (_runs(conn, t) for t in ("a", "b", "c"))
     assert [r["status"] for r in a_runs + b_runs + c_runs] == ["succeeded"] * (3 * chains)

@@ -1546,10 +1546,10 @@ SELECT /* pgtick_metrics_snapshot */
            WHERE n.nspname = %(schema)s AND c.relkind = 'r'
            GROUP BY root.relname) AS t),
     -- Batches not done (migration 0026): open (members may come) and closed (their callback
-    -- waits for members still running); batches_active holds only those.
+    -- waits for members still running): the partition batches_active, through the parent.
     (SELECT json_build_array(count(*) FILTER (WHERE state = 'open'),
                              count(*) FILTER (WHERE state = 'closed'))
-     FROM {schema}.batches_active),
+     FROM {schema}.batches WHERE state IN ('open', 'closed')),
     -- Runs waiting for another schedule's occurrence (`after`, migration 0027), per type.
     (SELECT coalesce(json_agg(json_build_array(job_type, n)), '[]')
      FROM (SELECT job_type, count(*) AS n FROM {schema}.runs
@@ -1770,7 +1770,8 @@ LEFT JOIN pg_namespace n ON n.nspname = %(schema)s;
 -- EXECUTE is revoked from PUBLIC. A migration that adds a function grants it to whoever
 -- could execute enqueue (0015 does). run_keys: `pgtick prune` deletes the keys of the runs it
 -- deletes (take_idempotency_keys writes it as its owner). maintain_partitions creates and drops
--- partitions as the tables' owner (SECURITY DEFINER): retention without DDL rights.
+-- partitions as the tables' owner (SECURITY DEFINER): retention without DDL rights. batches:
+-- the finish statements count members and settle batches; applications open and close them.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.runs TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.attempts_history TO {role};
@@ -1792,6 +1793,8 @@ GRANT USAGE ON SEQUENCE {schema}.attempts_id_seq TO {role};
 GRANT SELECT ON {schema}.partitions TO {role};
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {role};
 GRANT SELECT, DELETE ON {schema}.run_keys TO {role};
+GRANT SELECT, INSERT, UPDATE ON {schema}.batches TO {role};
+GRANT USAGE ON SEQUENCE {schema}.batches_id_seq TO {role};
 
 -- grant_monitor --
 -- `pgtick grants ROLE --monitor`: pg_monitor (through pg_read_all_stats) lets the role see
