@@ -38,6 +38,9 @@ def enqueue(
     priority: int | None = None,
     concurrency_key: str | None = None,
     traceparent: str | None = None,
+    on_success: Any = None,
+    on_dead: Any = None,
+    batch: int | None = None,
     schema: str = DEFAULT_SCHEMA,
 ) -> int:
     """Enqueue a run inside the caller's own transaction; returns its id.
@@ -53,10 +56,18 @@ def enqueue(
     (a W3C header value; one that is not valid is ignored, as W3C says), or by default the
     caller's current OpenTelemetry span, if the caller uses OpenTelemetry (pgtick never
     imports it here).
+
+    ``on_success`` / ``on_dead``: what to enqueue when the run ends so (a job type name, a
+    step ``{"job_type": ..., "payload": {...}, "on_success": ...}``, or a list of them),
+    enqueued in the transaction that records the outcome, with ``payload["previous"]``
+    saying which run ended and its result (docs/composition.md). ``batch``: the open batch
+    (``open_batch``) the run is a member of. A chain refused raises ValueError.
     """
     from pgtick.observability import tracecontext
+    from pgtick.scheduling import steps
     from pgtick.storage.store import NewRun, enqueue_on
 
+    follow = steps.normalize(on_success, on_dead)
     traceparent = tracecontext.valid(traceparent) if traceparent else tracecontext.current()
     return enqueue_on(
         conn,
@@ -70,8 +81,56 @@ def enqueue(
             priority,
             concurrency_key,
             traceparent,
+            follow,
+            batch,
         ),
     )
+
+
+def open_batch(
+    conn: psycopg.Connection[Any], *, callback: Any = None, schema: str = DEFAULT_SCHEMA
+) -> int:
+    """Open a batch in the caller's transaction; returns its id. Add members with
+    ``enqueue(..., batch=id)`` until ``close_batch``; once closed and every member terminal,
+    ``callback`` (a job type, a step or a list of them) is enqueued exactly once, its
+    payload's ``batch`` holding the id and the counts by outcome (docs/composition.md)."""
+    from pgtick.scheduling import steps
+    from pgtick.storage import batches
+
+    follow = steps.normalize(callback, where="callback")
+    return batches.open_on(conn, schema, None if follow is None else follow["on_success"])
+
+
+def close_batch(
+    conn: psycopg.Connection[Any], batch_id: int, *, schema: str = DEFAULT_SCHEMA
+) -> str:
+    """No more members for ``batch_id``; returns "done" when every member was terminal
+    already (the callback is enqueued in this transaction), else "closed"."""
+    from pgtick.storage import batches
+
+    return batches.close_on(conn, schema, batch_id)
+
+
+def result(conn: psycopg.Connection[Any], run_id: int, *, schema: str = DEFAULT_SCHEMA) -> Any:
+    """What run ``run_id``'s handler returned when it succeeded (None: not succeeded, returned
+    nothing, or pruned); the schema's ``result(run_id)`` SQL function reads the same."""
+    from pgtick.storage import results
+
+    return results.result(conn, run_id, schema=schema)
+
+
+def wait(
+    conn: psycopg.Connection[Any],
+    run_id: int,
+    *,
+    timeout: float,
+    schema: str = DEFAULT_SCHEMA,
+) -> tuple[str, Any]:
+    """Wait for run ``run_id`` to end; returns (status, result). Polls (no LISTEN, so it works
+    through a transaction pooler); use an autocommit connection. Raises TimeoutError."""
+    from pgtick.storage import results
+
+    return results.wait(conn, run_id, timeout=timeout, schema=schema)
 
 
 __all__ = [
@@ -83,6 +142,10 @@ __all__ = [
     "PgtickError",
     "Retry",
     "__version__",
+    "close_batch",
     "enqueue",
     "job",
+    "open_batch",
+    "result",
+    "wait",
 ]

@@ -83,6 +83,7 @@ def test_show_a_run_with_attempts_schedule_and_effects(conn: Connection, dsn: st
         "outcome": "failed",
         "error_type": "ValueError",
         "error": TRACEBACK,
+        "result": None,
     }
     assert (second["worker"], second["error"]) == ("host-b:22:bb", "stderr tail: disk full")
     assert [e["key"] for e in doc["effects"]] == ["mail:42"]

@@ -70,7 +70,7 @@ HOT_PATH: dict[str, dict[str, Any]] = {
     | _LOWS
     | {"worker_id": "w", "limit": 256, "max_running": [2], "per_key": [1], "rates": [10]}
     | {"key_paths": [None], "rate_windows": [60.0], "key_rates": [None], "key_windows": [None]},
-    "succeed": _CLAIMS,
+    "succeed": _CLAIMS | {"results": ['{"a": 1}'] * len(_IDS)},
     "heartbeat": _CLAIMS | {"leases": [60] * len(_IDS)},
     "fail": _CLAIMS
     | {

@@ -201,7 +201,12 @@ def test_each_claim_in_a_batch_is_matched_to_its_own_attempt_in_any_order(
 
     # The SQL itself, given lists that are not sorted: no run gets another's attempt.
     rest = ids[35:]
-    backwards = {"worker_id": "w", "ids": rest[::-1], "attempts": [claimed[i] for i in rest[::-1]]}
+    backwards = {
+        "worker_id": "w",
+        "ids": rest[::-1],
+        "attempts": [claimed[i] for i in rest[::-1]],
+        "results": None,
+    }
     with store.connection() as c:
         written = {row[0] for row in c.execute(sqlfile.query("succeed", c.schema), backwards)}
     statuses = dict(conn.execute("SELECT id, status FROM runs WHERE id = ANY(%s)", [rest]))

@@ -72,7 +72,12 @@ def generic_plan(conn: db.Connection, name: str, params: dict[str, Any]) -> str:
 def hot_statements(held: list[Any]) -> dict[str, dict[str, Any]]:
     """Parameters of each statement that takes runs by id, for the runs ``held``."""
     n = len(held)
-    claims = {"worker_id": "w", "ids": [r.id for r in held], "attempts": [r.attempt for r in held]}
+    claims = {
+        "worker_id": "w",
+        "ids": [r.id for r in held],
+        "attempts": [r.attempt for r in held],
+        "results": None,
+    }
     low = {"lows": [min(r.run_at for r in held)], "looks": [False], "look_froms": [None]}
     return {
         "claim": plans.HOT_PATH["claim"] | low | {"limit": BATCH},

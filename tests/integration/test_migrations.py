@@ -17,6 +17,7 @@ from tests.integration import plans
 
 TERMINAL_SCAN = re.compile(r"Scan on runs_(succeeded|dead|cancelled|skipped)")
 EXPECTED_TABLES = {
+    "batches",
     "schedules",
     "runs",
     "attempts_history",

@@ -20,7 +20,9 @@ from tests.conftest import SCHEMA
 from tests.unit.test_tracecontext import CASES, TP
 
 OTHER_TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-ENQUEUE_8 = "enqueue(text, jsonb, timestamptz, text, integer, integer, text, text)"
+# enqueue() as the head migrations leave it (0025 added on_success and on_dead, keeping who
+# may execute it the same way 0018 does).
+ENQUEUE_8 = "enqueue(text, jsonb, timestamptz, text, integer, integer, text, text, jsonb, jsonb)"
 
 
 def _traceparent(conn: db.Connection, run_id: int) -> str | None:
@@ -135,7 +137,7 @@ def test_the_migration_keeps_who_may_enqueue(
         }
         assert may == {granted: (True, True), other: (not locked_down, not locked_down)}
         overloads = conn.execute(
-            "SELECT count(*) FROM pg_proc WHERE proname LIKE 'enqueue%%'"
+            "SELECT count(*) FROM pg_proc WHERE proname = 'enqueue'"
             " AND pronamespace = %s::regnamespace",
             (SCHEMA,),
         ).fetchone()

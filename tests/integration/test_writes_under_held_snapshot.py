@@ -95,7 +95,7 @@ def test_hot_path_reads_only_its_batch_while_a_snapshot_is_held(
     low = min(r.run_at for r in held)  # the claimer's bound: past every run consumed
     ids = [r.id for r in held]
     attempts = [r.attempt for r in held]
-    claims = {"worker_id": "w", "ids": ids, "attempts": attempts}
+    claims = {"worker_id": "w", "ids": ids, "attempts": attempts, "results": None}
     failures = [Failure(r.id, r.attempt, "boom", "ValueError", "detail", 5.0) for r in held]
     types = {"job_types": ["noop"], "leases": [60.0], "max_attempts": [10]}
     for name, params in [

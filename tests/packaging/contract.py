@@ -23,6 +23,8 @@ DATABASE_GAUGES = (
     "pgtick_runs_waiting",
     "pgtick_db_horizon_age_seconds",
     "pgtick_table_dead_tuples",
+    "pgtick_batches_open",
+    "pgtick_runs_waiting_dependency",
 )
 
 # Required series that the daemon does not export yet, used by an alert or a panel ahead of

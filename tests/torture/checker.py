@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.torture.composition import batch_callback_once, chain_once
 from tests.torture.controls import paused_not_started
 from tests.torture.daemons import daemon_lifecycle
 from tests.torture.findings import Finding
@@ -46,6 +47,8 @@ INVARIANTS = {
     "effects-once": 6,
     "schedule-once": 7,
     "daemon-lifecycle": 8,
+    "chain-once": 16,
+    "batch-callback-once": 17,
 }
 
 
@@ -75,6 +78,8 @@ CHECKS: tuple[Callable[[Model], list[Finding]], ...] = (
     effects_once,
     schedule_once,
     daemon_lifecycle,
+    chain_once,
+    batch_callback_once,
 )
 
 

@@ -69,6 +69,12 @@ def handle(ctx: pgtick.JobContext, payload: dict[str, Any]) -> None:
     }
     if payload.get("claim_time"):
         record["claimed"] = claim_time(ctx.run_id)
+    previous = payload.get("previous")
+    if isinstance(previous, dict):  # a chain's step (docs/composition.md)
+        record["prev"] = previous.get("run_id")
+        record["prev_outcome"] = previous.get("outcome")
+    if isinstance(payload.get("batch"), dict):  # a batch's callback, and the counts it got
+        record["batch"] = payload["batch"]
     file = history()
     file.write(INVOKE, "handler", record)
     try:

@@ -48,6 +48,37 @@ SQL_ENQUEUE = (
 )
 
 
+COMP = "comp"
+OUTCOMES = ("on_success", "on_dead")
+
+
+def _step(
+    spec: Mapping[str, Any], tag: str, specs: dict[str, dict[str, list[str]]]
+) -> dict[str, Any]:
+    """A plan's chain step as pgtick takes it, its payload tagged; ``specs`` gets each
+    step's tag and the tags of its own steps."""
+    step: dict[str, Any] = {
+        "job_type": COMP,
+        "payload": {"b": spec["b"], "s": spec["s"], "n": tag},
+    }
+    for outcome in OUTCOMES:
+        nested = [
+            _step(s, f"{tag}.{outcome[3]}{i}", specs) for i, s in enumerate(spec.get(outcome, ()))
+        ]
+        if nested:
+            step[outcome] = nested
+    specs[tag] = {o: [s["payload"]["n"] for s in step.get(o, [])] for o in OUTCOMES}
+    return step
+
+
+def _nonempty(follow: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    return {k: v for k, v in follow.items() if v}
+
+
+def _json(steps: list[dict[str, Any]]) -> Jsonb | None:
+    return Jsonb(steps) if steps else None
+
+
 def payload_of(run: Mapping[str, Any], tag: str, world: World) -> dict[str, Any]:
     payload: dict[str, Any] = {"b": run["b"], "s": run["s"], "n": tag}
     if "ck" in run:
@@ -254,6 +285,87 @@ class Clients:
         job_type, most = args["job_type"], args["max_running"]
         change = ["--reset"] if most is None else ["--max-running", str(most)]
         self.cli(step, "limits", [job_type, *change], {"job_type": job_type, "max_running": most})
+
+    # -- composition (docs/composition.md) -------------------------------------------------------
+
+    def chain(self, step: int, args: Mapping[str, Any]) -> None:
+        """A `comp` run with its on_success / on_dead steps, enqueued and committed; the answer
+        names the root run and, per tag, the tags of each outcome's steps (the checker finds
+        each step's runs by the tag in their payload)."""
+        process, tag = f"client-{step}", f"c{step}"
+        specs: dict[str, dict[str, list[str]]] = {}
+        follow = {
+            outcome: [_step(s, f"{tag}.{outcome[3]}{i}", specs) for i, s in enumerate(steps)]
+            for outcome, steps in (("on_success", args["on_success"]), ("on_dead", args["on_dead"]))
+        }
+        specs[tag] = {o: [s["payload"]["n"] for s in follow[o]] for o in follow}
+        payload = {"b": args["root"]["b"], "s": args["root"]["s"], "n": tag}
+        self.history.write(INVOKE, "chain", {"tag": tag, "api": args["api"]}, process=process)
+        try:
+            with connect(self.dsn, "torture-client") as conn:
+                if args["api"] == "python":
+                    run_id = pgtick.enqueue(conn, COMP, payload, **_nonempty(follow))
+                else:
+                    row = conn.execute(
+                        "SELECT pgtick.enqueue(%s, %s, on_success => %s, on_dead => %s)",
+                        [COMP, Jsonb(payload), *(_json(follow[o]) for o in OUTCOMES)],
+                    ).fetchone()
+                    assert row is not None
+                    run_id = int(row[0])
+                conn.commit()
+        except (psycopg.Error, pgtick.DatabaseError) as exc:
+            self.history.write(
+                FAIL, "chain", {"tag": tag, "error": str(exc)[:200]}, process=process
+            )
+            return
+        self.history.write(
+            OK, "chain", {"tag": tag, "root": run_id, "specs": specs}, process=process
+        )
+
+    def batch(self, step: int, args: Mapping[str, Any]) -> None:
+        """A batch of `comp` runs with a callback: opened with its first members in one
+        transaction, more added in a second one, closed at once or some seconds later
+        (`pgtick batch close`)."""
+        process, tag = f"client-{step}", f"b{step}"
+        callback = {"job_type": COMP, "payload": {"b": "ok", "s": 0.1, "n": f"{tag}.cb"}}
+        self.history.write(INVOKE, "batch-open", {"tag": tag}, process=process)
+        try:
+            with connect(self.dsn, "torture-client") as conn:
+                batch_id = pgtick.open_batch(conn, callback=callback)
+                members = [
+                    pgtick.enqueue(conn, COMP, {**m, "n": f"{tag}.m{i}"}, batch=batch_id)
+                    for i, m in enumerate(args["members"])
+                ]
+                conn.commit()
+        except (psycopg.Error, pgtick.DatabaseError) as exc:
+            self.history.write(
+                FAIL, "batch-open", {"tag": tag, "error": str(exc)[:200]}, process=process
+            )
+            return
+        self.history.write(
+            OK,
+            "batch-open",
+            {"tag": tag, "batch": batch_id, "members": members, "callbacks": 1},
+            process=process,
+        )
+        if args["later"]:
+            self.history.write(INVOKE, "batch-add", {"batch": batch_id}, process=process)
+            try:
+                with connect(self.dsn, "torture-client") as conn:
+                    more = [
+                        pgtick.enqueue(conn, COMP, {**m, "n": f"{tag}.l{i}"}, batch=batch_id)
+                        for i, m in enumerate(args["later"])
+                    ]
+                    conn.commit()
+                self.history.write(
+                    OK, "batch-add", {"batch": batch_id, "members": more}, process=process
+                )
+            except (psycopg.Error, pgtick.DatabaseError) as exc:
+                self.history.write(
+                    FAIL, "batch-add", {"batch": batch_id, "error": str(exc)[:200]}, process=process
+                )
+        time.sleep(args["close_after"])
+        self.cli(step, "batch", ["close", str(batch_id)], {"close": batch_id})
 
     def prune(self, step: int, args: Mapping[str, Any]) -> None:
         older = ["--older-than", args["older_than"]] if args["older_than"] else []

@@ -139,6 +139,9 @@ JOB_TYPES: tuple[JobType, ...] = (
         command=True,
         timeout=20.0,
     ),
+    # Chains and batches (docs/composition.md): their runs only; weight 0, so plain enqueues
+    # draw the other types exactly as before.
+    JobType("comp", (("ok", 6), ("flaky", 2), ("fail", 1), ("failhard", 1)), weight=0),
 )
 SCHEDULED_TYPE = JobType("sched", (("ok", 1),), weight=0)
 
@@ -187,7 +190,13 @@ OPERATIONS: dict[str, float] = {
     # seconds, then resumed; a limited type's max_running changed or reset to the config's.
     "pause": 2.5,
     "limits": 1.5,
+    # Composition (docs/composition.md): a run with on_success/on_dead steps (some nested);
+    # a batch of `comp` runs with a callback, members added later, closed now or later.
+    "chain": 4.0,
+    "batch": 2.0,
 }
+COMP_TYPE = "comp"
+COMP_SECONDS = (0.05, 1.5)
 PAUSED_TYPES = ("free", "keyed", "capped", "tx")
 PAUSE_SECONDS = (2.0, 12.0)
 # Only types limited in the config: a runtime limit on an unlimited one would hold its backlog
@@ -347,6 +356,23 @@ def draw_run(rng: random.Random, world: World, key: str | None = None) -> dict[s
     return run
 
 
+def comp_run(rng: random.Random, world: World) -> dict[str, Any]:
+    """A run of a chain or a batch: its behaviour and seconds (the `comp` job type)."""
+    job_type = world.job_type(COMP_TYPE)
+    behaviours = job_type.behaviours if job_type is not None else (("ok", 1),)
+    return {"b": weighted(rng, behaviours), "s": round(rng.uniform(*COMP_SECONDS), 3)}
+
+
+def comp_step(rng: random.Random, world: World, depth: int) -> dict[str, Any]:
+    """A chain step: a `comp` run, with a nested step of its own now and then."""
+    step: dict[str, Any] = comp_run(rng, world)
+    if depth < 3 and rng.random() < 0.35:
+        step["on_success"] = [comp_step(rng, world, depth + 1)]
+    if depth < 3 and rng.random() < 0.15:
+        step["on_dead"] = [comp_step(rng, world, depth + 1)]
+    return step
+
+
 def draw_transaction(
     rng: random.Random, world: World, keys: Sequence[str | None]
 ) -> dict[str, Any]:
@@ -410,6 +436,19 @@ def operation_args(kind: str, rng: random.Random, world: World) -> dict[str, Any
         return {
             "job_type": rng.choice(LIVE_LIMITED_TYPES),
             "max_running": rng.choice(LIVE_MAX_RUNNING),
+        }
+    if kind == "chain":
+        return {
+            "api": rng.choice(("sql", "python")),
+            "root": comp_run(rng, world),
+            "on_success": [comp_step(rng, world, 1) for _ in range(rng.choice((1, 1, 2)))],
+            "on_dead": [comp_step(rng, world, 1) for _ in range(rng.choice((0, 1)))],
+        }
+    if kind == "batch":
+        return {
+            "members": [comp_run(rng, world) for _ in range(rng.randint(2, 12))],
+            "later": [comp_run(rng, world) for _ in range(rng.choice((0, 0, 1, 3)))],
+            "close_after": rng.choice((0.0, 0.0, round(rng.uniform(0.5, 6.0), 1))),
         }
     raise PlanError(f"no arguments for {kind}")
 

@@ -152,6 +152,8 @@ def run_steps(plan: Plan, began: float, clients: Clients, nemesis: Nemesis) -> N
         "prune": clients.prune,
         "pause": clients.pause,
         "limits": clients.limits,
+        "chain": clients.chain,
+        "batch": clients.batch,
         "kill": nemesis.kill,
         "term": nemesis.term,
         "freeze": nemesis.freeze,
@@ -199,10 +201,13 @@ def guarded(
 FINAL_RUNS = """
 SELECT r.id, r.status, r.job_type, r.idempotency_key, s.name, r.scheduled_for, r.attempts,
        r.locked_by, r.run_at > now(), r.error_type, r.payload->>'n',
-       coalesce(r.concurrency_key, r.payload->>'k'), r.last_error
+       coalesce(r.concurrency_key, r.payload->>'k'), r.last_error,
+       (r.payload->'previous'->>'run_id')::bigint, r.payload->'previous'->>'outcome',
+       r.payload->'batch', r.batch_id, extract(epoch FROM r.finished_at)::float8
 FROM pgtick.runs r LEFT JOIN pgtick.schedules s ON s.id = r.schedule_id
 ORDER BY r.id
 """
+BATCH_FIELDS = ("id", "state", "members", "succeeded", "dead", "cancelled", "callback_run_id")
 FINAL_ATTEMPTS = f"SELECT {ATTEMPTS_COLUMNS} FROM pgtick.attempts ORDER BY run_id, attempt"
 
 
@@ -224,6 +229,11 @@ def final_state(dsn: str) -> dict[str, Any]:
                 "n": r[10],
                 "ck": r[11],
                 "last_error": (r[12] or "")[:200],
+                "prev": r[13],
+                "prev_outcome": r[14],
+                "batch": r[15],
+                "batch_id": r[16],
+                "finished": r[17],
             }
             for r in conn.execute(FINAL_RUNS).fetchall()
         ]
@@ -238,7 +248,17 @@ def final_state(dsn: str) -> dict[str, Any]:
             ).fetchall()
         ]
         workers = [r[0] for r in conn.execute("SELECT id FROM pgtick.workers").fetchall()]
-    return {"runs": runs, "attempts": attempts, "effects": effects, "workers": workers}
+        batches = [
+            dict(zip(BATCH_FIELDS, row, strict=True))
+            for row in conn.execute(f"SELECT {', '.join(BATCH_FIELDS)} FROM pgtick.batches")
+        ]
+    return {
+        "runs": runs,
+        "attempts": attempts,
+        "effects": effects,
+        "workers": workers,
+        "batches": batches,
+    }
 
 
 def leftover_commands(history_dir: Path) -> list[int]:

@@ -178,6 +178,9 @@ concurrency_key = "payload.customer.id"
 max_running_per_key = 2
 rate = "100/minute"
 rate_per_key = "3/second"
+result_from_stdout = true
+on_success = { job_type = "cleanup_sessions", payload = { after = "invoice" } }
+on_dead = ["cleanup_sessions"]
 
 [job_types.cleanup_sessions]
 command = ["/usr/local/bin/cleanup-sessions", "--older-than", "30d"]
@@ -194,6 +197,11 @@ on_pause = "skip"
 jitter = "30s"
 max_attempts = 2
 priority = 7
+on_success = "send_invoice_emails"
+on_dead = { job_type = "send_invoice_emails", on_success = "cleanup_sessions" }
+after = "billing"
+after_deadline = "2h"
+after_missed = "run"
 """
 
 
@@ -249,6 +257,9 @@ def test_every_key_loads_into_its_field() -> None:
         max_running_per_key=2,
         rate=Rate(100, 60.0),
         rate_per_key=Rate(3, 1.0),
+        result_from_stdout=True,
+        on_success=[{"job_type": "cleanup_sessions", "payload": {"after": "invoice"}}],
+        on_dead=[{"job_type": "cleanup_sessions"}],
     )
     assert cfg.job_types["cleanup_sessions"].command == (
         "/usr/local/bin/cleanup-sessions",
@@ -268,6 +279,13 @@ def test_every_key_loads_into_its_field() -> None:
         jitter_seconds=30.0,
         max_attempts=2,
         priority=7,
+        on_success=[{"job_type": "send_invoice_emails"}],
+        on_dead=[
+            {"job_type": "send_invoice_emails", "on_success": [{"job_type": "cleanup_sessions"}]}
+        ],
+        after="billing",
+        after_deadline_seconds=7200.0,
+        after_missed="run",
     )
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from pgtick.storage.store import (
     Attempt,
+    Batch,
     JobTypeStats,
     RollupBucket,
     Run,
@@ -478,3 +479,19 @@ def test_overview_queue_depth_per_job_type() -> None:
     assert page.count("Succeeded and dead per minute: not available: the query ran out") == 1
     assert 'class="chart small finished"' not in page and page.count('<rect class="depth"') == 6
     assert "Queue depth: not available" not in page
+
+
+def test_run_page_shows_the_result_escaped_and_a_batch_page_its_counts() -> None:
+    """Issue 48: the run page shows the succeeded attempt's result as `pgtick show` does; the
+    batch page its state, counts and callback run (docs/composition.md)."""
+    ok = Attempt(7, 1, "h:1:c", NOW, NOW, "succeeded", None, None, {"html": SCRIPT, "n": 3})
+    page = pages.run_page(detail(run(status="succeeded"), [ok]), Page(False, NOW))
+    parsed = Tags(page)
+    assert "script" not in parsed.names()
+    assert '"html": "<script>' in parsed.joined() or SCRIPT in parsed.joined()
+    assert '"n": 3' in parsed.joined()
+    assert "Result" not in Tags(pages.run_page(detail(run(), []), Page(False, NOW))).joined()
+    batch = Batch(9, "done", [{"job_type": "summary"}], 5, 3, 1, 1, 0, 42, NOW, NOW, NOW, {})
+    text = Tags(pages.batch_page(batch, Page(False, NOW))).joined()
+    assert "5 of 5 members ended" in text
+    assert "summary" in text and "run 42" in text

@@ -38,6 +38,9 @@ SAMPLES: dict[str, Any] = {
     "max_running_per_key": 1,
     "rate": "10/second",
     "rate_per_key": "2/minute",
+    "result_from_stdout": True,
+    "on_success": "next",
+    "on_dead": {"job_type": "alert", "payload": {"to": "ops"}},
 }
 PREFIX = f"@pgtick.job('dec') in {__name__}"
 

@@ -135,6 +135,25 @@ def _unstorable(value: Any) -> str | None:
     return None
 
 
+def parse_chain(on_success: str | None, on_dead: str | None) -> dict[str, Any] | None:
+    """--on-success / --on-dead: a job type name, or JSON (a step object or a list)."""
+    from pgtick.scheduling import steps
+
+    values: list[Any] = []
+    for option, text in (("--on-success", on_success), ("--on-dead", on_dead)):
+        value: Any = text
+        if text is not None and text.lstrip().startswith(("{", "[")):
+            try:
+                value = json.loads(text)
+            except ValueError as exc:
+                raise UsageError(f"{option}: invalid JSON: {exc}") from None
+        values.append(value)
+    try:
+        return steps.normalize(*values)
+    except steps.StepError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def parse_payload(text: str | None) -> dict[str, Any]:
     """A --payload argument (``-`` reads stdin) as a JSON object that jsonb will take."""
     if text is None:

@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from pgtick.cli import batches
 from pgtick.cli.exits import EXIT_FAILURE, EXIT_PIPE, exit_code
 from pgtick.cli.parser import build_parser
 from pgtick.errors import PgtickError
@@ -32,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(batches.shorthand(sys.argv[1:] if argv is None else argv))
     for name, default in (("config", None), ("dsn", None), ("debug", False)):
         if not hasattr(args, name):
             setattr(args, name, default)

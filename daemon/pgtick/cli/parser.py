@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import pgtick
-from pgtick.cli import audit, controls, deploy, runs, schedules, setup, status
+from pgtick.cli import audit, batches, controls, deploy, runs, schedules, setup, status
 from pgtick.cli.exits import EXIT_USAGE
 from pgtick.config import values as config_values
 from pgtick.config.schema import MAX_PRIORITY
@@ -357,6 +357,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="the W3C traceparent of the span the run belongs to, its attempts' parent"
         " (default: $TRACEPARENT, if set)",
     )
+    for outcome in ("success", "dead"):
+        p.add_argument(
+            f"--on-{outcome}",
+            metavar="STEP",
+            help=f"enqueued when the run {'succeeds' if outcome == 'success' else 'is dead'}"
+            ': a job type, or JSON {"job_type": ..., "payload": {...}, "on_success": ...}'
+            " or a list of them (docs/composition.md)",
+        )
+    p.add_argument("--batch", type=_run_id, metavar="BATCH_ID", help="a member of this open batch")
     p = add(
         "status",
         status.cmd_status,
@@ -407,6 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", choices=operations.OUTPUT_STREAMS, help="only this stream")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     _add_schedules(sub, common)
+    batches.add_parser(sub, common, _run_id)
     _add_controls(sub, common)
     p = add("demo", setup.cmd_demo, "run the daemon on an embedded PostgreSQL, for a first look")
     p.add_argument(

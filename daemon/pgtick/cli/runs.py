@@ -10,7 +10,13 @@ from datetime import datetime, timedelta
 
 from pgtick import config as config_mod
 from pgtick.cli import context, views
-from pgtick.cli.args import parse_payload, parse_since, parse_when, trace_context
+from pgtick.cli.args import (
+    parse_chain,
+    parse_payload,
+    parse_since,
+    parse_when,
+    trace_context,
+)
 from pgtick.cli.exits import EXIT_FAILURE, EXIT_OK
 from pgtick.cli.render import ids_text, print_json
 from pgtick.errors import PgtickError, UsageError
@@ -22,6 +28,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     operations.check_new_run(args.job_type, args.key, args.concurrency_key)
     payload = parse_payload(args.payload)
     traceparent = trace_context(args.traceparent)
+    follow = parse_chain(args.on_success, args.on_dead)
     when: datetime | timedelta | None = None
     if args.run_at is not None:
         when = parse_when(args.run_at, "--run-at")
@@ -54,6 +61,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             priority=args.priority,
             concurrency_key=args.concurrency_key,
             traceparent=traceparent,
+            follow=follow,
+            batch_id=args.batch,
         )
     print(run_id)
     return EXIT_OK

@@ -208,6 +208,7 @@ def detail_fields(d: operations.RunDetail) -> dict[str, Any]:
         "priority": r.priority,
         "concurrency_key": r.concurrency_key,
         "waiting": d.waiting,
+        "result": d.result,
         "attempt_history": [
             {
                 "attempt": a.attempt,
@@ -218,6 +219,7 @@ def detail_fields(d: operations.RunDetail) -> dict[str, Any]:
                 "outcome": a.outcome,
                 "error_type": a.error_type,
                 "error": a.error,
+                "result": a.result,
             }
             for a in d.attempts
         ],
@@ -234,6 +236,16 @@ def detail_fields(d: operations.RunDetail) -> dict[str, Any]:
         "effects": [{"key": e.key, "created_at": iso(e.created_at)} for e in d.effects],
         "output_tail": [output_fields(line) for line in d.output],
     }
+
+
+RESULT_SHOWN_CHARS = 2000  # of a result's JSON on the terminal; --json has it whole
+
+
+def _result_text(value: Any) -> str:
+    text = json.dumps(value)
+    if len(text) > RESULT_SHOWN_CHARS:
+        return text[:RESULT_SHOWN_CHARS] + f"… ({len(text)} characters; --json has it whole)"
+    return text
 
 
 def _open_attempt(r: Run) -> str:
@@ -264,6 +276,7 @@ def print_detail(d: operations.RunDetail) -> None:
         ("finished", iso(r.finished_at)),
         ("locked by", held),
         ("last error", error),
+        ("result", None if d.result is None else _result_text(d.result)),
     ]
     if d.schedule is not None:
         s = d.schedule

@@ -321,6 +321,8 @@ def config_from_mapping(
             checked_schedules[name] = sc
     for sc in checked_schedules.values():
         _attempt(errors, check_key_field, sc, checked_types.get(sc.job_type), default=None)
+    _attempt(errors, check_chain_cycles, checked_types, default=None)
+    _attempt(errors, check_after, checked_schedules, default=None)
     return Config(
         database=database,
         worker=worker,
@@ -334,6 +336,36 @@ def config_from_mapping(
         schedules=types.MappingProxyType(checked_schedules),
         path=path,
     )
+
+
+def check_chain_cycles(job_types: Mapping[str, JobTypeConfig]) -> None:
+    """Refuse job types whose chains lead back to themselves: each run would chain the
+    next for ever (docs/composition.md, Chains)."""
+    from pgtick.scheduling import steps
+
+    cycle = steps.find_cycle({name: jt.follow for name, jt in job_types.items()})
+    if cycle:
+        raise ConfigError(
+            f"job_types.{cycle[0]}.on_success/on_dead: the chain is a cycle "
+            f"({' -> '.join(cycle)}); a chain must end"
+        )
+
+
+def check_after(schedules: Mapping[str, ScheduleConfig]) -> None:
+    """``after`` names another schedule, and no schedules wait for each other in a circle
+    (each would wait for the other until its deadline, every period)."""
+    for name, sc in schedules.items():
+        if sc.after == name:
+            raise ConfigError(f"schedules.{name}.after: a schedule cannot wait for itself")
+    for start in sorted(schedules):
+        seen = [start]
+        nxt = schedules[start].after
+        while nxt is not None and nxt in schedules:
+            if nxt in seen:
+                cycle = " -> ".join([*seen[seen.index(nxt) :], nxt])
+                raise ConfigError(f"schedules.{start}.after: schedules wait in a circle ({cycle})")
+            seen.append(nxt)
+            nxt = schedules[nxt].after
 
 
 def check_key_field(

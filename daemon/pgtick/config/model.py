@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgtick.config.schema import (
+    DEFAULT_AFTER_DEADLINE_SECONDS,
+    DEFAULT_AFTER_MISSED,
     DEFAULT_BACKOFF,
     DEFAULT_BACKOFF_BASE_SECONDS,
     DEFAULT_BACKOFF_MAX_SECONDS,
@@ -245,6 +247,17 @@ class JobTypeConfig:
     max_running_per_key: int | None = None
     rate: Rate | None = None
     rate_per_key: Rate | None = None
+    result_from_stdout: bool = False  # commands: the last line of stdout is the result
+    # Chains (docs/composition.md): what to enqueue when a run of this type ends, by
+    # outcome; lists of steps {"job_type": ..., "payload": {...}, "on_success": ...}.
+    on_success: Any = None
+    on_dead: Any = None
+
+    @property
+    def follow(self) -> dict[str, Any] | None:
+        """The chain of this type's runs in its stored form (None: none)."""
+        follow = {k: v for k, v in (("on_success", self.on_success), ("on_dead", self.on_dead))}
+        return {k: v for k, v in follow.items() if v} or None
 
 
 @dataclass(frozen=True)
@@ -267,6 +280,28 @@ class ScheduleConfig:
     jitter_seconds: float = DEFAULT_SCHEDULE_JITTER_SECONDS
     max_attempts: int | None = None
     priority: int | None = None  # None: the job type's
+    on_success: Any = None  # chain steps of its runs (None: the job type's)
+    on_dead: Any = None
+    after: str | None = None  # the schedule whose occurrence each of its runs waits for
+    after_deadline_seconds: float = DEFAULT_AFTER_DEADLINE_SECONDS
+    after_missed: str = DEFAULT_AFTER_MISSED
+
+    @property
+    def after_on(self) -> dict[str, Any] | None:
+        """``after`` as the schedules table stores it (None: none)."""
+        if self.after is None:
+            return None
+        return {
+            "schedule": self.after,
+            "deadline_seconds": self.after_deadline_seconds,
+            "missed": self.after_missed,
+        }
+
+    @property
+    def follow(self) -> dict[str, Any] | None:
+        """The chain of its runs in its stored form (None: its job type's)."""
+        follow = {"on_success": self.on_success, "on_dead": self.on_dead}
+        return {k: v for k, v in follow.items() if v} or None
 
 
 def _empty_job_types() -> Mapping[str, JobTypeConfig]:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from pgtick.config.values import (
     DAY_SECONDS,
     HOUR_SECONDS,
     Checker,
     byte_size,
+    chain_steps,
     choice,
     command,
     duration,
@@ -132,6 +133,9 @@ DEFAULT_OVERLAP = "skip"
 # occurrences as queued runs that start after the resume; skip records them as skipped.
 ON_PAUSE = ("hold", "skip")
 DEFAULT_ON_PAUSE = "hold"
+AFTER_MISSED = ("skip", "run")
+DEFAULT_AFTER_MISSED = "skip"
+DEFAULT_AFTER_DEADLINE_SECONDS = 3600.0
 DEFAULT_SCHEDULE_JITTER_SECONDS = 0.0
 
 # -- The keys --------------------------------------------------------------------------------------
@@ -328,6 +332,12 @@ KEYS: tuple[Key, ...] = (
         "at most N starts in any window of that length, across every daemon"),
     Key(JOB, "rate_per_key", '"N/second|minute|hour"', None, rate,
         "the same per concurrency key"),
+    Key(JOB, "result_from_stdout", "boolean", False, flag,
+        "commands: the last line of stdout, as JSON, is the run's result (at most 4 KiB)"),
+    Key(JOB, "on_success", "job type, step table or array of them", None, chain_steps,
+        "what to enqueue when a run of this type succeeds (docs/composition.md, Chains)"),
+    Key(JOB, "on_dead", "job type, step table or array of them", None, chain_steps,
+        "what to enqueue when a run of this type is dead"),
 
     Key(SCHEDULE, "job_type", "job type name", None, job_type_ref,
         "a [job_types] entry or a @pgtick.job type", required=True),
@@ -352,6 +362,19 @@ KEYS: tuple[Key, ...] = (
         "default: the job type's max_attempts"),
     Key(SCHEDULE, "priority", "integer", None, integer(-MAX_PRIORITY, MAX_PRIORITY),
         "the priority of its runs; default: the job type's"),
+    Key(SCHEDULE, "on_success", "job type, step table or array of them", None, chain_steps,
+        "what to enqueue when one of its runs succeeds; default: the job type's"),
+    Key(SCHEDULE, "on_dead", "job type, step table or array of them", None, chain_steps,
+        "what to enqueue when one of its runs is dead; default: the job type's"),
+    Key(SCHEDULE, "after", "schedule name", None, job_type_ref,
+        "each occurrence waits (queued) until this schedule's occurrence of the same period "
+        "(its latest at or before) succeeded (docs/composition.md, After)"),
+    Key(SCHEDULE, "after_deadline", DURATION, DEFAULT_AFTER_DEADLINE_SECONDS, _SECONDS,
+        "with after: how long past its own occurrence a run waits at most"),
+    Key(SCHEDULE, "after_missed", " | ".join(AFTER_MISSED), DEFAULT_AFTER_MISSED,
+        choice(AFTER_MISSED),
+        "with after: when the other occurrence is dead, skipped, missing or late past the "
+        "deadline: skip (recorded skipped) | run (anyway)"),
 )
 # fmt: on
 
@@ -398,3 +421,6 @@ class JobOptions(TypedDict, total=False):
     max_running_per_key: int | None
     rate: str | None
     rate_per_key: str | None
+    result_from_stdout: bool | None
+    on_success: Any
+    on_dead: Any

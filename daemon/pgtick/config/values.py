@@ -417,6 +417,19 @@ def payload(key: str, value: Any) -> dict[str, Any]:
     return payload
 
 
+def chain_steps(key: str, value: Any) -> list[dict[str, Any]]:
+    """``on_success`` / ``on_dead``: a job type name, a table with job_type, or a list of
+    them (scheduling/steps.py); kept in the chain's normal form, a list of steps."""
+    from pgtick.scheduling import steps
+
+    try:
+        follow = steps.normalize(_json_value(key, value), where=key.rsplit(".", 1)[0])
+    except steps.StepError as exc:
+        raise ConfigError(str(exc)) from None
+    assert follow is not None
+    return follow["on_success"]
+
+
 def split_listen(listen: str) -> tuple[str, int]:
     """``host:port`` -> (host, port); raises ValueError with the reason."""
     host, colon, port_text = listen.rpartition(":")

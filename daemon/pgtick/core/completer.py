@@ -30,6 +30,9 @@ from pgtick.storage.db import retry_delay
 from pgtick.storage.store import Claim, ClaimedRun, FailResult, Failure, RunStore
 
 COMPLETE_BATCH_MAX = 500
+# Results (storage/results.py, up to 1 MiB each) in one finish statement at most about this
+# much: 500 results of 1 MiB would be one 500 MiB statement.
+COMPLETE_BATCH_RESULT_BYTES = 8 * 1024 * 1024
 COMPLETE_BATCH_WINDOW_SECONDS = 0.002
 # A finish waits this long for a row lock before the batch is written result by result (a
 # result waits for the heartbeat's lock of its row, milliseconds, as a matter of course).
@@ -175,7 +178,12 @@ class Completer:
                 time.sleep(COMPLETE_BATCH_WINDOW_SECONDS)
             with self._cond:
                 n = min(len(self._items), COMPLETE_BATCH_MAX)
-                batch = [self._items.popleft() for _ in range(n)]
+                batch: list[Result] = []
+                size = 0
+                while len(batch) < n and (not batch or size < COMPLETE_BATCH_RESULT_BYTES):
+                    item = self._items.popleft()
+                    size += len(item[1].result or "")
+                    batch.append(item)
                 self._in_flight = len(batch)
                 self._writing = batch
             try:
@@ -213,9 +221,15 @@ class Completer:
     ) -> tuple[set[int], dict[int, FailResult]]:
         """The batch's results in one write; if a run's row stays locked by another session,
         each on its own, those still locked set aside (removed from ``batch``)."""
+        # The handlers' results (storage/results.py), by run id: most batches have none.
+        results = {h.id: o.result for h, o, _ in batch if o.result is not None}
         try:
             succeeded, failed = store.finish(
-                self._worker_id, succeed, failures, lock_wait_ms=FINISH_LOCK_WAIT_MS
+                self._worker_id,
+                succeed,
+                failures,
+                lock_wait_ms=FINISH_LOCK_WAIT_MS,
+                results=results,
             )
             return succeeded, {r.id: r for r in failed}
         except DatabaseError as exc:
@@ -234,6 +248,7 @@ class Completer:
                     [claim] if claim in succeed else [],
                     one,
                     lock_wait_ms=ONE_LOCK_WAIT_MS,
+                    results=results,
                 )
             except DatabaseError as exc:
                 if not db.lock_not_available(exc):

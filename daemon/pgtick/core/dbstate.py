@@ -158,6 +158,8 @@ class DatabaseProbe:
             horizon_age_transactions=max((h.xid_age for h in snap.horizon), default=0),
             horizon_sessions_visible=snap.sees_all_sessions,
             dead_tuples=snap.dead_tuples,
+            batches_open=snap.batches_open,
+            waiting_after=snap.waiting_after,
         )
 
     def _start_recount(self) -> None:

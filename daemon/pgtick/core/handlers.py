@@ -34,6 +34,7 @@ from pgtick.errors import ConfigError, Fail, Retry
 from pgtick.observability import logs, tracecontext, tracing
 from pgtick.observability.tracecontext import TraceIds
 from pgtick.observability.tracing import Attempt
+from pgtick.storage import results
 from pgtick.storage.store import ClaimedRun, RunStore
 
 LAST_ERROR_MAX_CHARS = 500
@@ -242,6 +243,13 @@ class JobContext:
     # condition) per run was a tenth of the dispatcher's time in a backlog of short runs.
     _cancelled: threading.Event | None = field(default=None, repr=False)
     _trace_ids: TraceIds | None = field(default=None, repr=False)
+    _result: str | None = field(default=None, repr=False)  # set_result's, as JSON text
+
+    def set_result(self, value: Any) -> None:
+        """The run's result when its success is committed by ``transaction()`` (which
+        commits before the handler returns, so its return value comes too late to store).
+        Raises ``ValueError`` (storage.results.ResultError) past the 1 MiB bound."""
+        self._result = results.encode(value)
 
     @property
     def trace_ids(self) -> TraceIds | None:
@@ -297,7 +305,8 @@ class JobContext:
                         raise LeaseLostError(f"run {self.run_id}: no longer held, not committed")
                     committing = True
                     claim = (self.run_id, self.attempt)
-                    if not RunStore.succeed_on(conn, self._worker_id, [claim]):
+                    stored = {self.run_id: self._result} if self._result is not None else None
+                    if not RunStore.succeed_on(conn, self._worker_id, [claim], results=stored):
                         raise LeaseLostError(f"run {self.run_id}: lease lost before commit")
                 finally:
                     self._tx = None
@@ -331,6 +340,8 @@ class Outcome:
     error_type: str = ""
     detail: str = ""
     retry_in_seconds: float | None = None
+    # succeeded: what the handler returned, as JSON text (None: nothing); storage/results.py.
+    result: str | None = None
 
 
 # A retry asked for further ahead than this is made this far ahead: the database's timestamps
@@ -440,7 +451,13 @@ def _run_command(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
     if result.killed == "cancelled":
         return Outcome(ctx.run_id, "interrupted")
     if result.returncode == 0 and result.killed is None:
-        return Outcome(ctx.run_id, "succeeded")
+        if not jt.config.result_from_stdout:
+            return Outcome(ctx.run_id, "succeeded")
+        try:
+            stored = results.from_stdout(result.stdout_tail)
+        except results.ResultError as exc:
+            return failed(ctx, jt, _short(str(exc)), "result", _bounded(str(exc)))
+        return Outcome(ctx.run_id, "succeeded", result=stored)
     stderr = result.stderr_tail.strip()
     last_line = stderr.splitlines()[-1] if stderr else ""
     if result.killed == "timeout":
@@ -454,18 +471,17 @@ def _run_command(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
     return failed(ctx, jt, _short(message), error_type, _bounded(stderr or message))
 
 
-def _run_python(ctx: JobContext, jt: JobType, payload: Any) -> None:
-    """Call the handler, its log records captured as the attempt's output."""
+def _run_python(ctx: JobContext, jt: JobType, payload: Any) -> Any:
+    """Call the handler, its log records captured as the attempt's output; its return value."""
     assert jt.fn is not None
     flusher = ctx._flusher
     if flusher is None:
-        jt.fn(ctx, payload)
-        return
+        return jt.fn(ctx, payload)
     capture = joblog.log_capture()
     capture.enter(ctx.run_id, ctx.attempt, joblog.slot(lambda: new_capture(ctx, jt), flusher))
     pid = os.getpid()
     try:
-        jt.fn(ctx, payload)
+        return jt.fn(ctx, payload)
     finally:
         kept = capture.leave(ctx.run_id, ctx.attempt)
         if kept is not None and os.getpid() == pid:  # not from a process the handler forked
@@ -518,7 +534,7 @@ def _attempt(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
         if jt.command is not None:
             return _run_command(ctx, jt, payload)
         assert jt.fn is not None
-        _run_python(ctx, jt, payload)
+        value = _run_python(ctx, jt, payload)
     except LeaseLostError:
         _leave_if_forked(pid, 1)
         return Outcome(ctx.run_id, "lost", "lease lost", "lease_lost")
@@ -537,7 +553,13 @@ def _attempt(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
         )
         return _failure(ctx, jt, exc)
     _leave_if_forked(pid, 0)
-    return Outcome(ctx.run_id, "succeeded")
+    if value is None or ctx._committed:  # transaction() stored ctx.set_result()'s, if any
+        return Outcome(ctx.run_id, "succeeded")
+    try:
+        stored = results.encode(value)
+    except results.ResultError as exc:
+        return failed(ctx, jt, _short(str(exc)), "result", _bounded(str(exc)))
+    return Outcome(ctx.run_id, "succeeded", result=stored)
 
 
 def claimed_context(

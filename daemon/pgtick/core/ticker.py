@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from pgtick.config import ScheduleConfig, TickerConfig, config_from_mapping
+from pgtick.core import after
 from pgtick.errors import ConfigError, DatabaseError
 from pgtick.observability.metrics import Metrics
 from pgtick.scheduling.cron import Cron, jitter_offset
@@ -110,6 +111,8 @@ def schedule_def(cfg: ScheduleConfig, type_priority: int = 0) -> ScheduleDef:
         jitter_seconds=cfg.jitter_seconds,
         priority=cfg.priority if cfg.priority is not None else type_priority,
         on_pause=cfg.on_pause,
+        follow=cfg.follow,
+        after_on=cfg.after_on,
     )
 
 
@@ -272,9 +275,13 @@ class Ticker:
                     )
                 elif p.missed and row.catchup == "none":
                     log.info("schedule_missed_occurrences", schedule=row.name, catchup="none")
-                counts = RunStore.materialize_on(conn, row, p.occurrences, p.until, p.next_wake)
+                waits = after.waits(conn, row, p.occurrences)
+                counts = RunStore.materialize_on(
+                    conn, row, p.occurrences, p.until, p.next_wake, waits
+                )
                 created += counts.get("queued", 0)
                 skipped += counts.get("skipped", 0)
+            RunStore.settle_waiting_on(conn)  # after's deadlines and misses (composition.md)
             next_wake, db_now = RunStore.next_schedule_due_on(conn)
             self._db_offset = db_now.timestamp() - self._clock()
         self.last_tick_at = time.monotonic()

@@ -46,6 +46,8 @@ class DatabaseSnapshot:
     horizon_age_transactions: int = 0
     horizon_sessions_visible: bool = True  # False: other roles' sessions cannot be seen
     dead_tuples: Mapping[str, int] = field(default_factory=dict)  # pgtick table -> dead rows
+    batches_open: Mapping[str, int] = field(default_factory=dict)  # open | closed -> batches
+    waiting_after: Mapping[str, int] = field(default_factory=dict)  # job type -> runs
     waiting: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (job_type, reason)
     # Flow-control limits of this daemon's config and what they hold now, per (job_type, limit
     # name): max_running and the runs held; rate (starts per window) and the starts in it.
@@ -258,6 +260,23 @@ def _vacuum_families(snap: DatabaseSnapshot) -> Iterator[Metric]:
     for table in sorted(snap.dead_tuples):
         dead.add_metric([table], snap.dead_tuples[table])
     yield dead
+    batches = GaugeMetricFamily(
+        "pgtick_batches_open",
+        "Batches whose callback is not enqueued yet: open (members may be added) or closed "
+        "(waiting for members to end); docs/composition.md",
+        labels=["state"],
+    )
+    for state in ("open", "closed"):
+        batches.add_metric([state], snap.batches_open.get(state, 0))
+    yield batches
+    waiting = GaugeMetricFamily(
+        "pgtick_runs_waiting_dependency",
+        "Queued runs of schedules with after waiting for another schedule's occurrence",
+        labels=["job_type"],
+    )
+    for job_type in sorted(snap.waiting_after):
+        waiting.add_metric([job_type], snap.waiting_after[job_type])
+    yield waiting
 
 
 def bounded(snap: DatabaseSnapshot, configured: Iterable[str], others: int) -> DatabaseSnapshot:

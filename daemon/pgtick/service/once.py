@@ -39,6 +39,7 @@ class OnceSide:
             metrics,
         )
         self._priorities = {name: jt.config.priority for name, jt in job_types.items()}
+        self._follows = {name: jt.config.follow for name, jt in job_types.items()}
         self.ticker = Ticker(
             store,
             list(cfg.schedules.values()),
@@ -53,7 +54,7 @@ class OnceSide:
         """Before the first claim: the job types' settings, the partitions finished runs go
         to (the reaper's retention passes keep them ahead from here on), the schedules synced
         and the first tick done (READY=1 means it is)."""
-        self.store.sync_job_type_settings(self._priorities)
+        self.store.sync_job_type_settings(self._priorities, self._follows)
         self.reaper.prune_once()
         self.ticker.sync()
         self.ticker.tick()

@@ -159,6 +159,8 @@ class MetricsSnapshot:
     horizon: list[HorizonHolder] = field(default_factory=list)  # oldest first
     sees_all_sessions: bool = True  # False: no pg_read_all_stats, other roles' are hidden
     dead_tuples: dict[str, int] = field(default_factory=dict)  # pgtick table -> dead rows
+    batches_open: dict[str, int] = field(default_factory=dict)  # open | closed -> batches
+    waiting_after: dict[str, int] = field(default_factory=dict)  # job type -> runs (after)
 
 
 class MaintenanceQueries(StoreBase):
@@ -213,6 +215,7 @@ class MaintenanceQueries(StoreBase):
                     sqlfile.query("reap_mark", conn.schema),
                     {"ids": ids, "delays": delays, "workers": [row[4] for row in rows]},
                 ).fetchall()
+                if row[0] is not None  # not the rows of chains and batches (0025, 0026)
             ]
             # A first lost attempt is claimable at once: wake idle daemons now rather than
             # at their next poll, so recovery takes lease + reaper interval, not + a poll.
@@ -403,7 +406,18 @@ class MaintenanceQueries(StoreBase):
             }
             row = conn.execute(sqlfile.query("metrics_snapshot", conn.schema), params).fetchone()
         assert row is not None
-        db_now, queues, terminal, counted_at, schedules, horizon, sees_all, dead = row
+        (
+            db_now,
+            queues,
+            terminal,
+            counted_at,
+            schedules,
+            horizon,
+            sees_all,
+            dead,
+            batches,
+            after,
+        ) = row
         return MetricsSnapshot(
             db_now=float(db_now),
             queues=[
@@ -419,6 +433,8 @@ class MaintenanceQueries(StoreBase):
             ],
             sees_all_sessions=bool(sees_all),
             dead_tuples={str(t): int(n) for t, n in dead},
+            batches_open={"open": int(batches[0]), "closed": int(batches[1])},
+            waiting_after={str(t): int(n) for t, n in after},
         )
 
     def refresh_terminal_counts(self, max_age_seconds: float, timeout_seconds: float) -> bool:

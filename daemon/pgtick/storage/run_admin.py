@@ -40,6 +40,7 @@ class Run:
     updated_at: datetime
     priority: int = 0
     concurrency_key: str | None = None
+    after_on: Any = None  # what it waits for (`after`, migration 0027)
 
     @property
     def timed_out_running(self) -> bool:
@@ -64,6 +65,7 @@ class Attempt:
     outcome: str | None
     error: str | None
     error_type: str | None
+    result: Any = None  # what the attempt's handler returned (migration 0024)
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,7 @@ class RunAdminQueries(StoreBase):
                 rows: list[tuple[Any, ...]] = conn.execute(
                     sqlfile.query("retry", conn.schema), {"ids": list(run_ids)}
                 ).fetchall()
+                rows = [row for row in rows if row[0] is not None]  # not batches' (0026)
                 wake(conn, (row[1] for row in rows))
             return rows
 
@@ -132,7 +135,7 @@ class RunAdminQueries(StoreBase):
             "cancel",
             lambda conn: conn.execute(sqlfile.query("cancel", conn.schema), params).fetchall(),
         )
-        return sorted(row[0] for row in rows)
+        return sorted(row[0] for row in rows if row[0] is not None)
 
     def get_run(self, run_id: int) -> Run | None:
         rows = self._all("get_run", "get_run", {"id": run_id})

@@ -5,6 +5,7 @@ on runs are in ``run_admin.py``.
 
 from __future__ import annotations
 
+import collections
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,10 @@ class NewRun:
     # W3C traceparent of the enqueuing span (migration 0018); one that is not valid is
     # stored as NULL (the W3C rule: a bad header starts a new trace, never fails a request).
     traceparent: str | None = None
+    # Its chain in normal form (scheduling/steps.py; None: its job type's), and its batch
+    # (migrations 0025, 0026).
+    follow: Mapping[str, Any] | None = None
+    batch_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -177,7 +182,12 @@ def enqueue_on(
 
 def _enqueue_query(name: str, run: NewRun) -> str:
     """The enqueue block for ``run``: with the trace context argument only when it has one, so
-    that the others still enqueue through a schema before migration 0018."""
+    that the others still enqueue through a schema before migration 0018; a member of a batch
+    or a run with a chain through the functions of 0025 and 0026."""
+    if run.batch_id is not None:
+        return "enqueue_member"
+    if run.follow is not None:
+        return "enqueue_composed"
     return name if run.traceparent is None else f"{name}_traced"
 
 
@@ -191,7 +201,15 @@ def _enqueue_params(run: NewRun) -> dict[str, Any]:
         "priority": run.priority,
         "concurrency_key": run.concurrency_key,
         "traceparent": run.traceparent,
+        "on_success": _steps(run.follow, "on_success"),
+        "on_dead": _steps(run.follow, "on_dead"),
+        "batch_id": run.batch_id,
     }
+
+
+def _steps(follow: Mapping[str, Any] | None, outcome: str) -> Jsonb | None:
+    steps = (follow or {}).get(outcome)
+    return None if steps is None else Jsonb(steps)
 
 
 def _pg_path(path: Sequence[str] | None) -> str | None:
@@ -310,9 +328,18 @@ class RunQueries(StoreBase):
                     "priorities": [r.priority for r in new],
                     "concurrency_keys": [r.concurrency_key for r in new],
                     "traceparents": [r.traceparent for r in new],
+                    "follows": [None if r.follow is None else Jsonb(dict(r.follow)) for r in new],
+                    "batch_ids": [r.batch_id for r in new],
                 }
                 rows = conn.execute(sqlfile.query("enqueue_many", conn.schema), params).fetchall()
                 drawn = [int(row[0]) for row in rows]
+                # Members counted in their batches, refused unless each batch is open (0026).
+                batches = collections.Counter(r.batch_id for r in new if r.batch_id is not None)
+                for batch_id, n in sorted(batches.items()):
+                    conn.execute(
+                        sqlfile.query("batch_members_added", conn.schema),
+                        {"batch_id": batch_id, "n": n},
+                    )
                 announce(conn, [(r.job_type, r.run_at) for r in new])
         ids: list[int] = []
         unkeyed = iter(drawn[i] for i, g in enumerate(given) if g is None)
@@ -414,10 +441,23 @@ class RunQueries(StoreBase):
         rows = self._all("claim", "rate_free_in", params)
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
-    def sync_job_type_settings(self, priorities: Mapping[str, int]) -> None:
-        """Record each job type's default priority, for enqueue() to give runs without one."""
+    def sync_job_type_settings(
+        self,
+        priorities: Mapping[str, int],
+        follows: Mapping[str, Mapping[str, Any] | None] | None = None,
+    ) -> None:
+        """Record each job type's default priority and chain (its config's on_success and
+        on_dead), for enqueue() to give runs without their own."""
         if priorities:
-            params = {"job_types": list(priorities), "priorities": list(priorities.values())}
+            chains = follows or {}
+            params = {
+                "job_types": list(priorities),
+                "priorities": list(priorities.values()),
+                "follows": [
+                    None if chains.get(t) is None else Jsonb(dict(chains[t] or {}))
+                    for t in priorities
+                ],
+            }
             with self._conn("sync_job_types") as conn:
                 conn.execute(sqlfile.query("sync_job_type_settings", conn.schema), params)
 
@@ -457,10 +497,14 @@ class RunQueries(StoreBase):
         )
         return Beat(set(held), bool(registered), set(cancelled), set(busy))
 
-    def succeed(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
-        """Mark runs succeeded if this worker still holds these claims; returns those it did."""
+    def succeed(
+        self, worker_id: str, claims: Sequence[Claim], results: Mapping[int, str] | None = None
+    ) -> set[int]:
+        """Mark runs succeeded if this worker still holds these claims; returns those it did.
+        ``results``: run id -> its handler's result as JSON text (migration 0024)."""
         return self._moving(
-            "succeed", lambda conn: self.succeed_on(conn, worker_id, claims, hinted=True)
+            "succeed",
+            lambda conn: self.succeed_on(conn, worker_id, claims, hinted=True, results=results),
         )
 
     @staticmethod
@@ -471,17 +515,21 @@ class RunQueries(StoreBase):
         *,
         hinted: bool = False,
         lock_wait_ms: int | None = None,
+        results: Mapping[int, str] | None = None,
     ) -> set[int]:
         """``succeed`` on a given connection: inside a handler's transaction, or ``hinted``
         (``by_index``) on pgtick's own, where the planner hints cannot outlast pgtick's
         statements."""
         params = _claims(worker_id, claims)
+        # No results (most batches): a NULL array, nothing to dump per run.
+        params["results"] = [results.get(i) for i in params["ids"]] if results else None
         with db.wrap_errors("succeed"):
             if hinted:
                 rows = by_index(conn, "succeed", params, lock_wait_ms=lock_wait_ms)
             else:
                 rows = conn.execute(sqlfile.query("succeed", conn.schema), params).fetchall()
-        return {row[0] for row in rows}
+        # Rows with a NULL id are the chains' and batches' (0025, 0026).
+        return {row[0] for row in rows if row[0] is not None}
 
     def fail(self, worker_id: str, failures: Sequence[Failure]) -> list[FailResult]:
         """Record failed attempts: ``failed`` with a retry time, or ``dead``."""
@@ -496,6 +544,7 @@ class RunQueries(StoreBase):
         failures: Sequence[Failure],
         *,
         lock_wait_ms: int | None = None,
+        results: Mapping[int, str] | None = None,
     ) -> tuple[set[int], list[FailResult]]:
         """Write a batch of results all or nothing, so a failure part-way leaves nothing
         written and the batch can be retried as it is: one statement when the batch holds
@@ -509,12 +558,15 @@ class RunQueries(StoreBase):
             if succeeded and failures:
                 with conn.transaction():
                     done = self.succeed_on(
-                        conn, worker_id, succeeded, hinted=True, lock_wait_ms=wait
+                        conn, worker_id, succeeded, hinted=True, lock_wait_ms=wait, results=results
                     )
                     return done, self._fail_on(conn, worker_id, failures, lock_wait_ms=wait)
             if failures:
                 return set(), self._fail_on(conn, worker_id, failures, lock_wait_ms=wait)
-            return self.succeed_on(conn, worker_id, succeeded, hinted=True, lock_wait_ms=wait), []
+            done = self.succeed_on(
+                conn, worker_id, succeeded, hinted=True, lock_wait_ms=wait, results=results
+            )
+            return done, []
 
         return self._moving("complete", write)
 
@@ -538,7 +590,8 @@ class RunQueries(StoreBase):
         }
         with db.wrap_errors("fail"):
             rows = by_index(conn, "fail", params, lock_wait_ms=lock_wait_ms)
-            return [FailResult(*row) for row in rows]
+            # Rows with a NULL id are the chains' and batches' (0025, 0026).
+            return [FailResult(*row) for row in rows if row[0] is not None]
 
     def mark_timed_out(self, worker_id: str, marks: Sequence[tuple[Claim, str]]) -> set[int]:
         """Note on held runs past their timeout (``marks``: each claim and its error) that

@@ -32,6 +32,8 @@ class ScheduleDef:
     jitter_seconds: float
     priority: int = 0  # of its runs
     on_pause: str = "hold"  # while its job type is paused: hold | skip
+    follow: Mapping[str, Any] | None = None  # its runs' chain (None: the job type's)
+    after_on: Mapping[str, Any] | None = None  # the schedule its runs wait for (0027)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class ScheduleRow:
     db_now: datetime
     priority: int = 0
     on_pause: str = "hold"
+    follow: Any = None  # its runs' chain (migration 0025; None: the job type's)
+    after_on: Any = None  # {"schedule", "deadline_seconds", "missed"} (migration 0027)
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,8 @@ class ScheduleQueries(StoreBase):
                         "priority": d.priority,
                         "on_pause": d.on_pause,
                         "service": service,
+                        "follow": None if d.follow is None else Jsonb(dict(d.follow)),
+                        "after_on": None if d.after_on is None else Jsonb(dict(d.after_on)),
                     },
                 ).fetchone()
                 if row is not None:
@@ -219,6 +225,22 @@ class ScheduleQueries(StoreBase):
             yield conn, [ScheduleRow(*row) for row in rows]
 
     @staticmethod
+    def after_source_on(conn: db.Connection, name: str) -> tuple[str, str] | None:
+        """(cron, timezone) of schedule ``name``, which another waits for; None: none."""
+        with db.wrap_errors("tick"):
+            row = conn.execute(
+                sqlfile.query("after_source", conn.schema), {"name": name}
+            ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    @staticmethod
+    def settle_waiting_on(conn: db.Connection) -> int:
+        """The tick's sweep of runs waiting for another schedule (deadlines, misses)."""
+        with db.wrap_errors("tick"):
+            row = conn.execute(sqlfile.query("settle_waiting", conn.schema)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    @staticmethod
     def next_schedule_due_on(conn: db.Connection) -> tuple[datetime | None, datetime]:
         """(earliest ``next_due_at`` of the schedules not due at the transaction's start, the
         database's now), inside ``materializing``'s transaction: when the ticker wakes next."""
@@ -244,9 +266,11 @@ class ScheduleQueries(StoreBase):
         occurrences: Sequence[Occurrence],
         until: datetime,
         next_due_at: datetime | None,
+        waits: Sequence[Mapping[str, Any] | None] = (),
     ) -> dict[str, int]:
         """Insert occurrences, move the cursor to ``until`` and remember when the schedule next
-        needs a tick (None: at every tick); returns {status: count}."""
+        needs a tick (None: at every tick); returns {status: count}. ``waits``: per
+        occurrence, what it waits for (``after``; migration 0027)."""
         with db.wrap_errors("materialize"):
             rows = conn.execute(
                 sqlfile.query("materialize", conn.schema),
@@ -258,6 +282,10 @@ class ScheduleQueries(StoreBase):
                     "priority": schedule.priority,
                     "skip": schedule.overlap == "skip",
                     "skip_paused": schedule.on_pause == "skip",
+                    "follow": None if schedule.follow is None else Jsonb(schedule.follow),
+                    "name": schedule.name,
+                    "waits": [None if w is None else Jsonb(dict(w)) for w in waits]
+                    or [None] * len(occurrences),
                     "scheduled_for": [o.scheduled_for for o in occurrences],
                     "run_at": [o.run_at for o in occurrences],
                     "until": until,

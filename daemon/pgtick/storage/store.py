@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pgtick.storage.audit import AuditEntry, AuditQueries
 from pgtick.storage.base import Pool
+from pgtick.storage.batches import Batch, BatchQueries
 from pgtick.storage.console import ConsoleQueries
 from pgtick.storage.controls import ControlQueries, JobTypeControl, LimitChange
 from pgtick.storage.maintenance import (
@@ -69,6 +70,7 @@ from pgtick.storage.workers import WorkerInfo, WorkerQueries, WorkerRow
 
 class RunStore(
     RunQueries,
+    BatchQueries,
     RunAdminQueries,
     ScheduleQueries,
     WorkerQueries,
@@ -94,6 +96,7 @@ __all__ = [
     "Attempt",
     "AttemptState",
     "AuditEntry",
+    "Batch",
     "Beat",
     "Chunk",
     "Claim",

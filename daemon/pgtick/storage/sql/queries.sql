@@ -107,6 +107,39 @@ SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key
 SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s,
                         %(priority)s, %(concurrency_key)s, traceparent => %(traceparent)s);
 
+-- enqueue_composed --
+-- The same with a chain (migration 0025): only a run that has one is sent this way.
+SELECT {schema}.enqueue(%(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s, %(max_attempts)s,
+                        %(priority)s, %(concurrency_key)s, traceparent => %(traceparent)s,
+                        on_success => %(on_success)s, on_dead => %(on_dead)s);
+
+-- enqueue_member --
+-- A member of an open batch (migration 0026), with its chain if it has one.
+SELECT {schema}.batch_add(%(batch_id)s, %(job_type)s, %(payload)s, %(run_at)s, %(idempotency_key)s,
+                          %(max_attempts)s, %(priority)s, %(concurrency_key)s, %(traceparent)s,
+                          %(on_success)s, %(on_dead)s);
+
+-- batch_members_added --
+-- enqueue_many's members of one batch counted, under its row lock; refused unless open.
+SELECT {schema}.batch_members_added(%(batch_id)s, %(n)s);
+
+-- batch_open --
+-- A new batch, open, with its callback steps (a normal form of scheduling/steps.py).
+SELECT {schema}.batch_open(%(callback)s);
+
+-- batch_close --
+-- No more members; done at once (callback enqueued) if every member is terminal.
+SELECT {schema}.batch_close(%(batch_id)s);
+
+-- get_batch --
+-- One batch, and its members still kept by state (retention may have dropped finished ones).
+SELECT b.id, b.state, b.callback, b.members, b.succeeded, b.dead, b.cancelled, b.skipped,
+       b.callback_run_id, b.created_at, b.closed_at, b.done_at,
+       (SELECT coalesce(jsonb_object_agg(s.status, s.n), '{{}}'::jsonb)
+        FROM (SELECT r.status, count(*) AS n FROM {schema}.runs r
+              WHERE r.batch_id = b.id GROUP BY r.status) s) AS kept
+FROM {schema}.batches b WHERE b.id = %(batch_id)s;
+
 -- take_idempotency_keys --
 -- The batch's idempotency keys taken (migration 0015): per distinct key, the run that has it
 -- (fresh false) or the id to insert its run with (fresh true). Before enqueue_many, in its
@@ -120,16 +153,19 @@ WITH input AS (
     SELECT i.*, coalesce(i.given_id, nextval(pg_get_serial_sequence({runs_table}, 'id'))) AS new_id
     FROM unnest(%(ids)s::bigint[], %(job_types)s::text[], %(payloads)s::jsonb[],
                 %(run_ats)s::timestamptz[], %(keys)s::text[], %(max_attempts)s::int[],
-                %(priorities)s::int[], %(concurrency_keys)s::text[], %(traceparents)s::text[])
+                %(priorities)s::int[], %(concurrency_keys)s::text[], %(traceparents)s::text[],
+                %(follows)s::jsonb[], %(batch_ids)s::bigint[])
          WITH ORDINALITY AS i(given_id, job_type, payload, run_at, idempotency_key, max_attempts,
-                              priority, concurrency_key, traceparent, ord)
+                              priority, concurrency_key, traceparent, follow, batch_id, ord)
 ), inserted AS (
+    -- A run's chain: its own (checked by the caller), else its job type's (migration 0025).
     INSERT INTO {schema}.runs (id, job_type, payload, run_at, idempotency_key, max_attempts,
-                               priority, concurrency_key, traceparent)
+                               priority, concurrency_key, traceparent, follow, batch_id)
     OVERRIDING SYSTEM VALUE
     SELECT new_id, input.job_type, coalesce(payload, '{{}}'::jsonb), coalesce(run_at, now()),
            idempotency_key, max_attempts, coalesce(input.priority, s.priority, 0),
-           concurrency_key, {schema}.valid_traceparent(input.traceparent)
+           concurrency_key, {schema}.valid_traceparent(input.traceparent),
+           coalesce(input.follow, s.follow), input.batch_id
     FROM input
     LEFT JOIN {schema}.job_type_settings s ON s.job_type = input.job_type
     ORDER BY ord
@@ -137,12 +173,14 @@ WITH input AS (
 SELECT new_id FROM input ORDER BY ord;
 
 -- sync_job_type_settings --
--- Record the default priority of this daemon's job types (enqueue() reads it); rows change
--- only when the value does.
-INSERT INTO {schema}.job_type_settings (job_type, priority)
-SELECT * FROM unnest(%(job_types)s::text[], %(priorities)s::int[])
-ON CONFLICT (job_type) DO UPDATE SET priority = excluded.priority, updated_at = now()
-WHERE job_type_settings.priority IS DISTINCT FROM excluded.priority;
+-- Record the default priority and chain of this daemon's job types (enqueue() reads them);
+-- rows change only when a value does.
+INSERT INTO {schema}.job_type_settings (job_type, priority, follow)
+SELECT * FROM unnest(%(job_types)s::text[], %(priorities)s::int[], %(follows)s::jsonb[])
+ON CONFLICT (job_type) DO UPDATE
+SET priority = excluded.priority, follow = excluded.follow, updated_at = now()
+WHERE job_type_settings.priority IS DISTINCT FROM excluded.priority
+   OR job_type_settings.follow IS DISTINCT FROM excluded.follow;
 
 -- listen --
 -- The LISTEN connection subscribes to the channel named after the schema (enqueue NOTIFYs it
@@ -657,13 +695,27 @@ WITH done AS (
       AND ((SELECT %(ids)s::bigint[]))[width_bucket(r.id, (SELECT %(ids)s::bigint[]))] = r.id
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
-    RETURNING r.id, r.attempts, r.started_at
+    RETURNING r.id, r.attempts, r.started_at, r.job_type, r.follow, r.batch_id
 ), ended AS (
+    -- With each attempt its handler's result (migration 0024), by its position in the list.
     INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
-                                          outcome)
-    SELECT id, attempts, %(worker_id)s, started_at, statement_timestamp(), 'succeeded' FROM done
+                                          outcome, result)
+    SELECT id, attempts, %(worker_id)s, started_at, statement_timestamp(), 'succeeded',
+           ((SELECT %(results)s::text[]))[width_bucket(id, (SELECT %(ids)s::bigint[]))]::jsonb
+    FROM done
 )
-SELECT id FROM done;
+-- Composition in the transaction that records success (docs/composition.md): the steps of
+-- the runs that have them enqueued, and the members of batches counted per batch (rows with
+-- a NULL id, for the caller to ignore). Runs without either cost two empty scans of `done`.
+SELECT id, NULL FROM done
+UNION ALL
+SELECT NULL, {schema}.follow_up(d.id, d.job_type, 'succeeded', d.follow,
+       ((SELECT %(results)s::text[]))[width_bucket(d.id, (SELECT %(ids)s::bigint[]))]::jsonb)
+FROM done d WHERE d.follow IS NOT NULL
+UNION ALL
+SELECT NULL, {schema}.batch_ended(b.batch_id, 'succeeded', b.n)
+FROM (SELECT d.batch_id, count(*)::int AS n FROM done d WHERE d.batch_id IS NOT NULL
+      GROUP BY d.batch_id ORDER BY d.batch_id) b;
 
 -- fail --
 -- Finish runs as failed (retry at now() + delay) or dead (delay NULL, or attempts exhausted),
@@ -690,7 +742,8 @@ WITH done AS (
       AND ((SELECT %(ids)s::bigint[]))[width_bucket(r.id, (SELECT %(ids)s::bigint[]))] = r.id
       AND r.locked_by IS NOT DISTINCT FROM %(worker_id)s
       AND r.status IN ('queued', 'running', 'failed')
-    RETURNING r.id, r.status, r.run_at, r.attempts, r.started_at
+    RETURNING r.id, r.status, r.run_at, r.attempts, r.started_at, r.job_type, r.follow,
+              r.batch_id
 ), ended AS (
     INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
                                           outcome, error, error_type)
@@ -702,7 +755,16 @@ WITH done AS (
 SELECT id, status,
        -- Readable whatever was written by hand (claim_result says why).
        least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at
-FROM done;
+FROM done
+-- The dead runs' on_dead steps and batches (as succeed's; rows with a NULL id).
+UNION ALL
+SELECT NULL, {schema}.follow_up(d.id, d.job_type, 'dead', d.follow, NULL)::text, NULL
+FROM done d WHERE d.status = 'dead' AND d.follow IS NOT NULL
+UNION ALL
+SELECT NULL, {schema}.batch_ended(b.batch_id, 'dead', b.n)::text, NULL
+FROM (SELECT d.batch_id, count(*)::int AS n FROM done d
+      WHERE d.status = 'dead' AND d.batch_id IS NOT NULL
+      GROUP BY d.batch_id ORDER BY d.batch_id) b;
 
 -- mark_timed_out --
 -- Python runs past their timeout whose handlers have not returned (a thread cannot be
@@ -883,7 +945,8 @@ WITH input AS (
     FROM input f
     WHERE r.id = ANY(%(ids)s::bigint[])
       AND r.id = f.id AND r.status = 'running' AND r.locked_until < now()
-    RETURNING r.id, r.attempts, r.status, r.job_type, r.run_at, r.started_at, f.worker_id
+    RETURNING r.id, r.attempts, r.status, r.job_type, r.run_at, r.started_at, f.worker_id,
+              r.follow, r.batch_id
 ), ended AS (
     INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
                                           outcome, error, error_type)
@@ -894,7 +957,18 @@ SELECT id, status, job_type,
        -- Readable whatever was written by hand (claim_result says why).
        least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59+00') AS run_at,
        worker_id
-FROM done;
+FROM done
+-- A run the reaper makes dead fires its on_dead steps and counts in its batch, in this
+-- transaction, as fail's (rows with a NULL id).
+UNION ALL
+SELECT NULL, {schema}.follow_up(d.id, d.job_type, 'dead', d.follow, NULL)::text, NULL, NULL,
+       NULL
+FROM done d WHERE d.status = 'dead' AND d.follow IS NOT NULL
+UNION ALL
+SELECT NULL, {schema}.batch_ended(b.batch_id, 'dead', b.n)::text, NULL, NULL, NULL
+FROM (SELECT d.batch_id, count(*)::int AS n FROM done d
+      WHERE d.status = 'dead' AND d.batch_id IS NOT NULL
+      GROUP BY d.batch_id ORDER BY d.batch_id) b;
 
 -- reap_holder_select --
 -- A worker process of this daemon died (its supervisor saw it exit, worker.processes above
@@ -971,7 +1045,7 @@ SELECT count(*) FROM done;
 -- One whose holder died (lease expired) has its attempt written as lost, ended when the lease
 -- did.
 WITH picked AS (
-    SELECT id, locked_until, locked_by FROM {schema}.runs
+    SELECT id, locked_until, locked_by, status, batch_id FROM {schema}.runs
     WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('failed', 'dead', 'cancelled')
       AND (locked_until IS NULL OR locked_until < now())
     FOR UPDATE
@@ -985,7 +1059,7 @@ WITH picked AS (
     WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
       AND r.id = p.id AND r.status IN ('failed', 'dead', 'cancelled')
     RETURNING r.id, r.job_type, r.attempts, r.started_at, p.locked_by AS worker_id,
-              p.locked_until AS lease_end
+              p.locked_until AS lease_end, p.status AS was, p.batch_id
 ), ended AS (
     INSERT INTO {schema}.attempts_history (run_id, attempt, worker_id, started_at, finished_at,
                                           outcome, error)
@@ -993,7 +1067,13 @@ WITH picked AS (
     FROM done
     WHERE worker_id IS NOT NULL
 )
-SELECT id, job_type FROM done;
+SELECT id, job_type FROM done
+-- Members of batches not done yet take back the counts of their terminal outcome (0026).
+UNION ALL
+SELECT NULL, {schema}.batch_reopened(b.batch_id, b.was, b.n)::text
+FROM (SELECT d.batch_id, d.was, count(*)::int AS n FROM done d
+      WHERE d.batch_id IS NOT NULL AND d.was IN ('dead', 'cancelled')
+      GROUP BY d.batch_id, d.was ORDER BY d.batch_id, d.was) b;
 
 -- held_after_cancel --
 -- Of the given cancelled runs, those whose holder has not let go yet (lease live): its daemon
@@ -1008,10 +1088,18 @@ ORDER BY id;
 -- locked_until and the open attempt are left as they are): its next heartbeat, or its result
 -- write, finds the run cancelled, stops the handler and lets go (acknowledge_cancel), which
 -- closes the attempt when it really ended. Until then the run cannot be retried.
-UPDATE {schema}.runs
-SET status = 'cancelled', finished_at = now(), updated_at = now()
-WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('queued', 'running', 'failed')
-RETURNING id;
+WITH done AS (
+    UPDATE {schema}.runs
+    SET status = 'cancelled', finished_at = now(), updated_at = now()
+    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('queued', 'running', 'failed')
+    RETURNING id, batch_id
+)
+SELECT id FROM done
+-- A cancelled member counts in its batch (0026); a cancel fires no chain step.
+UNION ALL
+SELECT NULL FROM (SELECT d.batch_id, count(*)::int AS n FROM done d
+                  WHERE d.batch_id IS NOT NULL GROUP BY d.batch_id ORDER BY d.batch_id) b
+WHERE {schema}.batch_ended(b.batch_id, 'cancelled', b.n) IS NULL;
 
 -- maintain_partitions --
 -- One step of retention and of the partitions ahead (the function, in migration 0010, says
@@ -1059,12 +1147,12 @@ SELECT count(*) FROM gone;
 -- One run by id.
 SELECT id, schedule_id, scheduled_for, job_type, payload, idempotency_key, status, run_at,
        attempts, max_attempts, locked_by, locked_until, last_error, error_type, started_at,
-       finished_at, created_at, updated_at, priority, concurrency_key
+       finished_at, created_at, updated_at, priority, concurrency_key, after_on
 FROM {schema}.runs WHERE id = %(id)s;
 
 -- get_attempts --
 -- A run's attempts in order: the ended ones by their start, the open one (id NULL) last.
-SELECT run_id, attempt, worker_id, started_at, finished_at, outcome, error, error_type
+SELECT run_id, attempt, worker_id, started_at, finished_at, outcome, error, error_type, result
 FROM {schema}.attempts WHERE run_id = %(id)s ORDER BY id IS NULL, started_at, id;
 
 -- connection_limit --
@@ -1116,16 +1204,17 @@ RETURNING key;
 -- an operator's pause stays. Any change forgets next_due_at, so the next tick plans it afresh.
 INSERT INTO {schema}.schedules (name, job_type, payload, cron, timezone, max_attempts, catchup,
                        catchup_limit, overlap, jitter_seconds, priority, on_pause,
-                       service, materialized_until)
+                       service, materialized_until, follow, after_on)
 VALUES (%(name)s, %(job_type)s, %(payload)s, %(cron)s, %(timezone)s, %(max_attempts)s,
         %(catchup)s, %(catchup_limit)s, %(overlap)s, %(jitter_seconds)s, %(priority)s,
-        %(on_pause)s, %(service)s, now())
+        %(on_pause)s, %(service)s, now(), %(follow)s, %(after_on)s)
 ON CONFLICT (name) DO UPDATE
 SET job_type = excluded.job_type, payload = excluded.payload, cron = excluded.cron,
     timezone = excluded.timezone, max_attempts = excluded.max_attempts,
     catchup = excluded.catchup, catchup_limit = excluded.catchup_limit,
     overlap = excluded.overlap, jitter_seconds = excluded.jitter_seconds,
-    priority = excluded.priority, on_pause = excluded.on_pause,
+    priority = excluded.priority, on_pause = excluded.on_pause, follow = excluded.follow,
+    after_on = excluded.after_on,
     paused = schedules.paused AND schedules.paused_reason NOT IN ('removed', 'invalid'),
     paused_reason = CASE WHEN schedules.paused_reason IN ('removed', 'invalid') THEN NULL
                          ELSE schedules.paused_reason END,
@@ -1138,11 +1227,13 @@ SET job_type = excluded.job_type, payload = excluded.payload, cron = excluded.cr
 WHERE schedules.service IS NOT DISTINCT FROM excluded.service
   AND (schedules.job_type, schedules.payload, schedules.cron, schedules.timezone,
        schedules.max_attempts, schedules.catchup, schedules.catchup_limit, schedules.overlap,
-       schedules.jitter_seconds, schedules.priority, schedules.on_pause, schedules.paused_reason)
+       schedules.jitter_seconds, schedules.priority, schedules.on_pause, schedules.paused_reason,
+       schedules.follow, schedules.after_on)
       IS DISTINCT FROM
       (excluded.job_type, excluded.payload, excluded.cron, excluded.timezone,
        excluded.max_attempts, excluded.catchup, excluded.catchup_limit, excluded.overlap,
-       excluded.jitter_seconds, excluded.priority, excluded.on_pause, NULL)
+       excluded.jitter_seconds, excluded.priority, excluded.on_pause, NULL, excluded.follow,
+       excluded.after_on)
 RETURNING name;
 
 -- pause_vanished_schedules --
@@ -1185,7 +1276,7 @@ SELECT {schema}.remove_schedule(%(name)s, %(actor)s, %(via)s);
 -- neither read nor locked. A schedule another daemon is materializing right now is skipped
 -- (it does the same work).
 SELECT id, name, job_type, payload, cron, timezone, max_attempts, catchup, catchup_limit,
-       overlap, jitter_seconds, materialized_until, now(), priority, on_pause
+       overlap, jitter_seconds, materialized_until, now(), priority, on_pause, follow, after_on
 FROM {schema}.schedules
 WHERE NOT paused AND (next_due_at IS NULL OR next_due_at <= now())
 ORDER BY id
@@ -1214,10 +1305,17 @@ WHERE id = %(id)s;
 -- failed-awaiting-retry, and only the last of a catch-up batch is queued. While the job type
 -- is paused (job_type_controls) a schedule whose on_pause is 'skip' records every occurrence
 -- as skipped; one that holds (the default) queues them as ever: the paused type's runs wait.
+-- An occurrence of a schedule with `after` (migration 0027) waits: not due (run_at far
+-- ahead) until settle_waiting releases it; a schedule others wait for marks its runs'
+-- follow with "release", so that the outcome's statement settles their waits at once.
 WITH occ AS (
-    SELECT o.scheduled_for, o.run_at, o.ord, count(*) OVER () AS total
-    FROM unnest(%(scheduled_for)s::timestamptz[], %(run_at)s::timestamptz[])
-         WITH ORDINALITY AS o(scheduled_for, run_at, ord)
+    SELECT o.scheduled_for, o.run_at, o.ord, o.wait, count(*) OVER () AS total
+    FROM unnest(%(scheduled_for)s::timestamptz[], %(run_at)s::timestamptz[],
+                %(waits)s::jsonb[])
+         WITH ORDINALITY AS o(scheduled_for, run_at, wait, ord)
+), awaited AS (
+    SELECT EXISTS (SELECT 1 FROM {schema}.schedules d
+                   WHERE d.after_on ->> 'schedule' = %(name)s AND NOT d.paused) AS awaited
 ), busy AS (
     SELECT EXISTS (
         SELECT 1 FROM {schema}.runs
@@ -1228,15 +1326,24 @@ WITH occ AS (
         SELECT 1 FROM {schema}.job_type_controls c WHERE c.job_type = %(job_type)s AND c.paused
     ) AS skipping
 ), inserted AS (
+    -- Its chain: the schedule's, else its job type's (migration 0025).
     INSERT INTO {schema}.runs (schedule_id, scheduled_for, job_type, payload, run_at, max_attempts,
-                      priority, status, finished_at)
-    SELECT %(schedule_id)s, occ.scheduled_for, %(job_type)s, %(payload)s, occ.run_at,
+                      priority, status, finished_at, follow, after_on)
+    SELECT %(schedule_id)s, occ.scheduled_for, %(job_type)s, %(payload)s,
+           CASE WHEN occ.wait IS NULL THEN occ.run_at ELSE '3000-01-01 00:00:00+00' END,
            %(max_attempts)s, %(priority)s,
            CASE WHEN paused.skipping OR (%(skip)s AND (busy.busy OR occ.ord < occ.total))
                 THEN 'skipped' ELSE 'queued' END,
            CASE WHEN paused.skipping OR (%(skip)s AND (busy.busy OR occ.ord < occ.total))
-                THEN now() END
-    FROM occ, busy, paused
+                THEN now() END,
+           CASE WHEN awaited.awaited
+                THEN coalesce(%(follow)s::jsonb, (SELECT s.follow FROM {schema}.job_type_settings s
+                                                  WHERE s.job_type = %(job_type)s), '{{}}')
+                     || '{{"release": true}}'
+                ELSE coalesce(%(follow)s::jsonb, (SELECT s.follow FROM {schema}.job_type_settings s
+                                                  WHERE s.job_type = %(job_type)s)) END,
+           occ.wait
+    FROM occ, busy, paused, awaited
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.runs r
                       WHERE r.schedule_id = %(schedule_id)s
                         AND r.scheduled_for = occ.scheduled_for)
@@ -1247,6 +1354,15 @@ WITH occ AS (
     WHERE id = %(schedule_id)s
 )
 SELECT status, count(*) FROM inserted GROUP BY status;
+
+-- after_source --
+-- The cron and zone of a schedule another waits for (`after`, migration 0027).
+SELECT cron, timezone FROM {schema}.schedules WHERE name = %(name)s;
+
+-- settle_waiting --
+-- The tick's sweep of the runs waiting for another schedule's occurrence: released when it
+-- succeeded, the policy applied when it is dead, skipped, missing or past the deadline.
+SELECT {schema}.settle_waiting();
 
 -- list_schedules --
 -- Every schedule with its latest run and latest success, for `pgtick schedules`. The latest
@@ -1506,7 +1622,17 @@ SELECT /* pgtick_metrics_snapshot */
            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
            JOIN pg_class root ON root.oid = coalesce(pg_partition_root(c.oid), c.oid)
            WHERE n.nspname = %(schema)s AND c.relkind = 'r'
-           GROUP BY root.relname) AS t);
+           GROUP BY root.relname) AS t),
+    -- Batches not done (migration 0026): open (members may come) and closed (their callback
+    -- waits for members still running): the partition batches_active, through the parent.
+    (SELECT json_build_array(count(*) FILTER (WHERE state = 'open'),
+                             count(*) FILTER (WHERE state = 'closed'))
+     FROM {schema}.batches WHERE state IN ('open', 'closed')),
+    -- Runs waiting for another schedule's occurrence (`after`, migration 0027), per type.
+    (SELECT coalesce(json_agg(json_build_array(job_type, n)), '[]')
+     FROM (SELECT job_type, count(*) AS n FROM {schema}.runs
+           WHERE status = 'queued' AND after_on IS NOT NULL AND NOT (after_on ? 'released')
+           GROUP BY job_type) AS w);
 
 -- claim_terminal_counts_refresh --
 -- Take the right to recount terminal runs if the counts are older than %(max_age)s seconds;
@@ -1782,6 +1908,8 @@ LEFT JOIN pg_namespace n ON n.nspname = %(schema)s;
 -- deletes (take_idempotency_keys writes it as its owner). maintain_partitions creates and drops
 -- partitions as the tables' owner (SECURITY DEFINER): retention without DDL rights. The rollups
 -- are read (the console) and written by roll_up_runs as their owner (SECURITY DEFINER).
+-- batches: the finish statements count members and settle batches; applications open and
+-- close them.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.runs TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.attempts_history TO {role};
@@ -1804,6 +1932,8 @@ GRANT USAGE ON SEQUENCE {schema}.attempts_id_seq TO {role};
 GRANT SELECT ON {schema}.partitions TO {role};
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {role};
 GRANT SELECT, DELETE ON {schema}.run_keys TO {role};
+GRANT SELECT, INSERT, UPDATE ON {schema}.batches TO {role};
+GRANT USAGE ON SEQUENCE {schema}.batches_id_seq TO {role};
 
 -- grant_monitor --
 -- `pgtick grants ROLE --monitor`: pg_monitor (through pg_read_all_stats) lets the role see

@@ -42,6 +42,7 @@ from pgtick.surfaces.console.gate import (
 from pgtick.surfaces.console.markup import static_file
 from pgtick.surfaces.console.views import (
     RunFilters,
+    batch_page,
     bulk_page,
     error_page,
     job_type_page,
@@ -79,6 +80,7 @@ class Console(ConsoleBase):
             ("GET", "/runs/*"): self._page(self._run, self._run_id),
             ("GET", "/schedules"): self._page(self._schedules),
             ("GET", "/types/*"): self._page(self._job_type, self._job_type_name),
+            ("GET", "/batches/*"): self._page(self._batch, self._batch_id),
             ("GET", "/bulk"): self._bulk_confirmation,
             ("POST", "/actions/bulk"): self._bulk_action,
             ("GET", "/static/*"): self._static,
@@ -142,6 +144,18 @@ class Console(ConsoleBase):
         detail = operations.show_run(store, run_id, self.limits)
         output = operations.run_output(store, run_id) if detail.attempts else []
         return run_page(detail, self._context(request, detail.db_now, store), output)
+
+    @staticmethod
+    def _batch_id(request: Request) -> int:
+        """The id in ``/batches/<id>``; anything else is no such page (404)."""
+        try:
+            return operations.parse_run_id(request.path.rsplit("/", 1)[1])
+        except UsageError as exc:
+            raise NotFoundError(str(exc).replace("run", "batch")) from None
+
+    def _batch(self, request: Request, store: RunStore) -> str:
+        batch = operations.show_batch(store, self._batch_id(request))
+        return batch_page(batch, self._context(request, store.now(), store))
 
     @staticmethod
     def _job_type_name(request: Request) -> str:

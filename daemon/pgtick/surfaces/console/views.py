@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from pgtick.storage.store import STATUSES, ScheduleListing
+from pgtick.storage.store import STATUSES, Batch, ScheduleListing
 from pgtick.surfaces import operations
 from pgtick.surfaces.console.fragments import (
     Page,
@@ -157,6 +157,9 @@ def run_page(
         forms=_run_forms(d, page),
         fields=_run_fields(d),
         payload=json.dumps(d.run.payload, indent=2, ensure_ascii=False, sort_keys=True),
+        result=None
+        if d.result is None
+        else json.dumps(d.result, indent=2, ensure_ascii=False, sort_keys=True),
         timeline=timeline(d.attempts, d.db_now),
         outputs=attempt_outputs(output),
         refresh_seconds=RUN_REFRESH_SECONDS if d.run.status == "running" else None,
@@ -208,6 +211,19 @@ def _schedule_forms(s: ScheduleListing) -> list[Form]:
     else:
         forms.append(("pause", {"schedule": s.name}, "Pause", True))
     return forms
+
+
+def batch_page(batch: Batch, page: Page) -> str:
+    """A batch: its state, counts by outcome, callback (docs/composition.md)."""
+    return render(
+        "batch.html",
+        page,
+        f"Batch {batch.id}",
+        "runs",
+        batch=batch,
+        callback=", ".join(step["job_type"] for step in batch.callback or []) or "none",
+        kept=", ".join(f"{s} {n}" for s, n in sorted(batch.kept.items())) or "none",
+    )
 
 
 def schedules_page(views: Sequence[operations.ScheduleView], page: Page) -> str:

@@ -14,6 +14,7 @@ command line prints them, the web console renders them. No printing, no argument
 - ``rollup``: a job type's last 7 days by the hour, from the rollups the daemons keep;
 - ``charts``: the overview's queue depth per job type over the last hour (its SQL in
   ``charts.sql`` beside it);
+- ``batches``: create, add to, close and show batches (docs/composition.md);
 - ``setup``: the one-connection store of a command, migrations, grants, ``check``.
 
 Callers use this package's names (``operations.list_runs``); the modules are its rooms. May
@@ -26,6 +27,14 @@ from __future__ import annotations
 from pgtick.scheduling.words import cron_in_words
 from pgtick.storage.store import STATUSES, TERMINAL_STATUSES
 from pgtick.surfaces.operations.audit import Actor, audit_entries, cli_actor, record
+from pgtick.surfaces.operations.batches import (
+    add_members,
+    callback_steps,
+    close_batch,
+    create_batch,
+    members_from_lines,
+    show_batch,
+)
 from pgtick.surfaces.operations.bulk import (
     MAX_FILTER_BULK_RUNS,
     FilterBulk,
@@ -194,17 +203,21 @@ __all__ = [
     "Upcoming",
     "When",
     "WorkerStatus",
+    "add_members",
     "add_schedule",
     "audit_entries",
     "backfill",
     "backfill_window",
+    "callback_steps",
     "change_runs",
     "check_database",
     "check_job_type",
     "check_new_run",
     "check_statuses",
     "cli_actor",
+    "close_batch",
     "controls_for",
+    "create_batch",
     "cron_in_words",
     "declares_job_type",
     "describe",
@@ -223,6 +236,7 @@ __all__ = [
     "limits_in_force",
     "list_runs",
     "list_schedules",
+    "members_from_lines",
     "migrate",
     "open_store",
     "output_tail",
@@ -245,6 +259,7 @@ __all__ = [
     "run_output",
     "schedule_views",
     "set_limits",
+    "show_batch",
     "show_run",
     "status",
     "trigger_schedule",

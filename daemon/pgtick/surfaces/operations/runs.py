@@ -156,6 +156,14 @@ class RunDetail:
     output: list[OutputLine] = field(default_factory=list)  # the tail of the latest output
     waiting: str | None = None  # why a due run is not starting (a limit), None: not held back
 
+    @property
+    def result(self) -> Any:
+        """The run's result: its succeeded attempt's (the schema's result() says the same)."""
+        for a in reversed(self.attempts):
+            if a.outcome == "succeeded":
+                return a.result
+        return None
+
 
 def show_run(store: RunStore, run_id: int, limits: Sequence[ClaimType] = ()) -> RunDetail:
     """One run in full; NotFoundError when there is no such run. With the config's ``limits``,
@@ -182,6 +190,13 @@ def _waiting(store: RunStore, run: Run, limits: Sequence[ClaimType]) -> str | No
     The limits in force: the config's (``limits``) with what an operator changed at runtime."""
     if run.status not in ("queued", "failed"):
         return None
+    after = run.after_on
+    if after and "released" not in after:
+        then = "skipped" if after.get("missed") == "skip" else "run anyway"
+        return (
+            f"after {after['schedule']}: waits for its occurrence {after['occurrence']} to"
+            f" succeed, until {after['deadline']} (then {then})"
+        )
     control = store.job_type_controls().get(run.job_type)
     if control is not None and control.paused:
         why = f": {control.paused_reason}" if control.paused_reason else ""
@@ -444,10 +459,13 @@ def enqueue(
     priority: int | None = None,
     concurrency_key: str | None = None,
     traceparent: str | None = None,
+    follow: dict[str, Any] | None = None,
+    batch_id: int | None = None,
 ) -> int:
     """Add a run (or find the one its idempotency key names); its id. A duration ``when``
     counts from the database's clock, like every time pgtick compares. ``traceparent``: the
-    trace it is enqueued in (docs/tracing.md)."""
+    trace it is enqueued in (docs/tracing.md); ``follow``: its chain, ``batch_id``: its open
+    batch (docs/composition.md)."""
     run_at = store.now() + when if isinstance(when, timedelta) else when
     return store.enqueue(
         NewRun(
@@ -459,6 +477,8 @@ def enqueue(
             priority,
             concurrency_key,
             traceparent,
+            follow,
+            batch_id,
         )
     )
 
