@@ -161,11 +161,12 @@ def job_type_table(job_type: JobType) -> str:
 
 def config_text(world: World, processes: int = 1) -> str:
     """The config every daemon (and the operator's CLI) reads; ``processes``: each daemon's
-    worker.processes (above 1: a supervisor and its worker processes, issue 47)."""
+    worker.processes (above 1: a supervisor and its worker processes, issue 47; written only
+    then, so that the previous release, which has no such key, reads the config too)."""
     text = f"""\
 [worker]
 threads = {world.threads}
-processes = {processes}
+{f"processes = {processes}" if processes != 1 else ""}
 prefetch = {world.prefetch}
 lease = "{world.lease_seconds:g}s"
 poll_interval = "{POLL_SECONDS:g}s"

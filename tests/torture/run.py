@@ -102,6 +102,11 @@ def judge(history_dir: Path) -> checker.Verdict:
 def run_plan(
     plan: Plan, dsn: str | None, history_dir: Path, out: TextIO, processes: int = 1
 ) -> None:
+    if plan.upgrade and processes != 1:
+        raise RuntimeError(
+            f"seed {plan.seed} starts on the previous release (the migrate fault), which has "
+            "no worker.processes: run it with --processes 1, or --only without migrate"
+        )
     logs = history_dir / "logs"
     logs.mkdir(exist_ok=True)
     config = history_dir / "config.toml"
