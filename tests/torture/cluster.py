@@ -345,8 +345,8 @@ class Daemons:
         inc = self.current(slot)
         if inc is None:
             return None
-        if signum in (signal.SIGKILL, signal.SIGTERM) and not inc.told:
-            inc.told = signum.name
+        if signum == signal.SIGKILL or (signum == signal.SIGTERM and not inc.told):
+            inc.told = signum.name  # a SIGKILL during a SIGTERM's drain: killed, as told
         with contextlib.suppress(ProcessLookupError):
             os.kill(inc.pid, signum)
         return inc

@@ -12,8 +12,8 @@ from tests.torture.model import NS, Daemon, Model
 def exit_finding(model: Model, d: Daemon) -> Finding | None:
     """What a daemon's exit says: nothing when the harness asked for it and it went well."""
     e = d.exit
-    if e is None:
-        return None
+    if e is None or (d.killed is not None and d.killed.t <= e.t):
+        return None  # running, or SIGKILLed by the nemesis (during a SIGTERM's drain too)
     tail = tuple(f"log: {line[:300]}" for line in e.get("log_tail", []))
     code, told = e.get("code"), e.get("told")
     what, excuse = "", ""

@@ -120,12 +120,28 @@ PREVIOUS_RELEASED = (
 )
 
 
+# Before the first daemon of this version started, every reaper and heartbeat was the previous
+# release's: a lease it took from a live holder is that release's known bug (a row lock's,
+# a cancelled run's: docs/guarantees.md, "What it found"), fixed in this version.
+PREVIOUS_TAKEN = (
+    "taken while only daemons of the previous release ran (its known bugs, fixed in this version)"
+)
+
+
 def lease_taken_by(model: Model, run: int, daemon: str, reaped: int) -> tuple[str, Event | None]:
     """Why ``daemon``'s lease on ``run`` was reaped at ``reaped``: a documented reason (frozen,
     cut off, starved) excuses it, whatever else happened (a fault that alone explains it must
     not turn into a violation once row locks are fixed); else the row lock held for a lease
     before on the run, or on another run of the daemon's (it stalled the heartbeat), is to
     blame, if there was one."""
+    holder = model.daemons.get(daemon)
+    if (
+        holder is not None
+        and holder.started.get("release") == "previous"
+        and model.current_from is not None
+        and reaped < model.current_from
+    ):
+        return PREVIOUS_TAKEN, None
     since = reaped - 2 * model.lease_ns
     reason = trouble(model, daemon, since, reaped)
     if reason:

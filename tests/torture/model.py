@@ -188,6 +188,9 @@ class Model:
     # Until when a daemon of the previous release may have run (the rolling restart after the
     # migrate fault ended; the end of the run if it never did), None: no upgrade in this run.
     old_until: int | None = None
+    # When the first daemon of this version started in an upgrade run (None: no upgrade):
+    # before it, every reaper and heartbeat was the previous release's.
+    current_from: int | None = None
 
     def daemon_of(self, worker: str | None) -> Daemon | None:
         """The daemon that ``worker`` (a worker id) belongs to, if one of this run's."""
@@ -278,6 +281,22 @@ def build(raw_plan: Mapping[str, Any], events: Sequence[Event], final: Mapping[s
         retention_ns=int(attempt_retention(world) * NS),
         attempts=read_attempts(events, final),
         old_until=read_old_until(events, end),
+        current_from=read_current_from(events, end),
+    )
+
+
+def read_current_from(events: Sequence[Event], end: int) -> int | None:
+    """When the first daemon of this version started, in a run that began on the previous
+    release (None: not such a run)."""
+    if not any(e.f == "migrate" for e in events):
+        return None
+    return next(
+        (
+            e.t
+            for e in events
+            if e.f == "daemon" and e.type == INVOKE and e.get("release") == "current"
+        ),
+        end,
     )
 
 
