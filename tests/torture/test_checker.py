@@ -299,6 +299,27 @@ def test_a_lease_taken_from_a_live_holder_is_a_violation_whatever_row_was_locked
     assert any(e.f == "row-lock" and e.get("run") == 6 for e in kept.lines), "the other run's lock"
 
 
+@pytest.mark.parametrize("current_at", [30.0, 15.0])
+def test_a_lease_taken_before_this_version_ran_is_the_previous_releases_bug(
+    current_at: float,
+) -> None:
+    """An upgrade run: a lease taken from a live holder of the previous release while only
+    that release's daemons ran (its reapers' known bugs) is excused and counted; once a daemon
+    of this version ran (current_at 15 s, before the take at 23 s), it is a violation."""
+    h = Hand()
+    h.daemon("d0#1", release="previous")
+    h.at(8.0, "nemesis", INVOKE, "migrate", step=1)
+    h.at(current_at, "harness", INVOKE, "daemon", daemon="d1#2", pid=7, slot=1, release="current")
+    h.execution(10.0, 40.0, run=5, behaviour="long")
+    h.attempt(5, 1, "lost", error_type="lease_expired", finished=int(23 * NS))
+    h.attempt(5, 2, "succeeded", worker="w-d1#1", finished=int(50 * NS))
+    verdict = h.verdict()
+    if current_at > 23.0:
+        assert "lease-kept" not in names(verdict) and "lease-kept" in excuses(verdict)
+    else:
+        assert "lease-kept" in names(verdict)
+
+
 def test_a_lease_lost_while_frozen_or_starved_is_excused_and_a_dead_holders_is_no_finding() -> None:
     h = Hand()
     h.daemon("d0#1")
