@@ -279,8 +279,10 @@ def test_operator_retry_and_cancel(store: RunStore) -> None:
     store.fail("w", [Failure(queued, 1, "x", "E", "", None)])  # now dead
     assert store.cancel([dead, running, 999_999]) == sorted([dead, running])
     beat = store.heartbeat("w", [Lease(running, 1, 60.0)])
-    assert beat.held == set()  # the worker learns it lost it
-    assert beat.cancelled == {running}  # ... to an operator's cancel, not to another daemon
+    # Still held and renewed while its handler may run, and the worker learns it was
+    # cancelled by an operator (not lost to another daemon): it stops the handler.
+    assert beat.held == {running}
+    assert beat.cancelled == {running}
     assert store.cancel([dead]) == []  # terminal already
     # Its handler may still run: no retry until the worker has let go of it.
     assert store.held_after_cancel([running])[0][:2] == (running, "w")
