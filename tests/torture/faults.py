@@ -27,6 +27,7 @@ from tests.torture.cluster import (
     START_TIMEOUT_SECONDS,
     STOP_TIMEOUT_SECONDS,
     Daemons,
+    Incarnation,
     Server,
     python_path,
 )
@@ -66,13 +67,17 @@ class Nemesis:
         if inc is None:
             self.write(INFO, "term", {"skipped": "no daemon running in the slot", **args})
             return
-        self.write(INVOKE, "term", {"daemon": inc.name, "pid": inc.pid, "step": step})
+        self.await_exit(inc, {"daemon": inc.name, "pid": inc.pid, "step": step})
+        time.sleep(args["restart_after"])
+        self.daemons.start(args["daemon"])
+
+    def await_exit(self, inc: Incarnation, value: Mapping[str, Any]) -> None:
+        """Record a SIGTERM sent to ``inc`` and wait (the stop timeout at most) for its exit."""
+        self.write(INVOKE, "term", value)
         deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
         while inc.alive() and time.monotonic() < deadline:
             time.sleep(0.1)
-        self.write(OK, "term", {"daemon": inc.name, "pid": inc.pid, "code": inc.proc.returncode})
-        time.sleep(args["restart_after"])
-        self.daemons.start(args["daemon"])
+        self.write(OK, "term", {**value, "code": inc.proc.returncode})
 
     def freeze(self, step: int, args: Mapping[str, Any]) -> None:
         inc = self.daemons.current(args["daemon"])
@@ -216,11 +221,7 @@ class Nemesis:
                     os.kill(inc.pid, signal.SIGCONT)  # a frozen one cannot drain
                 self.daemons.send(slot, signal.SIGTERM)
                 value = {"daemon": inc.name, "pid": inc.pid, "step": step, "upgrade": True}
-                self.write(INVOKE, "term", value)
-                deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
-                while inc.alive() and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                self.write(OK, "term", {**value, "code": inc.proc.returncode})
+                self.await_exit(inc, value)
                 if inc.alive():
                     self.write(FAIL, "upgrade", {"step": step, "daemon": inc.name})
                     return
