@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from pgtick.service.child import RELAY_STALE_SECONDS
+from tests.acceptance.cli import pgtick
 from tests.acceptance.conftest import Cluster, Daemon, status_counts, wait_for
 from tests.dbhelp import Connection, NewRun, Runs
 
@@ -366,3 +368,28 @@ def test_recycling_past_a_memory_limit_loses_and_repeats_nothing(
     assert len({r["pid"] for r in cluster.records()}) > 2, "runs ran in successors too"
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0
+
+
+@pytest.mark.timeout(120)
+def test_worker_processes_of_a_stopped_supervisor_still_heed_a_pause(
+    cluster: Cluster, store: Runs, conn: Connection
+) -> None:
+    """The supervisor relays NOTIFYs (the controls among them) to its processes: stopped
+    (SIGSTOP, hung), it relays nothing while its processes go on claiming, so they stop
+    counting on it once its word is stale (child.RELAY_STALE_SECONDS) and read the controls by
+    their poll interval (the daemon's times the processes), as a daemon without LISTEN does.
+    A torture seed found the processes claiming a paused type for 60 s."""
+    daemon, _pids = start_two(cluster, conn, poll_interval="1s")
+    store.enqueue_many([NewRun("record", {})])
+    wait_for(lambda: status_counts(conn) == {"succeeded": 1}, 30, what="the first run")
+    daemon.signal(signal.SIGSTOP)
+    try:
+        assert pgtick(cluster.dsn, "pause", "record").code == 0
+        time.sleep(RELAY_STALE_SECONDS + 2 * 1.0 + 1.0)
+        store.enqueue_many([NewRun("record", {}) for _ in range(20)])
+        time.sleep(4.0)  # two of the processes' poll intervals: claimed by now if unpaused
+        assert status_counts(conn) == {"succeeded": 1, "queued": 20}
+    finally:
+        daemon.signal(signal.SIGCONT)
+    assert pgtick(cluster.dsn, "resume", "record").code == 0
+    wait_for(lambda: status_counts(conn) == {"succeeded": 21}, 30, what="all run after resume")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tests.torture.findings import Finding, unique
 from tests.torture.history import INVOKE, Event
-from tests.torture.model import NS, Model
+from tests.torture.model import NS, Execution, Model
 from tests.torture.plan import POLL_SECONDS, JobType
 
 # A run claimed before a change may start this much later (waiting for a thread, prefetched).
@@ -27,6 +27,10 @@ CLAIM_SLACK_SECONDS = 3.0
 # A pause holds from the daemons' next read of it: a NOTIFY, at the latest a poll interval;
 # plus the claims already in flight and a loaded 2-core machine's scheduling.
 PAUSE_SLACK_SECONDS = POLL_SECONDS + 2.0
+# With worker processes, a NOTIFY reaches them through their supervisor: while it is frozen
+# (SIGSTOP) they read the controls by their own poll interval (the daemon's times the
+# processes) once its word is older than child.RELAY_STALE_SECONDS.
+RELAY_STALE_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,11 @@ def paused_not_started(model: Model) -> list[Finding]:
             windows.append((begin, until, c.line, after))
         for begin, until, paused, resumed in windows:
             started = [
-                e for e in model.executions if e.job_type == jt.name and begin < e.begin < until
+                e
+                for e in model.executions
+                if e.job_type == jt.name
+                and begin < e.begin < until
+                and not _relay_frozen(model, e, begin - int(PAUSE_SLACK_SECONDS * NS))
             ]
             if not started:
                 continue
@@ -137,3 +145,18 @@ def paused_not_started(model: Model) -> list[Finding]:
                 )
             )
     return out
+
+
+def _relay_frozen(model: Model, e: Execution, answered: int) -> bool:
+    """``e`` started on worker processes whose supervisor was frozen after the pause was
+    answered, within the time they take to read the controls without it (the module's
+    docstring)."""
+    if model.processes < 2:
+        return False  # a frozen daemon starts nothing
+    slack = RELAY_STALE_SECONDS + POLL_SECONDS * model.processes + 2.0
+    if e.begin > answered + int(slack * NS):
+        return False
+    return (
+        model.frozen_between(e.daemon, answered - int(RELAY_STALE_SECONDS * NS), e.begin)
+        is not None
+    )

@@ -191,6 +191,7 @@ class Model:
     # When the first daemon of this version started in an upgrade run (None: no upgrade):
     # before it, every reaper and heartbeat was the previous release's.
     current_from: int | None = None
+    processes: int = 1  # each daemon's worker.processes
 
     def daemon_of(self, worker: str | None) -> Daemon | None:
         """The daemon that ``worker`` (a worker id) belongs to, if one of this run's."""
@@ -282,6 +283,7 @@ def build(raw_plan: Mapping[str, Any], events: Sequence[Event], final: Mapping[s
         attempts=read_attempts(events, final),
         old_until=read_old_until(events, end),
         current_from=read_current_from(events, end),
+        processes=int(next((e.get("processes", 1) for e in events if e.f == "start"), 1)),
     )
 
 

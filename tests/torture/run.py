@@ -126,7 +126,11 @@ def run_plan(
         observing = threading.Thread(target=observer.run, daemon=True)
         observing.start()
         threading.Thread(target=stalls.run, daemon=True).start()
-        harness.write(INFO, "start", {"seed": plan.seed, "restartable": srv.restartable})
+        harness.write(
+            INFO,
+            "start",
+            {"seed": plan.seed, "restartable": srv.restartable, "processes": processes},
+        )
         began = time.monotonic()
         try:
             run_steps(plan, began, clients, nemesis)

@@ -36,6 +36,7 @@ class Hand:
             "leftover_processes": [],
         }
     )
+    processes: int = 1  # each daemon's worker.processes
 
     def at(self, when: float, process: str, type_: str, f: str, **value: Any) -> Event:
         event = Event(
@@ -107,7 +108,7 @@ class Hand:
         )
 
     def verdict(self) -> checker.Verdict:
-        self.at(0.0, "harness", INFO, "start", seed=0)
+        self.at(0.0, "harness", INFO, "start", seed=0, processes=self.processes)
         self.at(999.0, "harness", INVOKE, "stop", daemons=[])
         world = json.loads(json.dumps(asdict(WORLD)))
         return checker.check({"seed": 0, "world": world}, sort_events(self.events), self.final)
@@ -452,6 +453,31 @@ def test_a_start_of_a_paused_type_a_poll_interval_after_the_pause_is_a_violation
     verdict = h.verdict()
     assert names(verdict) == ["paused"]
     assert verdict.violations[0].subject == "job type free"
+
+
+def test_worker_processes_of_a_frozen_supervisor_read_a_pause_by_their_poll_interval() -> None:
+    """With worker processes a NOTIFY reaches them through their supervisor: frozen, its
+    processes go on and read the pause once its word is stale, by their own poll interval;
+    past that, a start is a violation. A frozen daemon of one process starts nothing."""
+    h = Hand(processes=2)
+    h.at(9.0, "nemesis", INVOKE, "freeze", daemon="d0#1", seconds=20.0, step=4)
+    h.at(29.0, "nemesis", OK, "freeze", daemon="d0#1", seconds=20.0, step=4)
+    h.at(10.0, "operator-3", INVOKE, "pause", job_type="free")
+    h.at(10.5, "operator-3", OK, "pause", job_type="free")
+    h.at(40.0, "operator-3", INVOKE, "resume", job_type="free")
+    h.at(40.5, "operator-3", OK, "resume", job_type="free")
+    h.execution(16.0, 17.0, run=1)  # 5.5 s after: the relay stale (3 s), a poll of 2 s
+    h.execution(16.5, 17.5, run=2, daemon="d1#1")  # not frozen: a violation
+    verdict = h.verdict()
+    assert names(verdict) == ["paused"]
+    assert "d1#1" in verdict.violations[0].summary and "run 1 " not in verdict.violations[0].summary
+    h.execution(20.0, 21.0, run=3)  # past what the processes take to read it
+    assert "run 3 " in h.verdict().violations[0].summary
+    one = Hand()
+    one.events = [
+        e for e in h.events if e.get("run") not in (2, 3) and e.f not in ("start", "stop")
+    ]
+    assert names(one.verdict()) == ["paused"]  # processes = 1: a frozen daemon starts nothing
 
 
 def test_a_pause_binds_only_once_the_previous_release_is_gone() -> None:

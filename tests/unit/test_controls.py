@@ -3,6 +3,8 @@ with what limits (core/controls.py), and when the dispatcher reads them again.""
 
 from __future__ import annotations
 
+import pytest
+
 from pgtick.core.controls import ControlsClock, overridden, with_controls
 from pgtick.storage.store import ClaimType, JobTypeControl
 
@@ -56,3 +58,19 @@ def test_controls_are_read_first_then_on_a_change_or_after_their_interval() -> N
     clock._read_at -= 1.0
     assert clock.due()
     assert clock.reads == 3
+
+
+def test_a_failed_read_leaves_the_controls_due() -> None:
+    """A read that fails (the connection lost) is made again before the next claim, not at
+    the next NOTIFY or safety read (60 s): a pause announced just before would wait that long."""
+    clock = ControlsClock(5.0, lambda: True, safety_seconds=60.0)
+
+    def lost() -> dict[str, JobTypeControl]:
+        raise ConnectionError("server closed the connection")
+
+    clock.changed()
+    with pytest.raises(ConnectionError):
+        clock.read(lost)
+    assert clock.due()
+    assert clock.read(dict) == {}
+    assert not clock.due()

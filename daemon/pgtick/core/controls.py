@@ -19,12 +19,14 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from pgtick.storage.store import ClaimType, JobTypeControl, RunStore
 
 # With a LISTEN connection, a missed `!controls` NOTIFY (none should be: a reconnect re-reads)
 # is made up for within this long.
 SAFETY_REFRESH_SECONDS = 60.0
+T = TypeVar("T")
 # Due runs held back by a concurrency or rate limit are asked for again this often (sooner
 # when a NOTIFY says a slot came free): a rate window frees up with no event to announce it.
 FLOW_WAIT_SECONDS = 0.1
@@ -96,6 +98,16 @@ class ControlsClock:
         self._stale.clear()
         self._read_at = time.monotonic()
         self.reads += 1
+
+    def read(self, fetch: Callable[[], T]) -> T:
+        """``fetch()`` the controls now; if it fails they are still due (read before the next
+        claim, not at the next NOTIFY or safety read)."""
+        self.reading()
+        try:
+            return fetch()
+        except BaseException:
+            self._stale.set()
+            raise
 
 
 class ClaimTypes:

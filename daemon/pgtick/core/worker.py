@@ -325,9 +325,9 @@ class Worker:
         Only when they may have changed (controls.py): otherwise this costs nothing."""
         if not self.controls.due():
             return
-        self.controls.reading()
+        controls = self.controls.read(store.job_type_controls)
         before = self.types.paused
-        newly = self.types.apply(store.job_type_controls())
+        newly = self.types.apply(controls)
         if self.types.paused != before:
             log.info("job_types_paused", paused=sorted(self.types.paused))
         self._metrics.paused(self.handled, self.types.paused)

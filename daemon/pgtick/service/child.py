@@ -52,6 +52,10 @@ ORPHAN_EXIT_SECONDS = 15.0
 # While its claims come back full, this process asks the supervisor to wake another one at
 # most this often: a backlog spreads over the processes one wake-up at a time, no herd.
 BACKLOG_TELL_SECONDS = 0.05
+# The supervisor tells whether it relays NOTIFYs every second (its main loop): past this
+# long without a word it is taken as not relaying (stopped with SIGSTOP, hung), and this
+# process reads the controls and probes for due runs by its poll interval, as without LISTEN.
+RELAY_STALE_SECONDS = 3.0
 MIB = 1024 * 1024
 
 log = structlog.get_logger("pgtick.service")
@@ -126,8 +130,14 @@ class _Inbox:
         self._conn = conn
         self._stop = stop
         self._force = force
-        self.listening = False
+        self._listening = False
+        self._told_at = -math.inf  # monotonic: the supervisor's last word on it
         self.worker: Worker | None = None
+
+    @property
+    def listening(self) -> bool:
+        """The supervisor relays NOTIFYs: it said so within ``RELAY_STALE_SECONDS``."""
+        return self._listening and time.monotonic() - self._told_at < RELAY_STALE_SECONDS
 
     def run(self) -> None:
         while True:
@@ -158,7 +168,8 @@ class _Inbox:
             self._stop.set()
             self._force.set()
         elif kind == "listening":
-            self.listening = bool(message[1])
+            self._listening = bool(message[1])
+            self._told_at = time.monotonic()
         elif worker is None:
             return  # not started yet: its first claim catches up anyway
         elif kind == "wake":

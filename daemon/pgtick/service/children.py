@@ -313,9 +313,9 @@ class Children:
             c.send("controls")
 
     def listening(self, connected: bool) -> None:
-        """The LISTEN connection (dis)connected: the processes' claims wait accordingly."""
-        if connected == self._listening:
-            return
+        """Whether the LISTEN connection relays NOTIFYs, told every round of the main loop:
+        the processes' claims wait accordingly, and a process that stops hearing it (this
+        supervisor stopped or hung) claims by its poll interval again (child.RELAY_STALE)."""
         self._listening = connected
         for c in self._live():
             c.send("listening", connected)
