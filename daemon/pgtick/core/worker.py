@@ -50,6 +50,9 @@ PREFETCH_HORIZON_SECONDS = 0.05
 DURATION_SMOOTHING = 0.05  # weight of the newest handler duration in the running average
 MIN_IDLE_WAIT_SECONDS = 0.02
 BACKLOG_WAIT_SECONDS = 0.005
+# After a claim of its share came back full, a worker process waits this long (or until
+# woken) for another process to claim its own share (the supervisor wakes one at once).
+TURN_SECONDS = 0.05
 # A claim that started this long before a NOTIFY arrived and found runs may have taken the
 # runs the NOTIFY announces (the commit comes first, its NOTIFY a moment later).
 NOTIFY_SLACK_SECONDS = 0.05
@@ -83,6 +86,13 @@ def prefetch_ahead(cfg: WorkerConfig, life: Lifecycle, avg: float | None) -> int
         avg = max(avg, life.since_last_start())
     startable = cfg.threads * PREFETCH_HORIZON_SECONDS / max(avg, 1e-6)
     return min(cfg.prefetch, int(startable))
+
+
+def fair_share(capacity: int, processes: int) -> int:
+    """What one of ``processes`` worker processes claims out of idle with ``capacity``
+    free: its share, so that 8 CPU-bound runs go 4 and 4 to two processes (one interpreter
+    runs one at a time), not all 8 to the first one woken."""
+    return max(1, -(-capacity // processes))
 
 
 def run_handler(held: Held, tracing: Tracing) -> tuple[handlers.Outcome, Attempt, float]:
@@ -169,6 +179,7 @@ class Worker:
         self.released_after_close = 0  # claims that landed after the drain began
         # A claim came back full: more is due than this process takes (service/child.py).
         self.on_backlog: Callable[[], None] = lambda: None
+        self.processes = 1  # worker processes of this daemon (service/child.py sets it)
         self._avg_duration: float | None = None  # seconds, recent handlers (None: none yet)
 
     # -- threads ------------------------------------------------------------------------------
@@ -300,24 +311,36 @@ class Worker:
             notified = self._notified.is_set()
             self._notified.clear()
             lows, looks = self.bounds.for_claim()
-            runs, behind = store.claim_looking(
-                self.worker_id, self.types.types, capacity, lows, looks
-            )
-            self._metrics.claimed(time.monotonic() - sent_at)
-            self._held_back = not runs
-            self._empty_claims = 0 if runs else self._empty_claims + 1
-            self.bounds.claimed(runs)
-            self.bounds.found(behind)  # runs behind a bound: the next claim starts at them
+            # Out of idle, a worker process takes its share of the free threads and passes
+            # the turn (below): a burst is split over the processes, not run by the first.
+            limit = capacity if backlog else fair_share(capacity, self.processes)
+            runs, behind = store.claim_looking(self.worker_id, self.types.types, limit, lows, looks)
+            self._claimed(runs, behind, sent_at, notified)
             if runs:
-                self._hit_at = sent_at
-            elif notified and self._hit_at < self._notified_at - NOTIFY_SLACK_SECONDS:
-                # Nothing found for a NOTIFY that no claim just before it can have answered
-                # (a run committed long after its run_at, behind the bound): rescan.
-                self.bounds.missed()
-            if runs:
-                self._accept(store, runs, sent_at, full=len(runs) == capacity)
-            backlog = len(runs) == capacity
+                self._accept(store, runs, sent_at, full=len(runs) == limit)
+            backlog = len(runs) == limit
             idle = not runs and not behind
+            if backlog and limit < capacity:
+                # Its share came back full: the supervisor wakes another process (on_backlog),
+                # which claims its share before this one claims again (or a wake-up comes).
+                self._wake.wait(TURN_SECONDS)
+
+    def _claimed(
+        self, runs: list[ClaimedRun], behind: dict[str, datetime], sent_at: float, notified: bool
+    ) -> None:
+        """What a claim's answer tells the next claims: its bounds, whether due runs were
+        held back, whether a NOTIFY went unanswered."""
+        self._metrics.claimed(time.monotonic() - sent_at)
+        self._held_back = not runs
+        self._empty_claims = 0 if runs else self._empty_claims + 1
+        self.bounds.claimed(runs)
+        self.bounds.found(behind)  # runs behind a bound: the next claim starts at them
+        if runs:
+            self._hit_at = sent_at
+        elif notified and self._hit_at < self._notified_at - NOTIFY_SLACK_SECONDS:
+            # Nothing found for a NOTIFY that no claim just before it can have answered
+            # (a run committed long after its run_at, behind the bound): rescan.
+            self.bounds.missed()
 
     def _read_controls(self, store: RunStore) -> None:
         """Read the runtime controls and claim by them from now on; give back the runs of a

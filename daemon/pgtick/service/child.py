@@ -82,6 +82,7 @@ class ChildSpec:
     log_level: str
     log_each_run: bool
     metrics_dir: str
+    processes: int  # worker.processes: each claims its share out of idle (worker.fair_share)
 
 
 def rss_bytes() -> int | None:
@@ -230,6 +231,7 @@ def _serve(
         worker.controls.notifying = lambda: inbox.listening
         inbox.worker = worker
         worker.on_backlog = out.backlog
+        worker.processes = spec.processes
         loops = [work.start_heartbeat()]
         threads = work.start_threads()
         worker.wake()  # NOTIFYs sent before the inbox knew the worker: claim once now

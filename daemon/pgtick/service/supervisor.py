@@ -213,6 +213,7 @@ class Supervisor:
             log_level=level if level in ("debug", "info", "warning", "error") else "info",
             log_each_run=self.log_each_run,
             metrics_dir=self._metrics_dir,
+            processes=self.count,
         )
 
     def _problem(self) -> str | None:
