@@ -75,6 +75,35 @@ class Daemon:
                 out.append(json.loads(line))
         return out
 
+    def workers(self) -> set[int]:
+        """The pids of its live worker processes (worker.processes above 1; from /proc)."""
+        return worker_processes(self.pid)
+
+    def family(self) -> set[int]:
+        """The pids its handlers run in: its own, or its worker processes'."""
+        return {self.pid} | self.workers()
+
+
+def worker_processes(parent: int) -> set[int]:
+    """The live children of ``parent`` that multiprocessing spawned (not its resource
+    tracker)."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(stat[1]) != parent or stat[0] == "Z":
+            continue
+        try:
+            if b"spawn_main" in (entry / "cmdline").read_bytes():
+                pids.add(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
 
 class Cluster:
     """Starts daemons against one database and reads what their handlers recorded."""

@@ -19,23 +19,8 @@ from tests.dbhelp import Connection, NewRun, Runs
 
 
 def children(daemon: Daemon) -> set[int]:
-    """The pids of the live worker processes of ``daemon`` (its children, from /proc)."""
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(stat[1]) != daemon.pid or stat[0] == "Z":
-            continue
-        try:  # not multiprocessing's resource tracker, the daemon's third child
-            if b"spawn_main" in (entry / "cmdline").read_bytes():
-                pids.add(int(entry.name))
-        except OSError:
-            continue
-    return pids
+    """The pids of the live worker processes of ``daemon``."""
+    return daemon.workers()
 
 
 def alive(pid: int) -> bool:

@@ -130,3 +130,25 @@ def test_a_schedule_of_a_decorated_type_needs_the_field_its_concurrency_key_read
     assert str(err.value) == (
         f"schedules.s.payload: has no field payload.customer, which {PREFIX}.concurrency_key reads"
     )
+
+
+def test_a_chain_that_leads_back_through_a_decorated_type_is_refused() -> None:
+    """The file's chains are checked for cycles on loading; a decorator's chain can close one
+    with the file's (or with itself), which only the daemon's start sees."""
+    handlers.job("dec", on_success="filed")(_noop)
+    config = config_from_mapping(
+        {"job_types": {"filed": {"command": ["/bin/true"], "on_dead": "dec"}}}
+    )
+    with pytest.raises(ConfigError) as err:
+        handlers.resolve(config)
+    assert "the chain is a cycle" in str(err.value)
+    assert "dec -> filed -> dec" in str(err.value) or "filed -> dec -> filed" in str(err.value)
+    handlers.job("self", on_dead={"job_type": "self"})(_noop)
+    with pytest.raises(ConfigError, match=r"self -> self"):
+        handlers.resolve(Config())
+
+
+def test_a_decorated_chain_that_ends_is_taken() -> None:
+    handlers.job("dec", on_success="filed")(_noop)
+    config = config_from_mapping({"job_types": {"filed": {"command": ["/bin/true"]}}})
+    assert set(handlers.resolve(config)) == {"dec", "filed"}

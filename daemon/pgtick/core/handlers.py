@@ -182,6 +182,13 @@ def _resolve(config: Config) -> dict[str, JobType]:
                 name, options, config.worker, prefix=_where(name, fn), decorator=True
             )
             resolved[name] = JobType(jt, jt.lease_seconds or default_lease, fn=fn)
+    _check_decorated(config, resolved)
+    return resolved
+
+
+def _check_decorated(config: Config, resolved: Mapping[str, JobType]) -> None:
+    """What the file's loading checked of its own job types, now that the decorators' are
+    known: the schedules' job types and key fields, and chains that lead back (a cycle)."""
     for name, schedule in config.schedules.items():
         if schedule.job_type not in resolved:
             raise ConfigError(
@@ -191,7 +198,9 @@ def _resolve(config: Config) -> dict[str, JobType]:
         if schedule.job_type not in config.job_types:  # decorated (the file's: checked on loading)
             where = _where(schedule.job_type, _DECORATED[schedule.job_type][0])
             config_mod.check_key_field(schedule, resolved[schedule.job_type].config, where)
-    return resolved
+    if any(name not in config.job_types for name in resolved):
+        # The file's own chains were checked on loading; a decorator's may close a cycle.
+        config_mod.check_chain_cycles({name: jt.config for name, jt in resolved.items()})
 
 
 # -- the context handed to handlers -----------------------------------------------------------
