@@ -85,7 +85,9 @@ def test_runs_claimed_ahead_are_not_started_after_their_leases_may_have_expired(
     daemon: its success was still waiting to be written. CI at 05fac6b saw four such runs.)"""
     gate = tmp_path / "gate"
     gate.touch()
-    config = cluster.config(threads=1, prefetch=256, lease=LEASE, heartbeat=HEARTBEAT)
+    # One process whatever PGTICK_TEST_PROCESSES: the scenario is one thread's backlog of
+    # runs claimed ahead, which a second worker process would share out and run.
+    config = cluster.config(threads=1, prefetch=256, lease=LEASE, heartbeat=HEARTBEAT, processes=1)
     first = cluster.start(config, env={"PGTICK_DSN": proxy.dsn(dsn)})
     items = [("span", {"sleep": 0})] * 200
     items[59] = ("hold", {"path": str(gate), "max": 60})

@@ -6,6 +6,7 @@ server connections."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -67,11 +68,13 @@ def test_a_sigkilled_daemons_runs_are_recovered_through_pgbouncer(
                 r[0]
                 for r in conn.execute(
                     "SELECT r.id FROM runs r JOIN workers w ON w.id = r.locked_by"
-                    " WHERE r.status = 'running' AND w.pid = %s",
-                    [victim.pid],
+                    " WHERE r.status = 'running' AND w.pid = ANY(%s)",
+                    [list(victim.family())],
                 )
             }
             assert held
+            for pid in victim.workers():  # the whole daemon (worker.processes above 1)
+                os.kill(pid, signal.SIGKILL)
             victim.signal(signal.SIGKILL)
             victim.wait(10)
             rescuer = cluster.start(config)
