@@ -118,7 +118,7 @@ def test_batch_under_kills_callback_once_with_right_counts(
         cost = conn.execute(
             "SELECT count(DISTINCT a.run_id) FROM attempts a JOIN runs r ON r.id = a.run_id "
             "WHERE r.batch_id = %s AND (r.payload->>'n')::int = ANY(%s) "
-            "AND NOT (a.outcome = 'failed' AND a.error LIKE 'attempt %% fails')",
+            "AND NOT (a.outcome = 'failed' AND a.error_type = 'Retry')",
             (batch_id, unplanned),
         ).fetchone()
         assert cost == (len(unplanned),), "a member went dead with no attempt a kill cost it"
