@@ -18,11 +18,6 @@ from tests.acceptance.conftest import Cluster, Daemon, status_counts, wait_for
 from tests.dbhelp import Connection, NewRun, Runs
 
 
-def children(daemon: Daemon) -> set[int]:
-    """The pids of the live worker processes of ``daemon``."""
-    return daemon.workers()
-
-
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -43,8 +38,8 @@ def worker_rows(conn: Connection) -> dict[int, str]:
 
 def start_two(cluster: Cluster, conn: Connection, **settings: object) -> tuple[Daemon, set[int]]:
     daemon = cluster.start(cluster.config(processes=2, **settings))
-    wait_for(lambda: len(children(daemon)) == 2, 20, what="two worker processes")
-    pids = children(daemon)
+    wait_for(lambda: len(daemon.workers()) == 2, 20, what="two worker processes")
+    pids = daemon.workers()
     wait_for(lambda: set(worker_rows(conn)) == pids, 20, what="both registered")
     return daemon, pids
 
@@ -112,7 +107,7 @@ def test_sigkill_of_a_worker_process_runs_its_runs_again_at_once(
     twice = {run_id for run_id, n in executions.items() if n > 1}
     assert twice <= held and max(executions.values()) <= 2
     # A successor took the victim's place; the victim's workers row is gone.
-    wait_for(lambda: len(children(daemon)) == 2 and victim not in children(daemon), 20)
+    wait_for(lambda: len(daemon.workers()) == 2 and victim not in daemon.workers(), 20)
     assert victim_id not in worker_rows(conn).values()
     assert any(e.get("event") == "worker_process_died" for e in daemon.events())
 
@@ -167,7 +162,7 @@ def test_metrics_of_two_processes_count_each_run_once(
     path = cluster.config(processes=2)
     path.write_text(path.read_text().replace('listen = ""', 'listen = "127.0.0.1:0"', 1))
     daemon = cluster.start(path)
-    wait_for(lambda: len(children(daemon)) == 2, 20, what="two worker processes")
+    wait_for(lambda: len(daemon.workers()) == 2, 20, what="two worker processes")
     event = next(e for e in daemon.events() if e.get("event") == "http_listening")
     base = f"http://127.0.0.1:{event['port']}"
     wait_for(lambda: _get(base + "/readyz")[0] == 200, 30, what="ready")
@@ -289,20 +284,20 @@ def test_readyz_reflects_every_worker_process(cluster: Cluster, conn: Connection
     event = next(e for e in daemon.events() if e.get("event") == "http_listening")
     base = f"http://127.0.0.1:{event['port']}"
     wait_for(lambda: _get(base + "/readyz")[0] == 200, 30, what="ready")
-    victim = sorted(children(daemon))[0]
+    victim = sorted(daemon.workers())[0]
     os.kill(victim, signal.SIGKILL)
     _status, body = wait_for(
         lambda: (r := _get(base + "/readyz"))[0] == 503 and r, 5, 0.02, "not ready"
     )
     assert "worker process" in body
     wait_for(lambda: _get(base + "/readyz")[0] == 200, 30, what="ready again")
-    assert victim not in children(daemon) and len(children(daemon)) == 2
+    assert victim not in daemon.workers() and len(daemon.workers()) == 2
 
 
 def start_two_quietly(cluster: Cluster, **settings: object) -> tuple[Daemon, set[int]]:
     daemon = cluster.start(cluster.config(processes=2, **settings))
-    wait_for(lambda: len(children(daemon)) == 2, 20, what="two worker processes")
-    return daemon, children(daemon)
+    wait_for(lambda: len(daemon.workers()) == 2, 20, what="two worker processes")
+    return daemon, daemon.workers()
 
 
 def claims_counted(base: str) -> float:

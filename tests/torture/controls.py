@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pgtick.service.child import RELAY_STALE_SECONDS
 from tests.torture.findings import Finding, unique
 from tests.torture.history import INVOKE, Event
 from tests.torture.model import NS, Execution, Model
@@ -27,10 +28,6 @@ CLAIM_SLACK_SECONDS = 3.0
 # A pause holds from the daemons' next read of it: a NOTIFY, at the latest a poll interval;
 # plus the claims already in flight and a loaded 2-core machine's scheduling.
 PAUSE_SLACK_SECONDS = POLL_SECONDS + 2.0
-# With worker processes, a NOTIFY reaches them through their supervisor: while it is frozen
-# (SIGSTOP) they read the controls by their own poll interval (the daemon's times the
-# processes) once its word is older than child.RELAY_STALE_SECONDS.
-RELAY_STALE_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
@@ -120,14 +117,14 @@ def paused_not_started(model: Model) -> list[Finding]:
             begin = c.end + int(PAUSE_SLACK_SECONDS * NS)
             if model.old_until is not None:
                 begin = max(begin, model.old_until)  # the previous release knows no pause
-            windows.append((begin, until, c.line, after))
-        for begin, until, paused, resumed in windows:
+            windows.append((begin, until, c.end, c.line, after))
+        for begin, until, answered, paused, resumed in windows:
             started = [
                 e
                 for e in model.executions
                 if e.job_type == jt.name
                 and begin < e.begin < until
-                and not _relay_frozen(model, e, begin - int(PAUSE_SLACK_SECONDS * NS))
+                and not _relay_frozen(model, e, answered)
             ]
             if not started:
                 continue
@@ -149,8 +146,10 @@ def paused_not_started(model: Model) -> list[Finding]:
 
 def _relay_frozen(model: Model, e: Execution, answered: int) -> bool:
     """``e`` started on worker processes whose supervisor was frozen after the pause was
-    answered, within the time they take to read the controls without it (the module's
-    docstring)."""
+    answered, within the time they take to read the controls without it: a NOTIFY reaches
+    them through their supervisor, so while it is frozen (SIGSTOP) they read the controls by
+    their own poll interval (the daemon's times the processes) once its word is older than
+    ``RELAY_STALE_SECONDS``."""
     if model.processes < 2:
         return False  # a frozen daemon starts nothing
     slack = RELAY_STALE_SECONDS + POLL_SECONDS * model.processes + 2.0

@@ -23,10 +23,11 @@ from typing import TypeVar
 
 from pgtick.storage.store import ClaimType, JobTypeControl, RunStore
 
+T = TypeVar("T")
+
 # With a LISTEN connection, a missed `!controls` NOTIFY (none should be: a reconnect re-reads)
 # is made up for within this long.
 SAFETY_REFRESH_SECONDS = 60.0
-T = TypeVar("T")
 # Due runs held back by a concurrency or rate limit are asked for again this often (sooner
 # when a NOTIFY says a slot came free): a rate window frees up with no event to announce it.
 FLOW_WAIT_SECONDS = 0.1
