@@ -5,6 +5,7 @@ the depth it should at every minute of the last hour, and the query reads throug
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from psycopg import sql
@@ -108,8 +109,9 @@ def _build(conn: db.Connection, history: list[History]) -> None:
                        jsonb_array_length(attempts), 3,
                        CASE WHEN status = 'running' THEN 'w:1:a' END,
                        CASE WHEN status = 'running' THEN now() + interval '1 minute' END,
-                       -- A running run's open attempt is its row (migration 0013).
-                       CASE WHEN status = 'running'
+                       -- A running run's open attempt is its row (migration 0013); every
+                       -- run ever claimed keeps its last claim's time.
+                       CASE WHEN jsonb_array_length(attempts) > 0
                             THEN now() + make_interval(secs => (attempts->-1->>0)::float8 * 60)
                        END
                 FROM h ORDER BY n
@@ -196,3 +198,45 @@ def test_queue_depth_reads_through_indexes(conn: db.Connection) -> None:
     # The finished runs' partitions through runs_finished_idx (the small ones' scans are left
     # out of the readable plan, their conditions stay).
     assert "attempts_run_idx" in plan and "finished_at > (now()" in plan, plan
+
+
+def _attempt_probes(conn: db.Connection) -> dict[str, int]:
+    """Per partition of attempts_history the depth query read, the times it was probed
+    (EXPLAIN ANALYZE's loops of its scans; 0: pruned, never executed)."""
+    statement = b"EXPLAIN (ANALYZE, FORMAT JSON) " + charts._query(
+        "queue_depth_per_type_minute", "pgtick"
+    ).as_bytes(None)
+    row = conn.execute(statement, {"minutes": MINUTES}).fetchone()
+    assert row is not None
+    probes: dict[str, int] = {}
+
+    def walk(node: dict[str, Any]) -> None:
+        relation = node.get("Relation Name")
+        if isinstance(relation, str) and relation.startswith("attempts_"):
+            probes[relation] = max(probes.get(relation, 0), int(node.get("Actual Loops", 0)))
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(row[0][0]["Plan"])
+    return probes
+
+
+def test_queue_depth_probes_attempts_of_claimed_runs_only_and_not_older_partitions(
+    conn: db.Connection,
+) -> None:
+    """A backlog of runs never claimed costs no probe of attempts (it grew with the backlog: 10
+    000 queued runs took 200 ms at 1 M runs), and a partition of attempts that ended before the
+    runs existed is pruned, not probed once per run."""
+    conn.execute(
+        "CREATE TABLE attempts_ended_old PARTITION OF attempts_ended"
+        " FOR VALUES FROM ('2000-01-01') TO ('2000-01-02')"
+    )
+    _build(conn, HISTORY + [("mail", "queued", -1.5, -1.5, None, None, [])] * 500)
+    claimed = conn.execute(
+        "SELECT count(*) FROM runs WHERE started_at IS NOT NULL AND (status IN"
+        " ('queued', 'running', 'failed') OR finished_at > now() - interval '1 hour')"
+    ).fetchone()
+    assert claimed is not None and 0 < claimed[0] <= 10
+    probes = _attempt_probes(conn)
+    assert probes.get("attempts_ended_old") == 0, probes
+    assert 0 < max(probes.values()) <= claimed[0], probes

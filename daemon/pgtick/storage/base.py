@@ -132,5 +132,6 @@ class StoreBase:
             conn.transaction(),
         ):
             conn.execute(sqlfile.query("console_read_only", conn.schema))
+            conn.execute(sqlfile.query("console_no_jit", conn.schema))
             set_statement_timeout(conn, statement_timeout_seconds)
             yield type(self)(self.pool, conn)

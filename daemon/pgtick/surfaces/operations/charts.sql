@@ -20,17 +20,25 @@
 --     guessed; a retry's backoff never counts, it waits only from its run_at.
 -- Reads the active runs (queued, running, failed: what job_type_stats reads, served by the
 -- partial indexes on them) and the runs finished within the window (runs_finished_idx on
--- status and finished_at), and their attempts through attempts_run_idx, one index probe per
--- run (the LATERAL subquery's ORDER BY keeps it a nested loop, never a scan of attempts).
+-- status and finished_at), and the ended attempts of those ever claimed through
+-- attempts_run_idx, one index probe per run and partition (the LATERAL subquery's ORDER BY
+-- keeps it a nested loop, never a scan of attempts). A backlog's runs never claimed
+-- (started_at NULL: a claim sets it, nothing clears it) have no attempt and are not probed; a
+-- run's open attempt is its own row (locked_by, started_at, as the attempts view reads it); and
+-- the partitions of attempts that ended over a day before the run was created, or that begin
+-- over a day from now (the ones made ahead), are pruned (none can have one: an attempt ends
+-- after its run exists, and before this statement's snapshot; the day is slack for clocks).
 -- Each wait becomes a +1 at the oldest minute it covers and a -1 after the newest; the rows
 -- are the running sum at the minutes where it changes, newest last per job type (a minute
 -- without a row has the depth of the older one before it).
 WITH recent AS (
-    SELECT id, job_type, status, run_at, created_at, scheduled_for, finished_at
+    SELECT id, job_type, status, run_at, created_at, scheduled_for, finished_at, started_at,
+           attempts, locked_by
     FROM {schema}.runs
     WHERE status IN ('queued', 'running', 'failed')
     UNION ALL
-    SELECT id, job_type, status, run_at, created_at, scheduled_for, finished_at
+    SELECT id, job_type, status, run_at, created_at, scheduled_for, finished_at, started_at,
+           attempts, locked_by
     FROM {schema}.runs
     WHERE status IN ('succeeded', 'dead', 'cancelled')
       AND finished_at > now() - make_interval(mins => %(minutes)s)
@@ -44,11 +52,16 @@ WITH recent AS (
                w ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS failures_from_here
     FROM recent r
     CROSS JOIN LATERAL (
-        SELECT a.id, a.started_at, a.finished_at, a.outcome
-        FROM {schema}.attempts a
-        WHERE a.run_id = r.id
-        ORDER BY a.attempt
+        SELECT a.id, a.attempt, a.started_at, a.finished_at, a.outcome
+        FROM {schema}.attempts_history a
+        WHERE a.run_id = r.id AND a.finished_at >= r.created_at - interval '1 day'
+          AND a.finished_at < now() + interval '1 day'
+        UNION ALL
+        SELECT NULL, r.attempts, r.started_at, NULL, NULL
+        WHERE r.locked_by IS NOT NULL AND r.status IN ('running', 'cancelled')
+        ORDER BY attempt
     ) a
+    WHERE r.started_at IS NOT NULL
     WINDOW w AS (PARTITION BY r.id ORDER BY a.started_at, a.id)
 ), runs_then AS (
     -- requeued: the run waits again after its last attempt (or never had one): queued or
