@@ -42,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KIND,...",
         help="only these operations and faults: " + ", ".join(torture_plan.KINDS),
     )
+    parser.add_argument(
+        "--faults",
+        type=float,
+        default=1.0,
+        help="every fault's rate times this (1; 3 draws each fault 20 times or more in 30 minutes)",
+    )
     parser.add_argument("--keep", type=Path, help="write the history into DIR and keep it")
     parser.add_argument(
         "--processes",
@@ -63,6 +69,7 @@ def options(args: argparse.Namespace) -> torture_run.Options:
         dsn=args.dsn or os.environ.get(common.DSN_ENV) or os.environ.get(DSN_ENV) or None,
         keep=args.keep,
         processes=args.processes,
+        faults=args.faults,
     )
 
 
@@ -71,7 +78,7 @@ def check(args: argparse.Namespace) -> None:
     chosen = options(args)
     args.seed = chosen.seed  # drawn once: the plan and the record say the same seed
     try:
-        torture_plan.draw(chosen.seed, chosen.minutes, chosen.daemons, chosen.only)
+        torture_plan.draw(chosen.seed, chosen.minutes, chosen.daemons, chosen.only, chosen.faults)
     except torture_plan.PlanError as exc:
         raise common.BenchError(str(exc), 2) from exc
 
@@ -83,6 +90,7 @@ def run(args: argparse.Namespace, admin_dsn: str | None, tmp: Path, record: comm
         "minutes": chosen.minutes,
         "daemons": chosen.daemons,
         "processes": chosen.processes,
+        "faults": chosen.faults,
         "only": list(chosen.only),
     }
     verdict = torture_run.execute(chosen, sys.stdout)

@@ -240,6 +240,7 @@ class Plan:
     steps: tuple[Step, ...]
     active_seconds: float  # operations and faults happen before this
     quiesce_seconds: float
+    faults: float = 1.0  # every fault's rate times this (--faults; long runs)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -283,8 +284,12 @@ class PlanError(ValueError):
     """Arguments no plan can be drawn from (a usage error)."""
 
 
-def draw(seed: int, minutes: float, daemons: int, only: Sequence[str] = ()) -> Plan:
-    """The plan of ``seed``: the same arguments give the same plan."""
+def draw(
+    seed: int, minutes: float, daemons: int, only: Sequence[str] = (), faults: float = 1.0
+) -> Plan:
+    """The plan of ``seed``: the same arguments give the same plan. ``faults`` multiplies
+    every fault's rate (a 30-minute run draws each fault 20 times or more at 3; the CI seeds
+    run at 1); operations keep theirs."""
     unknown = sorted(set(only) - set(KINDS))
     if unknown:
         raise PlanError(f"--only: unknown kind {', '.join(unknown)}; kinds: {', '.join(KINDS)}")
@@ -292,6 +297,8 @@ def draw(seed: int, minutes: float, daemons: int, only: Sequence[str] = ()) -> P
         raise PlanError(f"--only {','.join(only)}: not built in this version (weight 0)")
     if daemons < 1:
         raise PlanError("--daemons must be at least 1")
+    if not 0 < faults <= 10:
+        raise PlanError(f"--faults {faults:g}: a multiplier of the fault rates above 0, at most 10")
     total = minutes * 60.0
     quiesce = max(MIN_QUIESCE_SECONDS, total * 0.25)
     active = total - quiesce
@@ -303,6 +310,7 @@ def draw(seed: int, minutes: float, daemons: int, only: Sequence[str] = ()) -> P
         if only and kind not in only:
             continue
         rate = per_minute * (daemons / 3 if kind in PER_DAEMON else 1.0) / 60.0
+        rate *= faults if kind in FAULTS else 1.0
         if rate <= 0:
             continue
         rng = random.Random(f"{seed}/{kind}")
@@ -317,7 +325,7 @@ def draw(seed: int, minutes: float, daemons: int, only: Sequence[str] = ()) -> P
         at = rng.uniform(SETTLE_SECONDS + 5.0, max(SETTLE_SECONDS + 6.0, active / 2))
         steps.append(Step(round(at, 3), "migrate", {}))
     steps.sort(key=lambda s: (s.at, s.kind))
-    return Plan(seed, minutes, daemons, tuple(only), world, tuple(steps), active, quiesce)
+    return Plan(seed, minutes, daemons, tuple(only), world, tuple(steps), active, quiesce, faults)
 
 
 def draw_world(rng: random.Random) -> World:

@@ -54,14 +54,16 @@ class Options:
     dsn: str | None = None  # an admin DSN; None: an embedded server of the run's own
     keep: Path | None = None  # the history directory to write (kept); None: a temporary one
     processes: int = 1  # each daemon's worker.processes
+    faults: float = 1.0  # every fault's rate times this
 
 
 def execute(options: Options, out: TextIO) -> checker.Verdict:
     """Run the plan of ``options.seed`` and judge it; prints the seed first, then the report."""
-    plan = draw(options.seed, options.minutes, options.daemons, options.only)
+    plan = draw(options.seed, options.minutes, options.daemons, options.only, options.faults)
     print(
         f"torture seed={plan.seed} minutes={plan.minutes:g} daemons={plan.daemons}"
-        f" processes={options.processes} only={','.join(plan.only) or 'all'}",
+        f" processes={options.processes} faults={plan.faults:g}"
+        f" only={','.join(plan.only) or 'all'}",
         file=out,
         flush=True,
     )

@@ -107,3 +107,15 @@ def test_a_line_cut_by_a_kill_is_dropped_and_the_rest_read_in_time_order(tmp_pat
     assert [e.process for e in events] == ["b", "a", "a"]
     assert [e.source for e in events] == ["b.jsonl:1", "a.jsonl:1", "a.jsonl:2"]
     assert list(parse_lines("c.jsonl", "not json\n")) == []
+
+
+def test_faults_multiplies_the_faults_only() -> None:
+    base = plan.draw(4320, 30, 3)
+    tripled = plan.draw(4320, 30, 3, faults=3.0)
+    ops = [s for s in base.steps if s.kind not in plan.FAULTS]
+    assert ops == [s for s in tripled.steps if s.kind not in plan.FAULTS]
+    for kind in plan.FAULTS:
+        assert tripled.counts()[kind] > 2 * base.counts()[kind], kind
+    assert tripled.faults == 3.0 and '"faults": 3.0' in tripled.to_json()
+    with pytest.raises(plan.PlanError, match="--faults 0"):
+        plan.draw(1, 3, 3, faults=0)
