@@ -16,9 +16,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -49,6 +50,9 @@ class Nemesis:
     server: Server
     daemons: Daemons
     history: HistoryFile
+    # One restart of the server at a time: a second restart drawn while the first is down
+    # waits for it (two at once stopped a stopped server, and the step failed).
+    restarting: threading.Lock = field(default_factory=threading.Lock)
 
     def write(self, type_: str, f: str, value: Mapping[str, Any]) -> None:
         self.history.write(type_, f, value, process="nemesis")
@@ -126,13 +130,14 @@ class Nemesis:
         if not self.server.restartable:
             self.write(INFO, "pg-restart", {"skipped": "the server is not the run's own", **args})
             return
-        self.write(INVOKE, "pg-restart", {**args, "step": step})
-        began = time.monotonic()
-        try:
-            self.server.stop(args["mode"])
-            time.sleep(args["down"])
-        finally:
-            self.server.start()
+        with self.restarting:
+            self.write(INVOKE, "pg-restart", {**args, "step": step})
+            began = time.monotonic()
+            try:
+                self.server.stop(args["mode"])
+                time.sleep(args["down"])
+            finally:
+                self.server.start()
         self.write(
             OK, "pg-restart", {**args, "step": step, "seconds": round(time.monotonic() - began, 2)}
         )
