@@ -8,6 +8,13 @@ BENCH_STAMP = $(VENV)/.bench-installed
 # toolchain.
 DEMO_VENV ?= .venv-demo
 DEMO_STAMP = $(DEMO_VENV)/.installed
+# The oban peer of `bench peers`: oban 0.7.0 needs Python >= 3.12, the dev venv may be older,
+# so it gets a venv of its own (bench/peers.py runs it from there) from the first of these
+# that is 3.12 or newer.
+OBAN_VENV = .venv-oban
+OBAN_STAMP = $(OBAN_VENV)/.installed
+OBAN_PIN = oban==0.7.0
+OBAN_PYTHONS = python3.12 python3.13 $(wildcard /root/.pyenv/versions/3.1[23]*/bin/python)
 # Lint what exists: git keeps no empty directories, so bench/ may be missing from a clone.
 LINT    = $(wildcard daemon tests bench tools)
 # pytest processes for the parallel part of the suite (most tests wait on daemons and the
@@ -45,9 +52,27 @@ test: $(STAMP)   ## lint, type-check and run the whole test suite
 # queue-health (about 6 min) and soak (about 11 min) hold a steady load for minutes.
 BENCH ?= throughput peers latency precision scale recovery idle scrape console queue-health soak
 
-$(BENCH_STAMP): $(STAMP) pyproject.toml
+$(BENCH_STAMP): $(STAMP) $(OBAN_STAMP) pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
+
+# Without a Python >= 3.12 this says so and leaves no stamp: the other parts still run, and
+# `bench peers` fails naming the missing .venv-oban until one is installed (then make again).
+# The venv's .gitignore keeps it out of git, as a 3.13 venv does by itself.
+$(OBAN_STAMP): pyproject.toml
+	@py=; for c in $(OBAN_PYTHONS); do \
+	  if $$c -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then py=$$c; break; fi; \
+	done; \
+	if [ -z "$$py" ]; then \
+	  echo "no Python >= 3.12 (tried $(OBAN_PYTHONS)): not creating $(OBAN_VENV), bench peers' oban will fail"; \
+	  exit 0; \
+	fi; \
+	set -e; echo "$(OBAN_VENV): $$py"; \
+	$$py -m venv $(OBAN_VENV); \
+	echo '*' > $(OBAN_VENV)/.gitignore; \
+	$(OBAN_VENV)/bin/pip install --quiet --upgrade pip; \
+	$(OBAN_VENV)/bin/pip install --quiet '$(OBAN_PIN)' 'psycopg[binary]>=3.2,<4'; \
+	touch $(OBAN_STAMP)
 
 bench: $(BENCH_STAMP)   ## the benchmarks at full size on a throwaway PostgreSQL (README: Performance)
 	@for part in $(BENCH); do $(BIN)/python -m bench $$part $(BENCH_ARGS) || exit $$?; done
@@ -72,4 +97,4 @@ dist: $(STAMP)   ## build the wheel and the sdist into dist/ (version: pyproject
 	rm -rf dist && $(VENV)/bin/python -m build --outdir dist .
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .mypy_cache .pytest_cache .ruff_cache site
+	rm -rf $(VENV) $(DEMO_VENV) $(OBAN_VENV) .mypy_cache .pytest_cache .ruff_cache site

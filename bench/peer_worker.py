@@ -2,9 +2,13 @@
 
     python -m bench.peer_worker procrastinate DSN --concurrency 50
     python -m bench.peer_worker pgqueuer DSN --driver asyncpg --batch-size 50
+    python -m bench.peer_worker chancy DSN --concurrency 200
 
 Also the peers' schema install and bulk enqueue (``prepare``), through their own APIs. The
 peers are imported by name (``require``), so this module type-checks without them installed.
+oban runs from bench.peer_oban in a venv of its own (it needs Python >= 3.12); it shares
+``until_drained`` from here, so this module imports nothing but the standard library and
+psycopg.
 """
 
 from __future__ import annotations
@@ -12,11 +16,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import logging
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 ENQUEUE_BATCH = 5000
+DRAIN_POLL_SECONDS = 0.05
 
 
 def require(name: str) -> Any:
@@ -27,6 +35,20 @@ def require(name: str) -> Any:
         raise ImportError(
             f"cannot import {name} ({exc}); install the peers: pip install -e '.[bench]'"
         ) from exc
+
+
+async def until_drained(dsn: str, busy: Callable[[], bool], pending_sql: str) -> None:
+    """Return once the worker holds no job and ``pending_sql`` finds none still to run or to
+    record: the stop of the peers without a drain mode of their own (chancy, oban). The table
+    is read only while the worker is idle, so a busy drain pays nothing for the watch."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        while True:
+            await asyncio.sleep(DRAIN_POLL_SECONDS)
+            if busy():
+                continue
+            row = await (await conn.execute(pending_sql)).fetchone()
+            if row is not None and not row[0]:
+                return
 
 
 # -- procrastinate ----------------------------------------------------------------------------
@@ -101,24 +123,93 @@ async def pgqueuer_work(dsn: str, driver: str, batch_size: int) -> None:
     await qm.run(batch_size=batch_size, mode=types.QueueExecutionMode.drain)
 
 
+# -- chancy -----------------------------------------------------------------------------------
+
+# The queue every chancy worker declares (without upsert) when it starts: declared here first,
+# with the bench's settings, so that it is the only queue and runs on the async executor.
+CHANCY_QUEUE = "default"
+CHANCY_PENDING = """
+SELECT EXISTS (
+    SELECT 1 FROM chancy_jobs WHERE state IN ('pending', 'retrying', 'running')
+)
+"""
+# The no-op below by its import path (chancy stores the function's name with the job).
+CHANCY_NOOP = "bench.peer_worker.chancy_noop"
+# Worker.send_outgoing_interval: how often the worker writes its batch of finished jobs.
+CHANCY_FLUSH_SECONDS = 0.1
+
+
+async def chancy_noop() -> None:
+    """The same no-op as pgtick's, imported by name by chancy's async executor."""
+
+
+def chancy_app(dsn: str) -> Any:
+    """A chancy app at its defaults (default plugins on), logging warnings only: at INFO it
+    logs a line per job pulled, which no production worker keeps."""
+    chancy = require("chancy")
+    log = logging.getLogger("chancy.bench")
+    log.setLevel(logging.WARNING)
+    return chancy.Chancy(dsn, log=log)
+
+
+async def chancy_prepare(dsn: str, runs: int) -> None:
+    chancy = require("chancy")
+    async with chancy_app(dsn) as app:
+        await app.migrate()
+        job = chancy.Job(func=CHANCY_NOOP, queue=CHANCY_QUEUE)
+        async for _ in app.push_many([job] * runs, batch_size=ENQUEUE_BATCH):
+            pass
+
+
+async def chancy_work(dsn: str, concurrency: int) -> None:
+    """One worker on the async executor with eager polling at ``concurrency``, writing
+    finished jobs every CHANCY_FLUSH_SECONDS; stopped once the queue is drained (chancy has
+    no drain mode)."""
+    chancy = require("chancy")
+    async with chancy_app(dsn) as app:
+        queue = chancy.Queue(
+            CHANCY_QUEUE,
+            concurrency=concurrency,
+            executor=chancy.Chancy.Executor.Async,
+            eager_polling=True,
+        )
+        await app.declare(queue, upsert=True)
+        worker = chancy.Worker(app)
+        worker.send_outgoing_interval = CHANCY_FLUSH_SECONDS
+        await worker.start()
+        try:
+            await until_drained(
+                dsn, lambda: any(len(e) for e in worker.executors.values()), CHANCY_PENDING
+            )
+        finally:
+            await worker.stop()
+
+
+def run(args: argparse.Namespace) -> Coroutine[Any, Any, None]:
+    """The coroutine of the peer and the step (prepare or drain) the arguments name."""
+    if args.prepare is not None:
+        prepare = {
+            "procrastinate": procrastinate_prepare,
+            "pgqueuer": pgqueuer_prepare,
+            "chancy": chancy_prepare,
+        }
+        return prepare[args.peer](args.dsn, args.prepare)
+    if args.peer == "procrastinate":
+        return procrastinate_work(args.dsn, args.concurrency)
+    if args.peer == "chancy":
+        return chancy_work(args.dsn, args.concurrency)
+    return pgqueuer_work(args.dsn, args.driver, args.batch_size)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("peer", choices=["procrastinate", "pgqueuer"])
+    parser.add_argument("peer", choices=["procrastinate", "pgqueuer", "chancy"])
     parser.add_argument("dsn")
     parser.add_argument("--prepare", type=int, metavar="RUNS", help="install and enqueue")
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--driver", choices=["psycopg", "asyncpg"], default="psycopg")
     parser.add_argument("--batch-size", type=int, default=10)
-    args = parser.parse_args()
-    if args.peer == "procrastinate":
-        if args.prepare is not None:
-            asyncio.run(procrastinate_prepare(args.dsn, args.prepare))
-        else:
-            asyncio.run(procrastinate_work(args.dsn, args.concurrency))
-    elif args.prepare is not None:
-        asyncio.run(pgqueuer_prepare(args.dsn, args.prepare))
-    else:
-        asyncio.run(pgqueuer_work(args.dsn, args.driver, args.batch_size))
+    asyncio.run(run(parser.parse_args()))
 
 
 if __name__ == "__main__":

@@ -1,20 +1,26 @@
 """Peers side by side: the same N no-op jobs on the same server, drained by pgtick at default
-settings, by procrastinate (concurrency 1, its default, and 50) and by pgqueuer (psycopg and
-asyncpg drivers, batch size 10, its default, and 50), each in its own fresh database, with
-pgtick's ratio to each.
+settings, by procrastinate (concurrency 1, its default, and 50), by pgqueuer (psycopg and
+asyncpg drivers, batch size 10, its default, and 50), by chancy (async executor, concurrency
+200, eager polling, finished jobs written every 0.1 s) and by oban (queue limit 200), each in
+its own fresh database, with pgtick's ratio to each.
 
 Each peer installs its schema and enqueues the jobs through its own API, then one worker
-process of it drains the queue and exits (procrastinate ``wait=False``, pgqueuer drain mode).
-Each is timed on its own table, database clock: procrastinate from the first 'started' to the
-last 'succeeded' in procrastinate_events; pgqueuer from the first 'picked' to the last
-'successful' in pgqueuer_log; pgtick as in the throughput part. Each must have run every job
-exactly once. The peers come from the ``bench`` extra (pinned versions): pip install -e
-'.[bench]'.
+process of it drains the queue and exits (procrastinate ``wait=False``, pgqueuer drain mode;
+chancy's worker and oban, which have no drain mode, are stopped once nothing is left to run or
+to record). Each is timed on its own table, database clock: procrastinate from the first
+'started' to the last 'succeeded' in procrastinate_events; pgqueuer from the first 'picked' to
+the last 'successful' in pgqueuer_log; chancy from the first started_at (set by its claim) to
+the last completed_at (set by the worker when the job returns, written within 0.1 s) in
+chancy_jobs; oban from the first attempted_at (its claim) to the last completed_at (its ack)
+in oban_jobs; pgtick as in the throughput part. Each must have run every job exactly once. The
+peers come from the ``bench`` extra (pinned versions): pip install -e '.[bench]'; oban needs
+Python >= 3.12 and runs from .venv-oban, which make .venv/.bench-installed creates.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import statistics
 import subprocess
 import sys
@@ -29,7 +35,16 @@ from bench.peer_worker import require
 DEFAULT_RUNS = throughput.DEFAULT_RUNS
 DEFAULT_TIMEOUT_SECONDS = 1800.0
 PREPARE_TIMEOUT_SECONDS = 600.0
-PEER_PACKAGES = ("procrastinate", "pgqueuer", "asyncpg")
+# The packages each peer imports in this venv; oban's are in its own (OBAN_PYTHON).
+PEER_PACKAGES = {
+    "procrastinate": ("procrastinate",),
+    "pgqueuer": ("pgqueuer", "asyncpg"),
+    "chancy": ("chancy",),
+    "oban": (),
+}
+# oban 0.7.0 needs Python >= 3.12: its venv, made by `make .venv/.bench-installed`.
+OBAN_VENV = common.REPO_DIR / ".venv-oban"
+OBAN_PYTHON = OBAN_VENV / "bin" / "python"
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,13 @@ PEERS = (
         ("--driver", "asyncpg", "--batch-size", "50"),
         fastest=True,
     ),
+    Peer(
+        "chancy",
+        "async, concurrency 200, eager, flush 0.1 s",
+        ("--concurrency", "200"),
+        fastest=True,
+    ),
+    Peer("oban", "queue limit 200", ("--limit", "200"), fastest=True),
 )
 
 PROCRASTINATE_MEASURE = """
@@ -76,6 +98,36 @@ SELECT
                      - min(created) FILTER (WHERE status = 'picked'))
 FROM pgqueuer_log
 """
+# chancy counts an attempt when it finishes (attempts), so a sum of N over N succeeded jobs is
+# one run each; started_at is set by the claim (database clock), completed_at by the worker
+# when the job returns (the same host's clock), written with the next flush.
+CHANCY_MEASURE = """
+SELECT
+    count(*) FILTER (WHERE state = 'succeeded'),
+    coalesce(sum(attempts), 0),
+    count(*) FILTER (WHERE started_at IS NOT NULL),
+    count(*) FILTER (WHERE completed_at IS NOT NULL),
+    extract(epoch FROM max(completed_at) - min(started_at))
+FROM chancy_jobs
+"""
+# oban counts an attempt when it claims a job (attempt, attempted_at); the ack sets
+# completed_at; both on the database clock.
+OBAN_MEASURE = """
+SELECT
+    count(*) FILTER (WHERE state = 'completed'),
+    coalesce(sum(attempt), 0),
+    count(*) FILTER (WHERE attempted_at IS NOT NULL),
+    count(*) FILTER (WHERE completed_at IS NOT NULL),
+    extract(epoch FROM max(completed_at) - min(attempted_at))
+FROM oban_jobs
+"""
+# Per peer: (jobs done, starts, jobs started, jobs finished, seconds first start to last finish).
+MEASURES = {
+    "procrastinate": PROCRASTINATE_MEASURE,
+    "pgqueuer": PGQUEUER_MEASURE,
+    "chancy": CHANCY_MEASURE,
+    "oban": OBAN_MEASURE,
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,13 +142,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "2-core machine varies by tens of percent)",
     )
     parser.add_argument(
-        "--only", help="comma-separated peer names to run (procrastinate, pgqueuer)"
+        "--only",
+        help="comma-separated peer names to run (procrastinate, pgqueuer, chancy, oban)",
     )
     parser.add_argument(
         "--fastest",
         action="store_true",
         help="only each peer's fastest configuration, the one the bar names (procrastinate "
-        "concurrency 50, pgqueuer asyncpg batch 50): rounds of a large --runs in minutes",
+        "concurrency 50, pgqueuer asyncpg batch 50; chancy and oban have one each): rounds of "
+        "a large --runs in minutes",
     )
     parser.add_argument(
         "--processes",
@@ -126,15 +180,45 @@ def process_counts(text: str) -> list[int | str | None]:
     return out
 
 
-def check_installed() -> dict[str, str | None]:
-    """Fail with a line naming the first peer package that does not import."""
-    for package in PEER_PACKAGES:
-        try:
-            require(package)
-        except ImportError as exc:
-            raise common.BenchError(str(exc), 2) from exc
-    versions = common.package_versions()
-    return {p: versions.get(p) for p in PEER_PACKAGES}
+def check_installed(only: set[str] | None) -> dict[str, str | None]:
+    """The versions of the packages of the peers to run; fail with a line naming the first
+    that does not import (a missing peer must stop the run, never drop out of the table)."""
+    versions: dict[str, str | None] = {}
+    for name in dict.fromkeys(p.name for p in PEERS if not only or p.name in only):
+        if name == "oban":
+            versions["oban"] = oban_version()
+        for package in PEER_PACKAGES[name]:
+            try:
+                require(package)
+            except ImportError as exc:
+                raise common.BenchError(str(exc), 2) from exc
+            versions[package] = importlib.metadata.version(package)
+    return versions
+
+
+def oban_version() -> str:
+    """oban's version in its venv, or a BenchError saying what is missing: no venv (no Python
+    >= 3.12 on the machine when make ran), or oban not importable in it."""
+    where = OBAN_PYTHON.relative_to(common.REPO_DIR)
+    if not OBAN_PYTHON.exists():
+        raise common.BenchError(
+            f"cannot run oban: no {where} (oban 0.7.0 needs Python >= 3.12); make "
+            ".venv/.bench-installed creates .venv-oban from python3.12, python3.13 or a pyenv "
+            "3.12/3.13",
+            2,
+        )
+    proc = subprocess.run(
+        [str(OBAN_PYTHON), "-m", "bench.peer_oban", "--version"],
+        capture_output=True,
+        text=True,
+        cwd=common.REPO_DIR,
+        timeout=120,
+        check=False,
+    )
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines() or ["no output"]
+        raise common.BenchError(f"cannot run oban with {where}: {lines[-1]}", 2)
+    return proc.stdout.strip()
 
 
 def check(args: argparse.Namespace) -> None:
@@ -142,16 +226,16 @@ def check(args: argparse.Namespace) -> None:
     if args.runs < 1:
         raise common.BenchError("--runs must be at least 1", 2)
     common.parse_settings(args.set)
-    selected(args.only)
+    only = selected(args.only)
     process_counts(args.processes)
     if args.rounds < 1:
         raise common.BenchError("--rounds must be at least 1", 2)
-    check_installed()
+    check_installed(only)
 
 
 def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
-    versions = check_installed()
     only = selected(args.only)
+    versions = check_installed(only)
     record.options = {
         "runs": args.runs,
         "set": args.set,
@@ -236,6 +320,9 @@ def selected(only: str | None) -> set[str] | None:
 
 
 def peer_command(peer: Peer, dsn: str, *extra: str) -> list[str]:
+    """The peer's process: oban with its venv's Python, the others with this one."""
+    if peer.name == "oban":
+        return [str(OBAN_PYTHON), "-m", "bench.peer_oban", dsn, *extra]
     return [sys.executable, "-m", "bench.peer_worker", peer.name, dsn, *extra]
 
 
@@ -273,8 +360,7 @@ def drain_peer(admin_dsn: str, tmp: Path, peer: Peer, runs: int, timeout: float)
         )
         wall = run_logged(peer_command(peer, dsn, *peer.args), log_path, timeout, label)
         with common.connect(dsn) as conn:
-            query = PROCRASTINATE_MEASURE if peer.name == "procrastinate" else PGQUEUER_MEASURE
-            done, picks, picked_jobs, finished, seconds = common.one(conn, query)
+            done, picks, picked_jobs, finished, seconds = common.one(conn, MEASURES[peer.name])
     if not (done == picks == picked_jobs == finished == runs) or not seconds:
         raise common.BenchError(
             f"{label}: not every job ran exactly once: {runs} jobs, {done} done, "
