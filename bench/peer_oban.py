@@ -6,10 +6,12 @@ Python of its own venv, .venv-oban: oban needs Python >= 3.12 and the bench's ve
     .venv-oban/bin/python -m bench.peer_oban --version
 
 ``--prepare`` installs oban's schema and enqueues the jobs through ``Oban.enqueue_many``; the
-drain runs one embedded Oban with the one queue ``default`` at ``--limit``, the way ``oban
-start`` runs it (uvloop, orjson for psycopg's JSON, oban's default pool), and stops it once the
-queue is drained: oban has no drain mode of its own. Imports only the standard library, psycopg
-and bench.peer_worker (never pgtick), so it runs in that venv and type-checks under 3.11.
+drain runs one embedded Oban with the one queue ``default`` at ``--limit`` (the issue's "queue
+limit ~200" is ``queues={"default": {"limit": 200}}``), the way ``oban start`` runs it (uvloop,
+orjson for psycopg's JSON, oban's default pool of 1-10 connections; the rest at oban's
+defaults), and stops it once the queue is drained: oban has no drain mode of its own.
+Imports only the standard library, psycopg and bench.peer_worker (never pgtick), so it runs
+in that venv and type-checks under 3.11.
 """
 
 from __future__ import annotations

@@ -9,12 +9,13 @@ process of it drains the queue and exits (procrastinate ``wait=False``, pgqueuer
 chancy's worker and oban, which have no drain mode, are stopped once nothing is left to run or
 to record). Each is timed on its own table, database clock: procrastinate from the first
 'started' to the last 'succeeded' in procrastinate_events; pgqueuer from the first 'picked' to
-the last 'successful' in pgqueuer_log; chancy from the first started_at (set by its claim) to
-the last completed_at (set by the worker when the job returns, written within 0.1 s) in
-chancy_jobs; oban from the first attempted_at (its claim) to the last completed_at (its ack)
-in oban_jobs; pgtick as in the throughput part. Each must have run every job exactly once. The
-peers come from the ``bench`` extra (pinned versions): pip install -e '.[bench]'; oban needs
-Python >= 3.12 and runs from .venv-oban, which make .venv/.bench-installed creates.
+the last 'successful' in pgqueuer_log; chancy from the first started_at (set by its claim) in
+chancy_jobs to the last write of finished jobs (its completed_at is the worker's clock when a
+job returned, written up to 0.1 s later, so a plugin stamps each write in bench_chancy_flushes,
+in its transaction); oban from the first attempted_at (its claim) to the last completed_at
+(its ack) in oban_jobs; pgtick as in the throughput part. Each must have run every job exactly
+once. The peers come from the ``bench`` extra (pinned versions): pip install -e '.[bench]';
+oban needs Python >= 3.12 and runs from .venv-oban, which make .venv/.bench-installed creates.
 """
 
 from __future__ import annotations
@@ -99,15 +100,17 @@ SELECT
 FROM pgqueuer_log
 """
 # chancy counts an attempt when it finishes (attempts), so a sum of N over N succeeded jobs is
-# one run each; started_at is set by the claim (database clock), completed_at by the worker
-# when the job returns (the same host's clock), written with the next flush.
+# one run each; started_at is set by the claim (database clock). Its completed_at is the
+# worker's clock when the job returned, written up to a flush later, so the end is the last
+# write of finished jobs, stamped in that transaction (bench.peer_worker.chancy_flush_stamp),
+# and the jobs those writes carried must be N: each outcome written once.
 CHANCY_MEASURE = """
 SELECT
     count(*) FILTER (WHERE state = 'succeeded'),
     coalesce(sum(attempts), 0),
     count(*) FILTER (WHERE started_at IS NOT NULL),
-    count(*) FILTER (WHERE completed_at IS NOT NULL),
-    extract(epoch FROM max(completed_at) - min(started_at))
+    (SELECT coalesce(sum(jobs), 0) FROM bench_chancy_flushes),
+    extract(epoch FROM (SELECT max(at) FROM bench_chancy_flushes) - min(started_at))
 FROM chancy_jobs
 """
 # oban counts an attempt when it claims a job (attempt, attempted_at); the ack sets
