@@ -223,6 +223,21 @@ def _definition_options(v: argparse.ArgumentParser, *, required: bool) -> None:
     v.add_argument("--jitter", metavar="DURATION", help="delay each run by up to this")
     v.add_argument("--max-attempts", type=_max_attempts, metavar="N")
     v.add_argument("--priority", type=_priority, metavar="N")
+    clear = "" if required else " ('' removes it)"
+    for outcome, verb in (("success", "succeeds"), ("dead", "is dead")):
+        v.add_argument(
+            f"--on-{outcome}",
+            metavar="STEP",
+            help=f"enqueued when one of its runs {verb}: a job type, or JSON (a step or a list"
+            " of them; docs/composition.md)" + clear,
+        )
+    v.add_argument(
+        "--after",
+        metavar="SCHEDULE",
+        help="each occurrence waits for this schedule's of the same period" + clear,
+    )
+    v.add_argument("--after-deadline", metavar="DURATION", help="with --after (default 1h)")
+    v.add_argument("--after-missed", metavar="skip|run", help="with --after (default skip)")
 
 
 def _rate(text: str) -> tuple[int, float]:

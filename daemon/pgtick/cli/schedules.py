@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from pgtick.cli import context, views
 from pgtick.cli.args import parse_payload, parse_when, resolve_when
 from pgtick.cli.exits import EXIT_OK
 from pgtick.cli.render import iso, local_text, print_json, print_table, seconds_text
+from pgtick.errors import UsageError
 from pgtick.surfaces import operations
 
 DEFAULT_NEXT_COUNT = 5
@@ -120,6 +122,9 @@ DEFINITION_OPTIONS = (
     ("jitter", "jitter"),
     ("max_attempts", "max_attempts"),
     ("priority", "priority"),
+    ("after", "after"),
+    ("after_deadline", "after_deadline"),
+    ("after_missed", "after_missed"),
 )
 
 
@@ -129,6 +134,15 @@ def _definition(args: argparse.Namespace) -> dict[str, Any]:
     table = {key: value for key, value in table.items() if value is not None}
     if args.payload is not None:
         table["payload"] = parse_payload(args.payload)
+    for option, key in (("--on-success", "on_success"), ("--on-dead", "on_dead")):
+        text = getattr(args, key)
+        if text is not None and text.lstrip().startswith(("{", "[")):
+            try:
+                table[key] = json.loads(text)
+            except ValueError as exc:
+                raise UsageError(f"{option}: invalid JSON: {exc}") from None
+        elif text is not None:
+            table[key] = text
     return table
 
 

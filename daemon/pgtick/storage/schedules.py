@@ -129,6 +129,8 @@ _DEFINITION_KEYS = (
     "jitter_seconds",
     "max_attempts",
     "priority",
+    "follow",
+    "after_on",
 )
 
 
@@ -147,7 +149,14 @@ def _definition(d: ScheduleDef) -> dict[str, Any]:
         "jitter_seconds": d.jitter_seconds,
         "max_attempts": d.max_attempts,
         "priority": d.priority,
+        "follow": _json_or_none(d.follow),
+        "after_on": _json_or_none(d.after_on),
     }
+
+
+def _json_or_none(value: Mapping[str, Any] | None) -> Jsonb | None:
+    """A chain or an ``after`` as the schedule functions take it (None: none)."""
+    return None if value is None else Jsonb(dict(value))
 
 
 class ScheduleQueries(StoreBase):
@@ -208,7 +217,11 @@ class ScheduleQueries(StoreBase):
         ``ScheduleDef``); False: none such."""
         params = dict.fromkeys(_DEFINITION_KEYS) | {"name": name, "actor": actor, "via": via}
         for key, value in changes.items():
-            params[key] = Jsonb(dict(value)) if key == "payload" else value
+            if key in ("follow", "after_on"):
+                # None clears it: JSON null (SQL NULL would leave it as it is)
+                params[key] = Jsonb(None) if value is None else Jsonb(dict(value))
+            else:
+                params[key] = Jsonb(dict(value)) if key == "payload" else value
         return bool(self._all("schedules", "update_schedule", params)[0][0])
 
     def remove_schedule(self, name: str, actor: str, via: str) -> bool:

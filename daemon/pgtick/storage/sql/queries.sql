@@ -1257,14 +1257,15 @@ ORDER BY name;
 SELECT {schema}.create_schedule(%(name)s, %(job_type)s, %(cron)s, %(timezone)s, %(payload)s,
                                 %(catchup)s, %(catchup_limit)s, %(overlap)s, %(on_pause)s,
                                 %(jitter_seconds)s, %(max_attempts)s, %(priority)s, %(actor)s,
-                                %(via)s);
+                                %(via)s, %(follow)s, %(after_on)s);
 
 -- update_schedule --
--- Change a database-owned schedule (NULL: leave that setting).
+-- Change a database-owned schedule (NULL: leave that setting; JSON null: clear follow or
+-- after_on).
 SELECT {schema}.update_schedule(%(name)s, %(job_type)s, %(cron)s, %(timezone)s, %(payload)s,
                                 %(catchup)s, %(catchup_limit)s, %(overlap)s, %(on_pause)s,
                                 %(jitter_seconds)s, %(max_attempts)s, %(priority)s, %(actor)s,
-                                %(via)s);
+                                %(via)s, %(follow)s, %(after_on)s);
 
 -- remove_schedule --
 -- Remove a database-owned schedule (paused as removed, never deleted).
@@ -1400,7 +1401,7 @@ ORDER BY s.name;
 -- get_schedule --
 SELECT id, name, job_type, payload, cron, timezone, max_attempts, catchup, catchup_limit,
        overlap, jitter_seconds, paused, paused_reason, paused_detail, materialized_until,
-       service, on_pause, priority
+       service, on_pause, priority, follow, after_on
 FROM {schema}.schedules WHERE name = %(name)s;
 
 -- pause_schedule --

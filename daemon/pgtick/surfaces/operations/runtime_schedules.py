@@ -30,7 +30,15 @@ KEY_COLUMNS = {
     "jitter": "jitter_seconds",
     "max_attempts": "max_attempts",
     "priority": "priority",
+    # chains and `after` (migration 0028), stored as the config's are
+    "on_success": "follow",
+    "on_dead": "follow",
+    "after": "after_on",
+    "after_deadline": "after_on",
+    "after_missed": "after_on",
 }
+# The settings an edit removes when given as '' (the config file has no value for "none").
+CLEARABLE = ("on_success", "on_dead", "after")
 
 
 def _checked(name: str, table: Mapping[str, Any]) -> dict[str, Any]:
@@ -82,7 +90,22 @@ def edit_schedule(store: RunStore, name: str, table: Mapping[str, Any], actor: A
     }
     if row["max_attempts"] is not None:
         current["max_attempts"] = row["max_attempts"]
-    checked = _checked(name, current | dict(table))
+    current |= {k: v for k, v in (row["follow"] or {}).items() if k in ("on_success", "on_dead")}
+    after = row["after_on"]
+    if after:
+        current |= {
+            "after": after["schedule"],
+            "after_deadline": f"{after['deadline_seconds']}s",
+            "after_missed": after["missed"],
+        }
+    merged = current | dict(table)
+    for key in CLEARABLE:
+        if merged.get(key) == "":  # '' removes a chain or an after (with its settings)
+            merged.pop(key)
+            if key == "after":
+                merged.pop("after_deadline", None)
+                merged.pop("after_missed", None)
+    checked = _checked(name, merged)
     changes = {KEY_COLUMNS[key]: checked[KEY_COLUMNS[key]] for key in table}
     if not store.update_schedule(name, changes, actor.name, actor.via):
         raise NotFoundError(f"schedule {name!r} not found")
