@@ -11,6 +11,7 @@ tag with two runs is a step enqueued twice, whenever it happened.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -69,13 +70,19 @@ def chain_once(model: Model) -> list[Finding]:
                     runs = by_tag.get(child, set())
                     subject = f"chain step {child}"
                     if len(runs) > 1:
+                        again = _enqueued_again(model, sorted(runs), parents & retried)
                         out.append(
                             Finding(
                                 "chain-once",
                                 subject,
                                 f"enqueued {len(runs)} times (runs {sorted(runs)}) after run(s)"
                                 f" {sorted(parents)} ended {status}",
-                                unique([answer]),
+                                unique([answer, *again]),
+                                excuse="its run was retried by an operator and ended so again"
+                                " after retention removed the step's earlier run (documented:"
+                                " docs/composition.md, Exactly once)"
+                                if again
+                                else "",
                             )
                         )
                         continue
@@ -108,6 +115,26 @@ def chain_once(model: Model) -> list[Finding]:
                             )
                         )
     return out
+
+
+def _enqueued_again(model: Model, runs: list[int], retried: set[int]) -> list[Event]:
+    """The lines that show a step's second run to be the documented one: the run before it
+    retried by an operator (``pgtick retry`` of a dead run) and each earlier run of the step
+    seen gone (retention) before the next was seen; empty when that is not so. A step's run
+    has the idempotency key ``pgtick.chain.<run>.<outcome>.<step>``, which holds only while
+    the run it names is kept."""
+    if not retried:
+        return []
+    lines = [e for e in _operator_lines(model, ("retry",)) if e.get("run") in retried]
+    for earlier, later in itertools.pairwise(runs):
+        gone = model.sightings.get(earlier)
+        seen = model.sightings.get(later)
+        if gone is None or gone.gone is None or seen is None or not seen.times:
+            return []
+        if gone.gone.t > min(seen.times):
+            return []
+        lines.append(gone.gone)
+    return lines
 
 
 def batch_callback_once(model: Model) -> list[Finding]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from pgtick.service.child import RELAY_STALE_SECONDS
 from tests.torture.findings import Finding, unique
-from tests.torture.history import INVOKE, Event
+from tests.torture.history import INVOKE, OK, Event
 from tests.torture.model import NS, Execution, Model
 from tests.torture.plan import POLL_SECONDS, JobType
 
@@ -38,6 +38,10 @@ class Change:
     end: int | None
     value: float  # the limit it sets (math.inf: none), or 1.0 paused / 0.0 resumed
     line: Event
+    # Answered ok: in force from its answer. A failed call (the CLI's exit 3 while the server
+    # restarts) most likely changed nothing, but one whose commit was cut off may have: it is
+    # never taken as in force, and may be in force from its invoke on.
+    ok: bool = True
 
 
 def _calls(model: Model, verbs: tuple[str, ...], job_type: str) -> list[Change]:
@@ -53,7 +57,7 @@ def _calls(model: Model, verbs: tuple[str, ...], job_type: str) -> list[Change]:
             continue
         start = invoked.pop(key, None)
         if start is not None:
-            out.append(Change(start.t, e.t, _value(start), start))
+            out.append(Change(start.t, e.t, _value(start), start, e.type == OK))
     out += [Change(e.t, None, _value(e), e) for e in invoked.values()]
     return sorted(out, key=lambda c: c.begin)
 
@@ -69,7 +73,7 @@ def max_running_at(model: Model, jt: JobType) -> tuple[Callable[[int], int], Cal
     """(strict, lenient): the max_running of ``jt`` in force at a moment, as above."""
     config = float(jt.max_running) if jt.max_running is not None else math.inf
     changes = [
-        Change(c.begin, c.end, config if c.value < 0 else c.value, c.line)
+        Change(c.begin, c.end, config if c.value < 0 else c.value, c.line, c.ok)
         for c in _calls(model, ("limits",), jt.name)
     ]
 
@@ -79,7 +83,7 @@ def max_running_at(model: Model, jt: JobType) -> tuple[Callable[[int], int], Cal
         for c in changes:
             if c.begin > t:
                 break
-            if c.end is not None and c.end <= t:
+            if c.end is not None and c.end <= t and c.ok:
                 values = [c.value]  # answered: from the next claim on
             else:
                 values.append(c.value)  # in flight, or its answer never came
@@ -104,14 +108,14 @@ def _int(value: float) -> int:
 
 def paused_not_started(model: Model) -> list[Finding]:
     """A paused job type starts nothing from ``PAUSE_SLACK_SECONDS`` after `pgtick pause`
-    answered until `pgtick resume` was invoked: its runs stay queued."""
+    answered ok until `pgtick resume` was invoked: its runs stay queued."""
     out = []
     for jt in model.world.job_types:
         calls = _calls(model, ("pause", "resume"), jt.name)
         windows = []
         for i, c in enumerate(calls):
-            if c.value != 1.0 or c.end is None:
-                continue
+            if c.value != 1.0 or c.end is None or not c.ok:
+                continue  # a pause judged only once it answered ok
             after = next((r for r in calls[i + 1 :] if r.value == 0.0), None)
             until = after.begin if after is not None else model.end
             begin = c.end + int(PAUSE_SLACK_SECONDS * NS)

@@ -455,6 +455,33 @@ def test_a_start_of_a_paused_type_a_poll_interval_after_the_pause_is_a_violation
     assert verdict.violations[0].subject == "job type free"
 
 
+def test_a_pause_that_failed_binds_nothing() -> None:
+    """`pgtick pause` that exits 3 (the server restarting: seed 4324 at --faults 3) paused
+    nothing: a start after it is no violation; one after a later pause that answered is."""
+    h = Hand()
+    h.at(10.0, "operator-3", INVOKE, "pause", job_type="free")
+    h.at(10.5, "operator-3", FAIL, "pause", job_type="free", exit=3)
+    h.at(30.0, "operator-3", INVOKE, "resume", job_type="free")
+    h.at(30.5, "operator-3", OK, "resume", job_type="free")
+    h.execution(20.0, 21.0, run=1)
+    assert names(h.verdict()) == []
+    h.at(40.0, "operator-4", INVOKE, "pause", job_type="free")
+    h.at(40.5, "operator-4", OK, "pause", job_type="free")
+    h.execution(50.0, 51.0, run=2)
+    assert names(h.verdict()) == ["paused"]
+
+
+def test_a_failed_limit_change_is_never_taken_as_in_force() -> None:
+    """A failed `pgtick limits` may or may not have committed: the strict limit stays the one
+    before it, and the lenient one may be either."""
+    h = Hand()
+    h.at(10.0, "operator-3", INVOKE, "limits", job_type="pair", max_running=1)
+    h.at(10.5, "operator-3", FAIL, "limits", job_type="pair", max_running=1, exit=3)
+    h.execution(20.0, 30.0, run=1, job_type="pair")
+    h.execution(21.0, 29.0, run=2, job_type="pair", daemon="d1#1")  # 2: the config's limit
+    assert names(h.verdict()) == []
+
+
 def test_worker_processes_of_a_frozen_supervisor_read_a_pause_by_their_poll_interval() -> None:
     """With worker processes a NOTIFY reaches them through their supervisor: frozen, its
     processes go on and read the pause once its word is stale, by their own poll interval;
@@ -738,3 +765,48 @@ def test_exit_1_after_sigterm_with_results_unwritten_is_excused() -> None:
     verdict = h.verdict()
     assert names(verdict) == []
     assert excuses(verdict) == ["daemon-lifecycle"]
+
+
+# -- 16 chain-once -----------------------------------------------------------------------------
+
+
+def _chain_with_a_dead_root(h: Hand) -> None:
+    """Run 1 (tag c1) chains c1.d0 on dead; it died at +10 s, and c1.d0 ran as run 2."""
+    specs = {"c1": {"on_dead": ["c1.d0"], "on_success": []}, "c1.d0": {}}
+    h.at(1.0, "client-1", INVOKE, "chain", tag="c1")
+    h.at(1.5, "client-1", OK, "chain", tag="c1", root=1, specs=specs)
+    h.execution(10.0, 10.5, run=1, job_type="comp", behaviour="failhard", outcome=FAIL, n="c1")
+    h.at(11.0, "observer", INFO, "observe", runs=[[1, "dead", "comp", None, 1, None]])
+    h.execution(12.0, 12.5, run=2, job_type="comp", n="c1.d0")
+
+
+def test_a_chain_step_enqueued_twice_is_a_violation() -> None:
+    h = Hand()
+    _chain_with_a_dead_root(h)
+    h.execution(13.0, 13.5, run=3, job_type="comp", n="c1.d0")
+    verdict = h.verdict()
+    assert names(verdict) == ["chain-once"]
+    assert "enqueued 2 times (runs [2, 3])" in verdict.violations[0].summary
+
+
+def test_a_step_enqueued_again_after_a_retry_and_its_runs_pruning_is_excused() -> None:
+    """The documented case (docs/composition.md, Exactly once): the step's key holds while
+    the run it made is kept; an operator's retry of the dead run that dies again, after
+    retention removed that run, enqueues the step again (seed 4324 at --faults 3)."""
+    h = Hand()
+    _chain_with_a_dead_root(h)
+    h.at(20.0, "operator-9", INVOKE, "retry", run=1, seen="dead")
+    h.at(20.5, "operator-9", OK, "retry", run=1, seen="dead")
+    h.at(30.0, "observer", INFO, "observe", gone=[[2, "succeeded", "comp", None, 1, None, 0]])
+    h.execution(40.0, 40.5, run=1, attempt=2, job_type="comp", outcome=FAIL, n="c1")
+    h.execution(42.0, 42.5, run=3, job_type="comp", n="c1.d0")
+    verdict = h.verdict()
+    assert names(verdict) == [] and "chain-once" in excuses(verdict)
+    # seen again before the earlier run was gone: a violation, retry or not
+    early = Hand()
+    _chain_with_a_dead_root(early)
+    early.at(20.0, "operator-9", INVOKE, "retry", run=1, seen="dead")
+    early.at(20.5, "operator-9", OK, "retry", run=1, seen="dead")
+    early.execution(25.0, 25.5, run=3, job_type="comp", n="c1.d0")
+    early.at(30.0, "observer", INFO, "observe", gone=[[2, "succeeded", "comp", None, 1, None, 0]])
+    assert names(early.verdict()) == ["chain-once"]
