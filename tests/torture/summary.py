@@ -21,6 +21,8 @@ FAULT_KINDS = (
     "migrate",
 )
 OPERATOR_VERBS = ("cancel", "retry", "prune", "pause", "resume", "limits")
+# Composition: a chain enqueued; a batch opened, members added, closed (`pgtick batch close`).
+COMPOSITION = ("chain", "batch-open", "batch-add", "batch")
 
 
 def summary(model: Model, findings: Sequence[Finding]) -> dict[str, Counter[str]]:
@@ -49,6 +51,9 @@ def operations(model: Model) -> Counter[str]:
     for e in model.operations:
         if e.f in OPERATOR_VERBS and e.type != INVOKE:
             ops[f"{e.f} {'skipped' if e.get('skipped') else 'exit ' + str(e.get('exit'))}"] += 1
+        elif e.f in COMPOSITION and e.type != INVOKE:
+            name = "batch close" if e.f == "batch" else e.f.replace("-", " ")
+            ops[f"{name} {e.type}"] += 1
     return ops
 
 
