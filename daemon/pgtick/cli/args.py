@@ -135,19 +135,22 @@ def _unstorable(value: Any) -> str | None:
     return None
 
 
+def parse_step(option: str, text: str | None) -> Any:
+    """A --on-success / --on-dead argument as the config file writes it: a job type name, or
+    JSON (a step object or a list); None stays None."""
+    if text is None or not text.lstrip().startswith(("{", "[")):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: invalid JSON: {exc}") from None
+
+
 def parse_chain(on_success: str | None, on_dead: str | None) -> dict[str, Any] | None:
     """--on-success / --on-dead: a job type name, or JSON (a step object or a list)."""
     from pgtick.scheduling import steps
 
-    values: list[Any] = []
-    for option, text in (("--on-success", on_success), ("--on-dead", on_dead)):
-        value: Any = text
-        if text is not None and text.lstrip().startswith(("{", "[")):
-            try:
-                value = json.loads(text)
-            except ValueError as exc:
-                raise UsageError(f"{option}: invalid JSON: {exc}") from None
-        values.append(value)
+    values = [parse_step("--on-success", on_success), parse_step("--on-dead", on_dead)]
     try:
         return steps.normalize(*values)
     except steps.StepError as exc:

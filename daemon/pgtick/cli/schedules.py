@@ -5,17 +5,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from pgtick.cli import context, views
-from pgtick.cli.args import parse_payload, parse_when, resolve_when
+from pgtick.cli.args import parse_payload, parse_step, parse_when, resolve_when
 from pgtick.cli.exits import EXIT_OK
 from pgtick.cli.render import iso, local_text, print_json, print_table, seconds_text
-from pgtick.errors import UsageError
 from pgtick.surfaces import operations
 
 DEFAULT_NEXT_COUNT = 5
@@ -135,14 +133,8 @@ def _definition(args: argparse.Namespace) -> dict[str, Any]:
     if args.payload is not None:
         table["payload"] = parse_payload(args.payload)
     for option, key in (("--on-success", "on_success"), ("--on-dead", "on_dead")):
-        text = getattr(args, key)
-        if text is not None and text.lstrip().startswith(("{", "[")):
-            try:
-                table[key] = json.loads(text)
-            except ValueError as exc:
-                raise UsageError(f"{option}: invalid JSON: {exc}") from None
-        elif text is not None:
-            table[key] = text
+        if getattr(args, key) is not None:
+            table[key] = parse_step(option, getattr(args, key))
     return table
 
 

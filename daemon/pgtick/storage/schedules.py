@@ -219,9 +219,11 @@ class ScheduleQueries(StoreBase):
         for key, value in changes.items():
             if key in ("follow", "after_on"):
                 # None clears it: JSON null (SQL NULL would leave it as it is)
-                params[key] = Jsonb(None) if value is None else Jsonb(dict(value))
+                params[key] = Jsonb(None if value is None else dict(value))
+            elif key == "payload":
+                params[key] = Jsonb(dict(value))
             else:
-                params[key] = Jsonb(dict(value)) if key == "payload" else value
+                params[key] = value
         return bool(self._all("schedules", "update_schedule", params)[0][0])
 
     def remove_schedule(self, name: str, actor: str, via: str) -> bool:
