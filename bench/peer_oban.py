@@ -17,12 +17,12 @@ in that venv and type-checks under 3.11.
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.metadata
 import sys
 from collections.abc import Coroutine
 from typing import Any
 
+from bench import peer_worker
 from bench.peer_worker import ENQUEUE_BATCH, until_drained
 
 QUEUE = "default"
@@ -38,10 +38,7 @@ SETUP_HINT = "make .venv/.bench-installed (it creates .venv-oban with Python >= 
 
 def require(name: str) -> Any:
     """Import a package of the oban venv; ImportError says how that venv is made."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise ImportError(f"cannot import {name} ({exc}); {SETUP_HINT}") from exc
+    return peer_worker.require(name, SETUP_HINT)
 
 
 def noop_worker() -> Any:

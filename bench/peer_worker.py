@@ -27,14 +27,15 @@ ENQUEUE_BATCH = 5000
 DRAIN_POLL_SECONDS = 0.05
 
 
-def require(name: str) -> Any:
+INSTALL_HINT = "install the peers: pip install -e '.[bench]'"
+
+
+def require(name: str, hint: str = INSTALL_HINT) -> Any:
     """Import a peer package; ImportError names the package and how to install it."""
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        raise ImportError(
-            f"cannot import {name} ({exc}); install the peers: pip install -e '.[bench]'"
-        ) from exc
+        raise ImportError(f"cannot import {name} ({exc}); {hint}") from exc
 
 
 async def until_drained(dsn: str, busy: Callable[[], bool], pending_sql: str) -> None:

@@ -13,6 +13,7 @@ A start over the strict limit but within the lenient one is an excused finding.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,7 +74,7 @@ def max_running_at(model: Model, jt: JobType) -> tuple[Callable[[int], int], Cal
     """(strict, lenient): the max_running of ``jt`` in force at a moment, as above."""
     config = float(jt.max_running) if jt.max_running is not None else math.inf
     changes = [
-        Change(c.begin, c.end, config if c.value < 0 else c.value, c.line, c.ok)
+        dataclasses.replace(c, value=config if c.value < 0 else c.value)
         for c in _calls(model, ("limits",), jt.name)
     ]
 
