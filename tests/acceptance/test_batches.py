@@ -58,6 +58,46 @@ def _cb_ran(conn: Connection) -> bool:
     return bool(row[0] >= 1)
 
 
+def callback_once_with_the_counts(
+    conn: Connection, dsn: str, batch_id: int, plan: list[int]
+) -> None:
+    """The batch of ``plan``'s members (1 = succeeds at once; 2, 3 = retried first; 0 = dead
+    after 3 attempts), done under faults: its one callback has the database's counts."""
+    # A kill can cost a member an attempt (lost, or failed by the drain's grace), so one
+    # planned to succeed at its 2nd or 3rd attempt may end dead: the counts are the database's,
+    # and every such member shows the attempt a kill cost it.
+    ended = dict(
+        conn.execute(
+            "SELECT (payload->>'n')::int, status FROM runs WHERE batch_id = %s", (batch_id,)
+        ).fetchall()
+    )
+    assert len(ended) == len(plan) and set(ended.values()) <= {"succeeded", "dead"}
+    assert all(ended[n] == "dead" for n, s in enumerate(plan) if s == 0)
+    unplanned = [n for n, s in enumerate(plan) if s and ended[n] == "dead"]
+    assert all(s != 1 for n, s in enumerate(plan) if n in unplanned)  # 1: its first attempt
+    if unplanned:
+        cost = conn.execute(
+            "SELECT count(DISTINCT a.run_id) FROM attempts a JOIN runs r ON r.id = a.run_id "
+            "WHERE r.batch_id = %s AND (r.payload->>'n')::int = ANY(%s) "
+            "AND NOT (a.outcome = 'failed' AND a.error_type = 'Retry')",
+            (batch_id, unplanned),
+        ).fetchone()
+        assert cost == (len(unplanned),), "a member went dead with no attempt a kill cost it"
+    expected = {
+        "id": batch_id,
+        "members": len(plan),
+        "succeeded": sum(1 for status in ended.values() if status == "succeeded"),
+        "dead": sum(1 for status in ended.values() if status == "dead"),
+        "cancelled": 0,
+        "skipped": 0,
+    }
+    [callback] = _callbacks(conn)
+    assert callback["batch"] == expected
+    shown = _batch(dsn, batch_id)
+    assert shown["state"] == "done"
+    assert {k: shown[k] for k in expected} == expected
+
+
 @pytest.mark.timeout(400)
 def test_batch_under_kills_callback_once_with_right_counts(
     cluster: Cluster, conn: Connection, dsn: str, tmp_path: Path
@@ -102,39 +142,7 @@ def test_batch_under_kills_callback_once_with_right_counts(
             closed = True
     assert closed
     time.sleep(3)  # any second callback would be enqueued by now (reaper passes included)
-    # A kill can cost a member an attempt (lost, or failed by the drain's grace), so one
-    # planned to succeed at its 2nd or 3rd attempt may end dead: the counts are the database's,
-    # and every such member shows the attempt a kill cost it.
-    ended = dict(
-        conn.execute(
-            "SELECT (payload->>'n')::int, status FROM runs WHERE batch_id = %s", (batch_id,)
-        ).fetchall()
-    )
-    assert len(ended) == 1000 and set(ended.values()) <= {"succeeded", "dead"}
-    assert all(ended[n] == "dead" for n, s in enumerate(plan) if s == 0)
-    unplanned = [n for n, s in enumerate(plan) if s and ended[n] == "dead"]
-    assert all(s != 1 for n, s in enumerate(plan) if n in unplanned)  # 1: its first attempt
-    if unplanned:
-        cost = conn.execute(
-            "SELECT count(DISTINCT a.run_id) FROM attempts a JOIN runs r ON r.id = a.run_id "
-            "WHERE r.batch_id = %s AND (r.payload->>'n')::int = ANY(%s) "
-            "AND NOT (a.outcome = 'failed' AND a.error_type = 'Retry')",
-            (batch_id, unplanned),
-        ).fetchone()
-        assert cost == (len(unplanned),), "a member went dead with no attempt a kill cost it"
-    expected = {
-        "id": batch_id,
-        "members": 1000,
-        "succeeded": sum(1 for status in ended.values() if status == "succeeded"),
-        "dead": sum(1 for status in ended.values() if status == "dead"),
-        "cancelled": 0,
-        "skipped": 0,
-    }
-    [callback] = _callbacks(conn)
-    assert callback["batch"] == expected
-    shown = _batch(dsn, batch_id)
-    assert shown["state"] == "done"
-    assert {k: shown[k] for k in expected} == expected
+    callback_once_with_the_counts(conn, dsn, batch_id, plan)
     text = cli(dsn, "batch", str(batch_id))
     assert text.out[0] == f"batch {batch_id}: done, 1000 of 1000 members ended"
 

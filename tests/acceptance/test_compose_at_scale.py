@@ -26,7 +26,7 @@ from tests.dbhelp import Connection, connect, migrate
 
 from .cli import pgtick as cli
 from .conftest import Cluster
-from .test_batches import _batch, _callbacks, _cb_ran
+from .test_batches import TYPES, _batch, _cb_ran, callback_once_with_the_counts
 from .test_chains import _done, _runs
 
 CHAINS = 1000
@@ -42,15 +42,7 @@ on_success = { job_type = "c", payload = { sleep = 0.01 } }
 
 [job_types.c]
 handler = "compose_jobs:step"
-
-[job_types.member]
-handler = "compose_jobs:member"
-max_attempts = 3
-backoff_base = "0s"
-
-[job_types.cb]
-handler = "compose_jobs:callback"
-"""
+""" + TYPES.format(retention="7d")  # the members and the callback, as test_batches.py's
 FAST = {"lease": "3s", "heartbeat": "1s", "reaper": "1s", "grace": "2s", "threads": 8}
 
 
@@ -111,7 +103,7 @@ def test_1000_chains_and_a_10000_member_batch_under_every_fault(
         assert all(faults[k] >= 1 for k in ("kill", "restart-db", "term", "freeze")), faults
         with connect(dsn) as conn:
             _chains_ran_once(conn, a_ids)
-            _callback_once_with_the_counts(conn, dsn, batch_id, plan)
+            callback_once_with_the_counts(conn, dsn, batch_id, plan)
     finally:
         cluster.stop_all()
 
@@ -134,39 +126,3 @@ def _chains_ran_once(conn: Connection, a_ids: list[int]) -> None:
         previous = c["payload"]["previous"]
         assert (previous["job_type"], previous["depth"]) == ("b", 2)
         assert previous["result"]["path"] == ["a", "b"]
-
-
-def _callback_once_with_the_counts(
-    conn: Connection, dsn: str, batch_id: int, plan: list[int]
-) -> None:
-    """One callback, counts as the database says; a member planned to succeed that ended dead
-    shows an attempt a fault cost it (test_batches.py says why)."""
-    ended = dict(
-        conn.execute(
-            "SELECT (payload->>'n')::int, status FROM runs WHERE batch_id = %s", (batch_id,)
-        ).fetchall()
-    )
-    assert len(ended) == MEMBERS and set(ended.values()) <= {"succeeded", "dead"}
-    assert all(ended[n] == "dead" for n, s in enumerate(plan) if s == 0)
-    unplanned = [n for n, s in enumerate(plan) if s and ended[n] == "dead"]
-    if unplanned:
-        cost = conn.execute(
-            "SELECT count(DISTINCT a.run_id) FROM attempts a JOIN runs r ON r.id = a.run_id"
-            " WHERE r.batch_id = %s AND (r.payload->>'n')::int = ANY(%s)"
-            " AND NOT (a.outcome = 'failed' AND a.error_type = 'Retry')",
-            (batch_id, unplanned),
-        ).fetchone()
-        assert cost == (len(unplanned),), "a member went dead with no attempt a fault cost it"
-    succeeded = sum(1 for status in ended.values() if status == "succeeded")
-    expected = {
-        "id": batch_id,
-        "members": MEMBERS,
-        "succeeded": succeeded,
-        "dead": MEMBERS - succeeded,
-        "cancelled": 0,
-        "skipped": 0,
-    }
-    [callback] = _callbacks(conn)
-    assert callback["batch"] == expected
-    shown = _batch(dsn, batch_id)
-    assert shown["state"] == "done" and {k: shown[k] for k in expected} == expected
