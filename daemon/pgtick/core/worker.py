@@ -148,6 +148,7 @@ class Worker:
         # The last claim found nothing though runs were due: held back by a limit, or
         # row-locked by another session (a claim skips those). The next waits a moment.
         self._held_back = False
+        self._slots_wanted = True  # the dispatcher waits for a free slot (_claim_loop)
         self._empty_claims = 0  # claims in a row that found nothing
         self.handled = sorted(self._job_types)
         leases = [jt.lease_seconds for jt in self._job_types.values()]
@@ -266,6 +267,9 @@ class Worker:
         while not self._stop_claiming.is_set():
             self.dispatcher_alive_at = time.monotonic()
             self._read_controls(store)
+            # Set before the free slots are counted: a thread that frees one after this wakes
+            # us (_work_loop), one that freed it before is counted.
+            self._slots_wanted = True
             capacity = self._capacity(backlog)
             ahead = self.prefetch_now()
             # With a backlog of short runs, wait for a real batch of free slots: one claim
@@ -278,6 +282,7 @@ class Worker:
                 )
                 self._wake.clear()
                 continue
+            self._slots_wanted = False
             self._wake.clear()
             if not self.life.may_claim():
                 # A lease held may have expired while the heartbeat could not renew it: no
@@ -411,9 +416,17 @@ class Worker:
             # The attempt's outcome: the handler's, or the timeout's failure written instead.
             ended = to_write if to_write is not None and to_write.kind != "cancelled" else outcome
             attempt.end(ended.kind, ended.error, ended.error_type, ended.detail)
-            if not self._local:
-                # Nothing left to take: claim more now. With runs still queued, this thread
-                # takes the next one, and a backlog's claims top the queue up on their own.
+            if not self._local and (
+                self._slots_wanted
+                or held.run.job_type in self.types.limited
+                or held.run.job_type in self.types.keyed
+            ):
+                # Nothing left to take: claim more now, if the dispatcher waits for a free
+                # slot or this run's end frees a limit's. Otherwise its last claim took
+                # what was due (the one after it found nothing, or will): a claim now would
+                # find nothing either, one more round trip per run at a light load (a
+                # NOTIFY or the idle probe brings the next). With runs still queued, this
+                # thread takes the next one, and a backlog's claims top the queue up.
                 self._wake.set()
 
     def _next(self) -> Held | None:
