@@ -172,6 +172,51 @@ def test_a_stopped_holders_run_is_taken_when_its_lease_ends(
     assert _attempts(conn, run_id)[0] == (1, "lost")
 
 
+def test_a_row_lock_on_a_run_claimed_ahead_does_not_stall_the_heartbeat(
+    cluster: Cluster, conn: dbhelp.Connection, dsn: str
+) -> None:
+    """Torture seed 4320 (faults x3): the heartbeat gives back runs claimed ahead that waited
+    over a second for a thread, and its release waited for the row lock an operator held on
+    one of them: no beat for as long, so the lease of the run the thread was running ended
+    unrenewed, and a reaper took it from its live holder. Now the release waits 100 ms and
+    gives up until a later beat; the running run keeps its lease and runs once."""
+    holder = cluster.start(
+        cluster.config(
+            threads=1,
+            prefetch=2,
+            lease=f"{LEASE_SECONDS:g}s",
+            heartbeat="2s",
+            reaper=f"{REAPER_SECONDS * 1000:g}ms",
+            poll_interval="200ms",
+        )
+    )
+    warm = enqueue(conn, [("record", {})] * 5)  # quick runs: the holder claims ahead after
+    wait_for(lambda: all(cluster.executions()[r] for r in warm), 10, what="the warm-up ran")
+    slow, *ahead = enqueue(conn, [("record", {"sleep": 20.0})] + [("record", {})] * 2)
+    wait_for(
+        lambda: (
+            slow in cluster.executions() and set(_statuses(conn, ahead).values()) == {"running"}
+        ),
+        10,
+        0.01,
+        "the slow run started and two claimed ahead",
+    )
+    assert not any(cluster.executions()[r] for r in ahead)
+    with dbhelp.connect(dsn) as operator, operator.transaction():
+        operator.execute("UPDATE pgtick.runs SET priority = 5 WHERE id = %s", [ahead[0]])
+        _start(cluster, threads=2)  # its reaper would take the slow run from a silent holder
+        time.sleep(LEASE_SECONDS + 2.0)
+        assert cluster.executions()[slow] == 1
+    wait_for(
+        lambda: set(_statuses(conn, [slow, *ahead]).values()) == {"succeeded"},
+        40,
+        what="all three succeeded",
+    )
+    assert _attempts(conn, slow) == [(1, "succeeded")]
+    assert [cluster.executions()[r] for r in (slow, *ahead)] == [1, 1, 1]
+    assert any(e["event"] == "release_held_up_by_row_lock" for e in holder.events())
+
+
 def _statuses(conn: dbhelp.Connection, ids: list[int]) -> dict[int, str]:
     rows = conn.execute("SELECT id, status FROM runs WHERE id = ANY(%s)", [ids]).fetchall()
     return {int(i): str(s) for i, s in rows}

@@ -18,9 +18,15 @@ from pgtick.core.keyset import ClaimBounds
 from pgtick.core.lifecycle import UNSTARTED_MAX_WAIT_SECONDS, Held, Lifecycle, State
 from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
+from pgtick.storage import db
 from pgtick.storage.store import RunStore
 
 log = structlog.get_logger("pgtick.worker")
+
+# The heartbeat's releases wait this long for a row another session holds locked, then give
+# up until its next beat: a release that waited for the lock held up every beat behind it,
+# and the leases of the daemon's running runs ended for want of renewal (torture seed 4320).
+STALE_LOCK_WAIT_MS = 100
 
 
 class Giveback:
@@ -63,7 +69,7 @@ class Giveback:
         stale = self._life.unstarted(UNSTARTED_MAX_WAIT_SECONDS)
         if not stale:
             return 0
-        released = self.release(stale, store)
+        released = self.release(stale, store, lock_wait_ms=STALE_LOCK_WAIT_MS)
         log.info("unstarted_runs_released", runs=len(stale), released=released)
         return released
 
@@ -92,21 +98,35 @@ class Giveback:
         )
 
     def release(
-        self, runs: list[Held], store: RunStore | None = None, hold_seconds: float = 0.0
+        self,
+        runs: list[Held],
+        store: RunStore | None = None,
+        hold_seconds: float = 0.0,
+        *,
+        lock_wait_ms: int | None = None,
     ) -> int:
         """Give runs back to the queue (attempt not counted), due no sooner than
         ``hold_seconds`` from now, and let go of those an operator cancelled meanwhile;
-        returns how many were released."""
+        returns how many were released. With ``lock_wait_ms``, a row another session holds
+        locked longer leaves the runs not given back yet claimed (still ours, their leases
+        renewed), for a later release or a thread."""
         if not runs:
             return 0
         store = store or self._store
         claims = [(h.id, h.run.attempt) for h in runs]
         released: set[int] = set()
         let_go: set[int] = set()
+        kept: list[Held] = []
         try:
-            released = store.release(self._worker_id, claims, hold_seconds)
+            released = store.release(
+                self._worker_id, claims, hold_seconds, lock_wait_ms=lock_wait_ms
+            )
             rest = [c for c in claims if c[0] not in released]
-            let_go = store.acknowledge_cancel(self._worker_id, rest) if rest else set()
+            let_go = (
+                store.acknowledge_cancel(self._worker_id, rest, lock_wait_ms=lock_wait_ms)
+                if rest
+                else set()
+            )
             # A run given back announces itself (release); one let go of after a cancel
             # frees its slot as a finished run does, and is announced the same way.
             freed = limited_among(runs, let_go, self._types.limited)
@@ -114,7 +134,19 @@ class Giveback:
                 announce_freed(store, freed, self._types.keyed)
         except DatabaseError as exc:
             self._metrics.db_error("release")
-            log.error("release_failed", error=str(exc), runs=len(runs))
+            if lock_wait_ms is not None and db.lock_not_available(exc):
+                # The statement that waited failed whole: nothing of it was written.
+                kept = [h for h in runs if h.id not in released]
+                log.warning(
+                    "release_held_up_by_row_lock",
+                    run_ids=sorted(h.id for h in kept),
+                    reason="another session holds a run's row locked; tried again later",
+                )
+            else:
+                log.error("release_failed", error=str(exc), runs=len(runs))
+        if kept:
+            self._life.unrelease(kept)
+            runs = [h for h in runs if h not in kept]
         for held in runs:
             if held.id in released:  # queued again, maybe behind this daemon's own bound
                 self._bounds.lower(held.run.job_type, held.run.run_at)

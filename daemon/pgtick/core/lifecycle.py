@@ -409,6 +409,16 @@ class Lifecycle(HeldTable):
             self._waiting -= len(out)
         return out
 
+    def unrelease(self, runs: Sequence[Held]) -> None:
+        """RELEASING -> CLAIMED: runs whose release was not written (a row lock outlasted
+        its wait); still ours, to be released again or started."""
+        with self._changed:
+            for held in runs:
+                if self._held.get(held.id) is held and held.state is State.RELEASING:
+                    held.state = State.CLAIMED
+                    self._waiting += 1
+            self._changed.notify_all()
+
     def interrupt(self) -> int:
         """Tell every running handler to stop (commands are killed); from now on a handler
         that returns without success is released, not counted as a failure."""

@@ -607,17 +607,24 @@ class RunQueries(StoreBase):
         return {row[0] for row in rows}
 
     def release(
-        self, worker_id: str, claims: Sequence[Claim], hold_seconds: float = 0.0
+        self,
+        worker_id: str,
+        claims: Sequence[Claim],
+        hold_seconds: float = 0.0,
+        *,
+        lock_wait_ms: int | None = None,
     ) -> set[int]:
         """Give held runs back (queued, attempt not counted), due no sooner than
-        ``hold_seconds`` from now; returns those released."""
+        ``hold_seconds`` from now; returns those released. ``lock_wait_ms`` bounds the wait
+        for a row another session holds locked (then nothing is released: the error is
+        ``db.lock_not_available``)."""
         if not claims:
             return set()
 
         def write(conn: db.Connection) -> list[tuple[Any, ...]]:
             with conn.transaction():
                 params = _claims(worker_id, claims) | {"hold": hold_seconds}
-                rows = by_index(conn, "release", params)
+                rows = by_index(conn, "release", params, lock_wait_ms=lock_wait_ms)
                 # Given back with their old run_at, behind every claimer's lower bound:
                 # announce each type's earliest (claimers lower their bounds to it, no scan
                 # from the start), and wake idle daemons that handle them.
@@ -626,15 +633,18 @@ class RunQueries(StoreBase):
 
         return {row[0] for row in self._moving("release", write)}
 
-    def acknowledge_cancel(self, worker_id: str, claims: Sequence[Claim]) -> set[int]:
+    def acknowledge_cancel(
+        self, worker_id: str, claims: Sequence[Claim], *, lock_wait_ms: int | None = None
+    ) -> set[int]:
         """Let go of held runs an operator cancelled, now that their handlers have stopped;
-        returns those that were cancelled and held by these claims."""
+        returns those that were cancelled and held by these claims. ``lock_wait_ms``: as
+        ``release``'s."""
         if not claims:
             return set()
         params = _claims(worker_id, claims)
         rows = self._moving(
             "acknowledge_cancel",
-            lambda conn: by_index(conn, "acknowledge_cancel", params),
+            lambda conn: by_index(conn, "acknowledge_cancel", params, lock_wait_ms=lock_wait_ms),
         )
         return {row[0] for row in rows}
 
