@@ -23,12 +23,13 @@ HOLDER_ALIVE_SECONDS = 5.0
 SLACK_SECONDS = 2.0
 
 
-def _start(cluster: Cluster, threads: int) -> Daemon:
+def _start(cluster: Cluster, threads: int, prefetch: int = 0) -> Daemon:
     """Lease 6 s, beat every 2 s, reap every 0.2 s: a reaper passes many times between two
     beats, so one that may take the run gets there first."""
     return cluster.start(
         cluster.config(
             threads=threads,
+            prefetch=prefetch,
             lease=f"{LEASE_SECONDS:g}s",
             heartbeat="2s",
             reaper=f"{REAPER_SECONDS * 1000:g}ms",
@@ -180,16 +181,7 @@ def test_a_row_lock_on_a_run_claimed_ahead_does_not_stall_the_heartbeat(
     one of them: no beat for as long, so the lease of the run the thread was running ended
     unrenewed, and a reaper took it from its live holder. Now the release waits 100 ms and
     gives up until a later beat; the running run keeps its lease and runs once."""
-    holder = cluster.start(
-        cluster.config(
-            threads=1,
-            prefetch=2,
-            lease=f"{LEASE_SECONDS:g}s",
-            heartbeat="2s",
-            reaper=f"{REAPER_SECONDS * 1000:g}ms",
-            poll_interval="200ms",
-        )
-    )
+    holder = _start(cluster, threads=1, prefetch=2)
     warm = enqueue(conn, [("record", {})] * 5)  # quick runs: the holder claims ahead after
     wait_for(lambda: all(cluster.executions()[r] for r in warm), 10, what="the warm-up ran")
     slow, *ahead = enqueue(conn, [("record", {"sleep": 20.0})] + [("record", {})] * 2)
