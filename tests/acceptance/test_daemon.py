@@ -76,6 +76,17 @@ def test_sigkill_mid_way_only_the_killed_daemons_runs_run_twice(
     assert held, "the victim held runs when it was killed"
 
     wait_for(lambda: status_counts(conn) == {"succeeded": 2000}, 120, 0.2, "all succeeded")
+    # A finish the victim sent just before it died still commits on its server backend, maybe
+    # after the read above: such a run ended there, once, and is not one it left behind.
+    held -= {
+        r[0]
+        for r in conn.execute(
+            "SELECT run_id FROM attempts WHERE run_id = ANY(%s) AND worker_id = ANY(%s)"
+            " AND outcome = 'succeeded'",
+            [list(held), victim_ids],
+        )
+    }
+    assert held, "the victim left runs behind"
     twice = {run_id for run_id, n in cluster.executions().items() if n > 1}
     assert twice <= held
     assert max(cluster.executions().values()) <= 2
