@@ -94,13 +94,16 @@ def _stop_fleet(cluster: Cluster) -> None:
 def _runs_of(
     conn: Connection, schedule: str, since: datetime, until: datetime | None = None
 ) -> dict[str, int]:
-    """{status: runs} of the schedule's runs created after ``since`` (and before ``until``)."""
+    """{status: runs} of the schedule's runs created after ``since`` (and created and due by
+    ``until``: the ticker makes an occurrence ahead of its time, and one due after the resume
+    stays queued until then, however early a loaded machine's tick created it)."""
     return dict(
         conn.execute(
             "SELECT r.status, count(*) FROM runs r JOIN schedules s ON s.id = r.schedule_id"
             " WHERE s.name = %s AND r.created_at > %s"
-            " AND r.created_at < coalesce(%s::timestamptz, 'infinity') GROUP BY r.status",
-            [schedule, since, until],
+            " AND r.created_at < coalesce(%s::timestamptz, 'infinity')"
+            " AND r.run_at <= coalesce(%s::timestamptz, 'infinity') GROUP BY r.status",
+            [schedule, since, until, until],
         ).fetchall()
     )
 
