@@ -635,6 +635,23 @@ def test_a_rolled_back_enqueue_whose_run_exists_is_a_violation() -> None:
     assert "did not commit" in verdict.violations[0].summary
 
 
+def test_a_rolled_back_enqueue_s_id_handed_out_again_after_a_crash_is_not_its_run() -> None:
+    h = Hand()
+    h.enqueue(
+        1.0,
+        1.5,
+        "client-1",
+        "read committed",
+        [{"id": 10, "key": None, "created": True, "n": "7.0"}],
+        outcome=FAIL,
+    )
+    h.execution(3.0, 4.0, run=10, n="9.0")
+    h.run(10, "succeeded", n="9.0")
+    assert names(h.verdict()) == []
+    h.execution(5.0, 6.0, run=10, attempt=2, n="7.0")
+    assert names(h.verdict()) == ["no-loss"]
+
+
 # -- 5 success recorded ----------------------------------------------------------------------------
 
 
