@@ -71,11 +71,13 @@ def test_a_cancel_the_holder_learns_of_at_finish_counts_as_cancelled(
     """The handler returns normally before the next heartbeat after the cancel: the result
     write finds the run cancelled. Logged `run_cancelled` and counted outcome="cancelled",
     never `lease_lost`/"lost"; the attempt ends when the handler returned."""
-    daemon, base = start_with_metrics(cluster, threads=1, lease="30s", heartbeat="10s")
-    [run_id] = enqueue(conn, [("per_attempt", {"seconds": [1.5]})])
+    daemon, base = start_with_metrics(cluster, threads=1, lease="60s", heartbeat="20s")
+    # 6 s: the cancel must land while it runs, and a loaded machine's CLI takes seconds to
+    # start; the first heartbeat (20 s) still comes after the handler returned.
+    [run_id] = enqueue(conn, [("per_attempt", {"seconds": [6]})])
     wait_for(lambda: run_id in cluster.executions(), 10, what="running")
     assert pgtick(dsn, "cancel", str(run_id)).code == 0
-    wait_for(lambda: run_id in cluster.executions("end"), 10, what="handler returned")
+    wait_for(lambda: run_id in cluster.executions("end"), 15, what="handler returned")
 
     def decided() -> list[str]:
         wanted = ("run_cancelled", "lease_lost")

@@ -240,3 +240,49 @@ def test_a_locked_row_does_not_hold_up_the_daemons_other_results(
         what="the locked run's result written once the lock went",
     )
     assert cluster.executions() == dict.fromkeys([first, *others], 1)
+
+
+def test_a_row_lock_at_a_drain_s_exit_does_not_start_a_run_beside_its_stubborn_handler(
+    cluster: Cluster, conn: dbhelp.Connection, dsn: str
+) -> None:
+    """Seeds 4324 and 4318 (issue 43): a SIGTERMed daemon gives back the runs of Python
+    handlers that ignored the cancel as its last act, its heartbeat stopped. That release
+    waited for an operator's lock on one of them; meanwhile the other's lease ended, and
+    another daemon's reaper ran it beside its first copy, still running here. Now each run's
+    release waits 100 ms for its lock: the free one is given back at once, the locked one is
+    left to the reaper, which takes it after this process (and its handler) ended."""
+    draining = cluster.start(
+        cluster.config(lease=f"{LEASE_SECONDS:g}s", heartbeat="2s", grace="1s")
+    )
+    locked, free = enqueue(
+        conn, [("stubborn", {"seconds": 30}), ("stubborn", {"seconds": 30})], max_attempts=3
+    )
+    wait_for(
+        lambda: cluster.executions()[locked] == 1 and cluster.executions()[free] == 1,
+        10,
+        what="both first copies started",
+    )
+    _start(cluster, threads=2)
+    conn.execute(
+        "UPDATE runs SET payload = '{\"seconds\": 0.1}' WHERE id = ANY(%s)", [[locked, free]]
+    )
+    with dbhelp.connect(dsn) as operator, operator.transaction():
+        operator.execute("UPDATE pgtick.runs SET priority = 5 WHERE id = %s", [locked])
+        draining.signal(signal.SIGTERM)
+        # Before, the exit waited for this lock (and the free run's lease ended meanwhile).
+        assert draining.wait(LEASE_SECONDS) == 0
+        exited = time.time()
+    assert '"released_at_exit"' in draining.log()
+    wait_for(
+        lambda: cluster.executions()[locked] == 2 and cluster.executions()[free] == 2,
+        LEASE_SECONDS + HOLDER_ALIVE_SECONDS + 10,
+        what="both runs taken again",
+    )
+    for run_id in (locked, free):
+        second = [r["t"] for r in cluster.records() if r["run_id"] == run_id][1]
+        assert second > exited - 0.5, f"run {run_id}: second copy {exited - second:.1f}s early"
+    wait_for(
+        lambda: _statuses(conn, [locked, free]) == {locked: "succeeded", free: "succeeded"},
+        20,
+        what="both runs done",
+    )
