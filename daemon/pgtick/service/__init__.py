@@ -33,7 +33,7 @@ from pgtick.observability import logs, tracing
 from pgtick.observability.metrics import Metrics
 from pgtick.observability.outage import tell_pool_warnings
 from pgtick.observability.systemd import Notifier
-from pgtick.service.drain import EXIT_HOLD_SECONDS, release_and_exit
+from pgtick.service.drain import EXIT_HOLD_SECONDS
 from pgtick.service.endpoints import Endpoints
 from pgtick.service.loops import (
     LoopThread,
@@ -230,13 +230,13 @@ class Service:
         crashed = not work.drain(self._force, self.notifier, at_exit) or crashed
         listener.stop_event.set()
         once.stop()
-        work.finish()
+        work.finish(at_exit)
         for loop in loops:
             loop.thread.join(timeout=2.0)
         code = 1 if crashed else 0
         log.info("daemon_stopped", worker_id=self.worker_id, exit_code=code)
         if at_exit:
-            release_and_exit(worker, at_exit, code)
+            work.exit_releasing(at_exit, code)
         return code
 
     def _problem(self) -> str | None:

@@ -39,7 +39,7 @@ from pgtick.observability import logs, tracing
 from pgtick.observability.metrics import Metrics
 from pgtick.observability.outage import tell_pool_warnings
 from pgtick.observability.systemd import Notifier
-from pgtick.service.drain import exit_now, release_and_exit
+from pgtick.service.drain import exit_now
 from pgtick.service.loops import dead_threads, log_summary, stale_loops
 from pgtick.service.work import WorkSide, beat_pool
 from pgtick.storage import db
@@ -260,11 +260,11 @@ def _serve(
             out.send("problem", f"threads died: {', '.join(found_dead)}")
         at_exit: list[Held] = []
         crashed = not work.drain(force, Notifier({}), at_exit) or crashed
-        work.finish()
+        work.finish(at_exit)
         code = 1 if crashed else 0
         log.info("worker_process_stopped", worker_id=spec.worker_id, exit_code=code)
         if at_exit:
-            release_and_exit(worker, at_exit, code)
+            work.exit_releasing(at_exit, code)
         log_summary(worker.life)
         return code
     finally:

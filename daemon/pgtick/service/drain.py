@@ -52,7 +52,7 @@ def drain(
     release a run only once its handler (and a command's whole process group) is gone;
     then wait for every result to be written. False if some could not be. The runs of
     Python handlers that ignored the cancel go into ``at_exit``: they run until the
-    process ends, so they are released at its very end (release_and_exit)."""
+    process ends, so they are released at its very end (release_at_exit)."""
     life = worker.life
     finished_before = life.finished_total
     metrics.draining.set(1)
@@ -113,12 +113,12 @@ def drain(
     return not unwritten
 
 
-def release_and_exit(worker: Worker, runs: list[Held], code: int) -> NoReturn:
-    """The process's last act when Python handlers still run (they ignored the cancel): give
-    their runs back, due ``EXIT_HOLD_SECONDS`` from now, and end the process at once, the
-    handlers' threads with it, so that no other daemon starts a run while its first copy
-    still runs here (docs/guarantees.md). Released any earlier, they ran beside their next
-    claim for as long as this process took to end (issue 43)."""
+def release_at_exit(worker: Worker, runs: list[Held]) -> int:
+    """Just before the process ends (WorkSide.exit_releasing), when Python handlers still
+    run (they ignored the cancel): give their runs back, due ``EXIT_HOLD_SECONDS`` from now,
+    so that no other daemon starts a run while its first copy still runs here
+    (docs/guarantees.md). Released any earlier, they ran beside their next claim for as long
+    as this process took to end (issue 43)."""
     released = sum(
         worker.giveback.release(
             [held], hold_seconds=EXIT_HOLD_SECONDS, lock_wait_ms=EXIT_LOCK_WAIT_MS
@@ -132,7 +132,7 @@ def release_and_exit(worker: Worker, runs: list[Held], code: int) -> NoReturn:
         due_in_seconds=EXIT_HOLD_SECONDS,
         reason="their Python handlers ignored the cancel and end with this process",
     )
-    exit_now(code)
+    return released
 
 
 def exit_now(code: int) -> NoReturn:

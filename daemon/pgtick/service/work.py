@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import NoReturn
 
 import psycopg_pool
 import structlog
@@ -22,7 +23,7 @@ from pgtick.core.worker import Worker
 from pgtick.observability.metrics import Metrics
 from pgtick.observability.systemd import Notifier
 from pgtick.observability.tracing import Tracing
-from pgtick.service.drain import drain
+from pgtick.service.drain import drain, exit_now, release_at_exit
 from pgtick.service.loops import LoopThread, log_summary
 from pgtick.storage import db
 from pgtick.storage.store import RunStore, WorkerInfo
@@ -120,13 +121,32 @@ class WorkSide:
         grace = self.config.worker.shutdown_grace_seconds
         return drain(self.worker, grace, force, self.metrics, notifier, at_exit)
 
-    def finish(self) -> None:
-        """After the drain: the last summary line, the heartbeat and the flusher stopped, the
-        workers row removed."""
+    def finish(self, at_exit: list[Held]) -> None:
+        """After the drain: the last summary line, the flusher stopped; then the heartbeat
+        stopped and the workers row removed, unless runs wait for the exit (``at_exit``):
+        their handlers still run, so the heartbeat renews their leases until exit_releasing
+        gives them back (seed 4318: the joins after the drain took longer than a lease)."""
         log_summary(self.worker.life)
-        self.heartbeat.stop()
         self.flusher.stop()
+        if not at_exit:
+            self._stop_beating()
+            self._deregister()
+
+    def exit_releasing(self, at_exit: list[Held], code: int) -> NoReturn:
+        """The last act when Python handlers still run: stop the heartbeat, remove the
+        workers row, give their runs back (release_at_exit) and end the process at once, its
+        handlers' threads with it. Their leases, renewed until the heartbeat stopped, hold
+        meanwhile; the release is the last statement, since its runs are due 2 s later."""
+        self._stop_beating()
+        self._deregister()
+        release_at_exit(self.worker, at_exit)
+        exit_now(code)
+
+    def _stop_beating(self) -> None:
+        self.heartbeat.stop()
         self.loop.thread.join(timeout=2.0)
+
+    def _deregister(self) -> None:
         try:
             self.store.deregister_worker(self.worker_id)
         except pgtick.DatabaseError as exc:
