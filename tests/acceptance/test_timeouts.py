@@ -230,3 +230,53 @@ def test_a_stop_writes_the_timeout_of_a_handler_that_never_returns(
         "SELECT attempt, outcome, error_type FROM attempts WHERE run_id = %s", [run_id]
     ).fetchall()
     assert history == [(1, "failed", "timeout")], history
+
+
+def test_a_stop_writes_that_timeout_as_its_last_act_so_no_retry_runs_beside_the_handler(
+    cluster: Cluster, conn: dbhelp.Connection
+) -> None:
+    """Torture seed 4324, run 2997: the drain wrote the timeout's failure of a handler that
+    never returned at its end, with the retry due after its backoff (0 s here); another
+    daemon claimed the retry and ran it while the first copy still ran, until its process
+    ended. The failure is now the process's last write, its retry due 2 s later at the
+    soonest: the second copy starts after the first daemon has exited."""
+    config = cluster.config(
+        HELD_TIMEOUT_TYPE.format(handler="work", limits=""),
+        threads=1,
+        heartbeat="500ms",
+        grace="1s",
+        poll_interval="100ms",
+    )
+    stopping = cluster.start(config)
+    [run_id] = enqueue(conn, [("work", {"sleep": 60.0})], max_attempts=3)
+    wait_for(
+        lambda: count(conn, "status = 'running' AND error_type = 'timeout'") == 1,
+        20,
+        what="timed out, still held",
+    )
+    other = cluster.start(config)
+    stopping.signal(signal.SIGTERM)
+    assert stopping.wait(30) == 0, stopping.log()
+    exited = time.time()
+    assert '"released_at_exit"' in stopping.log()
+    wait_for(
+        lambda: any(
+            r["event"] == "start" and r["run_id"] == run_id and r["attempt"] == 2
+            for r in cluster.records()
+        ),
+        20,
+        what="the retry started on the other daemon",
+    )
+    [second] = [
+        r["t"]
+        for r in cluster.records()
+        if r["event"] == "start" and r["run_id"] == run_id and r["attempt"] == 2
+    ]
+    assert second > exited, f"the retry started {exited - second:.2f}s before the first exited"
+    history = conn.execute(
+        "SELECT attempt, outcome, error_type FROM attempts WHERE run_id = %s AND attempt = 1",
+        [run_id],
+    ).fetchall()
+    assert history == [(1, "failed", "timeout")], history
+    other.signal(signal.SIGTERM)
+    other.wait(30)

@@ -7,8 +7,6 @@ and is told how each ended.
 
 from __future__ import annotations
 
-import time
-
 import structlog
 
 from pgtick.core import handlers
@@ -19,7 +17,7 @@ from pgtick.core.lifecycle import UNSTARTED_MAX_WAIT_SECONDS, Held, Lifecycle, S
 from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db
-from pgtick.storage.store import RunStore
+from pgtick.storage.store import Failure, RunStore
 
 log = structlog.get_logger("pgtick.worker")
 
@@ -89,13 +87,54 @@ class Giveback:
             self._completer.submit_many(marks)
         return next_deadline
 
-    def fail_timed_out(self, runs: list[Held]) -> None:
-        """End of the drain: write the timeout's failure of Python runs whose handlers never
-        returned (they die with this process)."""
-        now = time.monotonic()
-        self._completer.submit_many(
-            [(h, h.expired, now - (h.started_at or now)) for h in runs if h.expired is not None]
-        )
+    def fail_at_exit(self, runs: list[Held], hold_seconds: float, lock_wait_ms: int) -> int:
+        """The drain's last act for runs past their timeout whose Python handlers never
+        returned (they die with this process): write the timeout's failure, its retry due
+        no sooner than ``hold_seconds`` from now, each on its own and waiting ``lock_wait_ms``
+        at most for its row's lock. Written at the drain's end instead, a short backoff let
+        another daemon start the retry while the first copy still ran here (torture seed
+        4324, run 2997). A run an operator cancelled meanwhile is let go of; one not written
+        is left to the reaper. Returns how many failures were written."""
+        written: set[int] = set()
+        for held in runs:
+            outcome = held.expired
+            if outcome is None:
+                continue
+            retry = outcome.retry_in_seconds
+            failure = Failure(
+                held.id,
+                held.run.attempt,
+                outcome.error,
+                outcome.error_type,
+                outcome.detail,
+                None if retry is None else max(retry, hold_seconds),
+            )
+            try:
+                _, failed = self._store.finish(
+                    self._worker_id, [], [failure], lock_wait_ms=lock_wait_ms
+                )
+                if failed:
+                    written.add(held.id)
+                else:  # the claim guard refused it: cancelled by an operator, or lost
+                    claim = (held.id, held.run.attempt)
+                    self._store.acknowledge_cancel(
+                        self._worker_id, [claim], lock_wait_ms=lock_wait_ms
+                    )
+            except DatabaseError as exc:
+                self._metrics.db_error("complete")
+                log.warning(
+                    "timeout_not_written_at_exit",
+                    run_id=held.id,
+                    error=str(exc),
+                    reason="its lease ends and the reaper decides, after this process ended",
+                )
+        freed = limited_among(runs, written, self._types.limited)
+        if freed:
+            try:
+                announce_freed(self._store, freed, self._types.keyed)
+            except DatabaseError as exc:
+                log.warning("announce_failed", error=str(exc))
+        return len(written)
 
     def release(
         self,

@@ -455,8 +455,8 @@ class Lifecycle(HeldTable):
         """End of the drain: what to release. A command whose handler has not returned may
         still have processes alive, so its run is not released (its lease expires and the
         reaper decides); a Python handler dies with this process, so its run is released at
-        its exit (not before: it still runs), or, past its timeout, failed by it (TIMED_OUT ->
-        FINISHING)."""
+        its exit (not before: it still runs), or, past its timeout, failed at its exit
+        (TIMED_OUT -> FINISHING; drain.release_at_exit)."""
         release: list[Held] = []
         left: list[Held] = []
         timed_out: list[Held] = []

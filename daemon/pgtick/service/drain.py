@@ -16,7 +16,7 @@ from typing import NoReturn
 import structlog
 
 from pgtick.core import handlers
-from pgtick.core.lifecycle import Held
+from pgtick.core.lifecycle import Held, State
 from pgtick.core.worker import Worker
 from pgtick.observability.metrics import Metrics
 from pgtick.observability.systemd import Notifier
@@ -84,7 +84,8 @@ def drain(
             log.error("commands_still_running", handlers=worker.busy)
     report = life.leftovers()
     released += worker.giveback.release(report.release)
-    worker.giveback.fail_timed_out(report.timed_out)
+    # Past their timeouts, their Python handlers still running: failed as the last act too.
+    at_exit.extend(report.timed_out)
     at_exit.extend(report.at_exit)
     for held in report.left_running:
         log.error(
@@ -115,22 +116,31 @@ def drain(
 
 def release_at_exit(worker: Worker, runs: list[Held]) -> int:
     """Just before the process ends (WorkSide.exit_releasing), when Python handlers still
-    run (they ignored the cancel): give their runs back, due ``EXIT_HOLD_SECONDS`` from now,
-    so that no other daemon starts a run while its first copy still runs here
-    (docs/guarantees.md). Released any earlier, they ran beside their next claim for as long
-    as this process took to end (issue 43)."""
+    run (they ignored the cancel, or their timeout): give their runs back, or write the
+    timeout's failure, due ``EXIT_HOLD_SECONDS`` from now at the soonest, so that no other
+    daemon starts a run while its first copy still runs here (docs/guarantees.md). Released
+    (or failed) any earlier, they ran beside their next claim for as long as this process
+    took to end (issue 43). Returns how many were given back."""
+    timed_out = [h for h in runs if h.state is State.FINISHING]
+    running = [h for h in runs if h.state is not State.FINISHING]
+    failed = worker.giveback.fail_at_exit(
+        timed_out, hold_seconds=EXIT_HOLD_SECONDS, lock_wait_ms=EXIT_LOCK_WAIT_MS
+    )
     released = sum(
         worker.giveback.release(
             [held], hold_seconds=EXIT_HOLD_SECONDS, lock_wait_ms=EXIT_LOCK_WAIT_MS
         )
-        for held in runs
+        for held in running
     )
     log.info(
         "released_at_exit",
         released=released,
-        runs=sorted(h.id for h in runs),
+        runs=sorted(h.id for h in running),
+        failed_timed_out=failed,
+        timed_out=sorted(h.id for h in timed_out),
         due_in_seconds=EXIT_HOLD_SECONDS,
-        reason="their Python handlers ignored the cancel and end with this process",
+        reason="their Python handlers ignored the cancel or their timeout and end with this "
+        "process",
     )
     return released
 
