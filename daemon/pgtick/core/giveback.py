@@ -87,7 +87,9 @@ class Giveback:
             self._completer.submit_many(marks)
         return next_deadline
 
-    def fail_at_exit(self, runs: list[Held], hold_seconds: float, lock_wait_ms: int) -> int:
+    def fail_at_exit(
+        self, runs: list[Held], store: RunStore, hold_seconds: float, lock_wait_ms: int
+    ) -> int:
         """The drain's last act for runs past their timeout whose Python handlers never
         returned (they die with this process): write the timeout's failure, its retry due
         no sooner than ``hold_seconds`` from now, each on its own and waiting ``lock_wait_ms``
@@ -110,16 +112,12 @@ class Giveback:
                 None if retry is None else max(retry, hold_seconds),
             )
             try:
-                _, failed = self._store.finish(
-                    self._worker_id, [], [failure], lock_wait_ms=lock_wait_ms
-                )
+                _, failed = store.finish(self._worker_id, [], [failure], lock_wait_ms=lock_wait_ms)
                 if failed:
                     written.add(held.id)
                 else:  # the claim guard refused it: cancelled by an operator, or lost
                     claim = (held.id, held.run.attempt)
-                    self._store.acknowledge_cancel(
-                        self._worker_id, [claim], lock_wait_ms=lock_wait_ms
-                    )
+                    store.acknowledge_cancel(self._worker_id, [claim], lock_wait_ms=lock_wait_ms)
             except DatabaseError as exc:
                 self._metrics.db_error("complete")
                 log.warning(
@@ -131,7 +129,7 @@ class Giveback:
         freed = limited_among(runs, written, self._types.limited)
         if freed:
             try:
-                announce_freed(self._store, freed, self._types.keyed)
+                announce_freed(store, freed, self._types.keyed)
             except DatabaseError as exc:
                 log.warning("announce_failed", error=str(exc))
         return len(written)

@@ -63,6 +63,9 @@ class Heartbeat:
         self._interval = interval_seconds
         self._metrics = metrics
         self.stop_event = threading.Event()
+        # Set at a process's exit: the workers row is removed while the beats go on renewing
+        # the leases of handlers still running (service/work.py, exit_releasing).
+        self.leaving = False
         # Set when a run with a timeout starts (or to stop): its deadline may come before the
         # wake-up this loop went to sleep for.
         self._nudged = threading.Event()
@@ -94,7 +97,7 @@ class Heartbeat:
         else:
             self._full_sent_at = sent_at
         beat = self._store.heartbeat(self._worker.worker_id, list(leases.values()))
-        if not beat.registered:
+        if not beat.registered and not self.leaving:
             # Silent for long (an outage): another daemon's reaper forgot us. Come back.
             self._store.register_worker(self._info)
             log.info("worker_registered_again", worker_id=self._info.id)

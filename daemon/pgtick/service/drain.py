@@ -20,6 +20,7 @@ from pgtick.core.lifecycle import Held, State
 from pgtick.core.worker import Worker
 from pgtick.observability.metrics import Metrics
 from pgtick.observability.systemd import Notifier
+from pgtick.storage.store import RunStore
 
 DISPATCHER_JOIN_SECONDS = 5.0  # a claim in flight returns within a statement's time
 # At the end of the drain, how long the results of handlers that returned may take to be
@@ -114,7 +115,7 @@ def drain(
     return not unwritten
 
 
-def release_at_exit(worker: Worker, runs: list[Held]) -> int:
+def release_at_exit(worker: Worker, runs: list[Held], store: RunStore) -> int:
     """Just before the process ends (WorkSide.exit_releasing), when Python handlers still
     run (they ignored the cancel, or their timeout): give their runs back, or write the
     timeout's failure, due ``EXIT_HOLD_SECONDS`` from now at the soonest, so that no other
@@ -124,11 +125,11 @@ def release_at_exit(worker: Worker, runs: list[Held]) -> int:
     timed_out = [h for h in runs if h.state is State.FINISHING]
     running = [h for h in runs if h.state is not State.FINISHING]
     failed = worker.giveback.fail_at_exit(
-        timed_out, hold_seconds=EXIT_HOLD_SECONDS, lock_wait_ms=EXIT_LOCK_WAIT_MS
+        timed_out, store, hold_seconds=EXIT_HOLD_SECONDS, lock_wait_ms=EXIT_LOCK_WAIT_MS
     )
     released = sum(
         worker.giveback.release(
-            [held], hold_seconds=EXIT_HOLD_SECONDS, lock_wait_ms=EXIT_LOCK_WAIT_MS
+            [held], store, hold_seconds=EXIT_HOLD_SECONDS, lock_wait_ms=EXIT_LOCK_WAIT_MS
         )
         for held in running
     )

@@ -63,6 +63,7 @@ class WorkSide:
         cfg = config
         self.config = config
         self.store = store
+        self.beat_store = beat_store
         self.worker_id = worker_id
         self.metrics = metrics
         self.flusher = Flusher(store, worker_id, log_job_output if cfg.logging.job_output else None)
@@ -124,8 +125,8 @@ class WorkSide:
     def finish(self, at_exit: list[Held]) -> None:
         """After the drain: the last summary line, the flusher stopped; then the heartbeat
         stopped and the workers row removed, unless runs wait for the exit (``at_exit``):
-        their handlers still run, so the heartbeat renews their leases until exit_releasing
-        gives them back (seed 4318: the joins after the drain took longer than a lease)."""
+        their handlers still run, so the heartbeat renews their leases until the process
+        ends (exit_releasing; seed 4318: the joins after the drain outlasted a lease)."""
         log_summary(self.worker.life)
         self.flusher.stop()
         if not at_exit:
@@ -133,21 +134,23 @@ class WorkSide:
             self._deregister()
 
     def exit_releasing(self, at_exit: list[Held], code: int) -> NoReturn:
-        """The last act when Python handlers still run: stop the heartbeat, remove the
-        workers row, give their runs back (release_at_exit) and end the process at once, its
-        handlers' threads with it. Their leases, renewed until the heartbeat stopped, hold
-        meanwhile; the release is the last statement, since its runs are due 2 s later."""
-        self._stop_beating()
-        self._deregister()
-        release_at_exit(self.worker, at_exit)
+        """The last act when Python handlers still run: remove the workers row, give their
+        runs back (release_at_exit) and end the process at once, its handlers' threads with
+        it. The heartbeat renews their leases until the process ends (it no longer registers
+        again): stopped first, a deregistration that waited 15 s for a connection let the
+        leases end while the handlers ran, and a reaper ran second copies (seed 4318). Both
+        statements go through the heartbeat's own connection, which was working a beat ago."""
+        self.heartbeat.leaving = True
+        self._deregister(self.beat_store)
+        release_at_exit(self.worker, at_exit, self.beat_store)
         exit_now(code)
 
     def _stop_beating(self) -> None:
         self.heartbeat.stop()
         self.loop.thread.join(timeout=2.0)
 
-    def _deregister(self) -> None:
+    def _deregister(self, store: RunStore | None = None) -> None:
         try:
-            self.store.deregister_worker(self.worker_id)
+            (store or self.store).deregister_worker(self.worker_id)
         except pgtick.DatabaseError as exc:
             log.warning("deregister_failed", error=str(exc))
