@@ -222,10 +222,15 @@ class Incarnation:
             return self.log_path.read_text(errors="replace").splitlines()[-lines:]
         return []
 
-    def worker_exits(self) -> list[tuple[int, int]]:
-        """(pid, when in ns) of each worker process that ended, as its supervisor logged it
-        (worker.processes above 1: a Python handler ends with its worker process, which may
-        be well before the supervisor does)."""
+    def logged(self, text: str) -> bool:
+        with contextlib.suppress(OSError):
+            return text in self.log_path.read_text(errors="replace")
+        return False
+
+    def worker_exits(self) -> list[tuple[int, int, str]]:
+        """(pid, when in ns, worker id) of each worker process that ended, as its supervisor
+        logged it (worker.processes above 1: a Python handler ends with its worker process,
+        which may be well before the supervisor does)."""
         out = []
         with contextlib.suppress(OSError):
             for line in self.log_path.read_text(errors="replace").splitlines():
@@ -234,7 +239,7 @@ class Incarnation:
                 with contextlib.suppress(ValueError, KeyError, TypeError):
                     e = json.loads(line)
                     at = datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00"))
-                    out.append((int(e["pid"]), int(at.timestamp() * 1e9)))
+                    out.append((int(e["pid"]), int(at.timestamp() * 1e9), e.get("worker_id", "")))
         return out
 
 
@@ -356,8 +361,12 @@ class Daemons:
         checker ends a Python handler's execution there) and whether the harness asked for
         it; start a slot whose daemon exited on its own again (the checker reports the exit)."""
         code = inc.proc.wait()
-        for pid, at in inc.worker_exits():
-            self.history.write(INFO, "worker-exit", {"daemon": inc.name, "pid": pid, "at": at})
+        for pid, at, worker_id in inc.worker_exits():
+            self.history.write(
+                INFO,
+                "worker-exit",
+                {"daemon": inc.name, "pid": pid, "at": at, "worker_id": worker_id},
+            )
         value = {
             "daemon": inc.name,
             "pid": inc.pid,
@@ -366,6 +375,9 @@ class Daemons:
             "started": inc.started,
             "worker_id": inc.worker_id,
             "log_tail": [] if inc.told == "SIGKILL" else inc.log_tail(),
+            # Said anywhere in its log (a worker process's line comes before the others'
+            # summaries, out of the tail): the documented exit 1 of a drain.
+            "unwritten": inc.told != "SIGKILL" and inc.logged('"results_not_written"'),
         }
         self.history.write(OK if inc.told else FAIL, "daemon-exit", value)
         if not inc.told and not self.stopping.is_set():

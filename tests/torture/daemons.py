@@ -30,7 +30,9 @@ def exit_finding(model: Model, d: Daemon) -> Finding | None:
         excuse = "SIGTERM before it had started (signals not handled yet): it held nothing"
     elif told == "SIGTERM" and code != 0:
         what = f"exited {code} after SIGTERM"
-        unwritten = any("results_not_written" in line for line in e.get("log_tail", []))
+        unwritten = bool(e.get("unwritten")) or any(
+            "results_not_written" in line for line in e.get("log_tail", [])
+        )
         excuse = (
             "exit 1: results not written in time (documented)" if code == 1 and unwritten else ""
         )

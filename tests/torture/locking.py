@@ -86,6 +86,9 @@ def lease_kept(model: Model) -> list[Finding]:
             continue  # not a daemon of this run's (a leftover of a fixture): nothing to say
         if daemon.died_at is not None and daemon.died_at <= reaped:
             continue  # a crash: what leases are for
+        process_exit = daemon.worker_id_exits.get(str(row["worker"]))
+        if process_exit is not None and process_exit <= reaped:
+            continue  # its worker process had ended (its supervisor reaps at once): the same
         mine = [
             e
             for e in model.executions

@@ -144,6 +144,8 @@ class Daemon:
     termed: Event | None = None  # the harness's SIGTERM (a nemesis's, or the final stop)
     # worker.processes above 1: when each worker process ended (pid -> ns), as logged
     worker_exits: dict[int, int] = field(default_factory=dict)
+    # ... and by worker id (the holder a run's attempt names)
+    worker_id_exits: dict[str, int] = field(default_factory=dict)
 
     @property
     def worker_id(self) -> str:
@@ -341,6 +343,8 @@ def read_daemons(events: Sequence[Event]) -> dict[str, Daemon]:
             out[name].exit = e
         elif name in out and e.f == "worker-exit":
             out[name].worker_exits[int(e.get("pid", 0))] = int(e.get("at", 0))
+            if e.get("worker_id"):
+                out[name].worker_id_exits[str(e.get("worker_id"))] = int(e.get("at", 0))
         elif name in out and e.f == "kill" and e.type == OK:
             out[name].killed = e
         elif name in out and e.f == "term" and e.type == INVOKE:

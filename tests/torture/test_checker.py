@@ -321,6 +321,30 @@ def test_a_lease_taken_before_this_version_ran_is_the_previous_releases_bug(
         assert "lease-kept" in names(verdict)
 
 
+@pytest.mark.parametrize("exited_at", [22.0, 24.0])
+def test_a_lease_reaped_after_its_worker_process_ended_is_no_finding(exited_at: float) -> None:
+    """Seed 4318 (run 308): a worker process exited 1 (results not written) and its
+    supervisor reaped its runs at once, while the supervisor itself still ran. The holder is
+    the worker process, and it had ended: a crash, no finding. Reaped before it ended: one."""
+    h = Hand()
+    h.daemon("d0#1", worker="vm:100:aa")
+    h.execution(10.0, 12.0, run=5, behaviour="long")
+    h.at(
+        30.0,
+        "harness",
+        INFO,
+        "worker-exit",
+        daemon="d0#1",
+        pid=77,
+        at=int(exited_at * NS),
+        worker_id="vm:100.2:bb",
+    )
+    h.attempt(5, 1, "lost", worker="vm:100.2:bb", error_type="lease_expired", finished=int(23 * NS))
+    h.attempt(5, 2, "succeeded", worker="w-d1#1", finished=int(50 * NS))
+    found = "lease-kept" in names(h.verdict())
+    assert found == (exited_at > 23.0)
+
+
 def test_a_lease_lost_while_frozen_or_starved_is_excused_and_a_dead_holders_is_no_finding() -> None:
     h = Hand()
     h.daemon("d0#1")
@@ -778,6 +802,29 @@ def test_exit_1_after_sigterm_with_results_unwritten_is_excused() -> None:
         told="SIGTERM",
         started=True,
         log_tail=tail,
+    )
+    verdict = h.verdict()
+    assert names(verdict) == []
+    assert excuses(verdict) == ["daemon-lifecycle"]
+
+
+def test_exit_1_after_sigterm_with_results_unwritten_anywhere_in_its_log_is_excused() -> None:
+    """Seed 4318: a worker process's results_not_written came before the other worker
+    processes' summaries, out of the exit's log tail; the harness says whether the whole log
+    has it."""
+    h = Hand()
+    h.daemon("d0#1")
+    h.at(
+        50.0,
+        "harness",
+        OK,
+        "daemon-exit",
+        daemon="d0#1",
+        code=1,
+        told="SIGTERM",
+        started=True,
+        log_tail=['{"event": "runs_summary"}'],
+        unwritten=True,
     )
     verdict = h.verdict()
     assert names(verdict) == []
