@@ -321,6 +321,27 @@ def test_a_lease_taken_before_this_version_ran_is_the_previous_releases_bug(
         assert "lease-kept" in names(verdict)
 
 
+@pytest.mark.parametrize("frozen_at", [19.0, 30.0])
+def test_a_freeze_of_the_holder_after_its_lease_ended_under_a_row_lock_excuses_the_take(
+    frozen_at: float,
+) -> None:
+    """Seed 4324, run 3799: the lease ended under an operator's row lock (the holder alive,
+    its beats skipping the row) at +18 s; the holder was frozen from +19 s for 9 s, past the
+    lock's end at +25 s, when the reaper took the run from a holder not alive: the documented
+    exception. A freeze after the lock's end (+30 s) explains nothing."""
+    h = Hand()
+    h.daemon("d0#1")
+    h.execution(10.0, 40.0, run=5, behaviour="long")
+    h.at(15.0, "nemesis", INVOKE, "row-lock", run=5, holder="w-d0#1", seconds=10.0, step=3)
+    h.at(25.0, "nemesis", OK, "row-lock", run=5, holder="w-d0#1", seconds=10.0, step=3)
+    h.at(frozen_at, "nemesis", INVOKE, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.at(frozen_at + 9.0, "nemesis", OK, "freeze", daemon="d0#1", seconds=9.0, step=4)
+    h.attempt(5, 1, "lost", error_type="lease_expired", finished=int(18 * NS))
+    h.attempt(5, 2, "succeeded", worker="w-d1#1", finished=int(50 * NS))
+    verdict = h.verdict()
+    assert ("lease-kept" in names(verdict)) == (frozen_at > 25.0)
+
+
 @pytest.mark.parametrize("exited_at", [22.0, 24.0])
 def test_a_lease_reaped_after_its_worker_process_ended_is_no_finding(exited_at: float) -> None:
     """Seed 4318 (run 308): a worker process exited 1 (results not written) and its
