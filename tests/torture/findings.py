@@ -128,6 +128,21 @@ PREVIOUS_TAKEN = (
 )
 
 
+def taken_not_before(model: Model, run: int, lease_end: int) -> int:
+    """The earliest a reaper can have taken ``run`` whose lease ended at ``lease_end``: the
+    reapers skip a row another session holds locked, so not before the end of the row locks
+    on it that held from then, one after another (the attempt's end is written as the
+    lease's, seconds earlier: seed 4324, run 722, taken after its holder had exited)."""
+    taken = lease_end
+    moved = True
+    while moved:
+        moved = False
+        for start, stop, line in model.row_locks:
+            if line.get("run") == run and start <= taken < stop:
+                taken, moved = stop, True
+    return taken
+
+
 def lease_taken_by(model: Model, run: int, daemon: str, reaped: int) -> tuple[str, Event | None]:
     """Why ``daemon``'s lease on ``run`` was reaped at ``reaped``: a documented reason (frozen,
     cut off, starved) excuses it, whatever else happened (a fault that alone explains it must
@@ -147,14 +162,8 @@ def lease_taken_by(model: Model, run: int, daemon: str, reaped: int) -> tuple[st
     # the run the reaper takes it only once the lock has gone, from a holder not alive then:
     # trouble up to the lock's end counts (seed 4324, run 3799: the lease ended under a lock
     # 0.6 s before a 12 s freeze of its holder, which the lock outlasted).
-    until = max(
-        [reaped]
-        + [
-            stop + 2 * NS
-            for start, stop, line in model.row_locks
-            if line.get("run") == run and start <= reaped <= stop
-        ]
-    )
+    taken = taken_not_before(model, run, reaped)
+    until = reaped if taken == reaped else taken + 2 * NS
     reason = trouble(model, daemon, since, until)
     if reason:
         return reason, None

@@ -17,6 +17,7 @@ from tests.torture.findings import (
     by_run,
     lease_taken_by,
     taken,
+    taken_not_before,
     unique,
 )
 from tests.torture.model import NS, Execution, Model
@@ -97,7 +98,8 @@ def lease_kept(model: Model) -> list[Finding]:
         # A cancelled run is let go of by its holder once its handler stopped (no finding),
         # or by a reaper once its lease ended (a finding if its handler still ran).
         let_go = row.get("error_type") != "lease_expired"
-        if let_go and not any(e.finish > reaped + NS for e in mine):
+        taken_at = taken_not_before(model, row["run"], reaped)
+        if let_go and not any(e.finish > taken_at + NS for e in mine):
             continue
         since = reaped - 2 * model.lease_ns
         context = model.context([row["run"]], since - 10 * NS, reaped, [daemon.name])

@@ -342,6 +342,26 @@ def test_a_freeze_of_the_holder_after_its_lease_ended_under_a_row_lock_excuses_t
     assert ("lease-kept" in names(verdict)) == (frozen_at > 25.0)
 
 
+@pytest.mark.parametrize("exited_at", [26.0, 30.0])
+def test_a_cancelled_run_let_go_of_after_row_locks_is_judged_at_their_end(
+    exited_at: float,
+) -> None:
+    """Seed 4324, run 722: the lease of a cancelled run ended at +18 s under two row locks
+    back to back (to +22 s, then to +27 s); its holder exited at +26 s, its handler with it;
+    a reaper let go of the run after the locks, writing the attempt's end as the lease's.
+    No handler ran then: no finding. One still running after +27 s (+30 s) is."""
+    h = Hand()
+    h.daemon("d0#1")
+    h.execution(10.0, exited_at, run=5, behaviour="stubborn")
+    h.at(14.0, "nemesis", INVOKE, "row-lock", run=5, holder="w-d0#1", seconds=8.0, step=3)
+    h.at(21.9, "nemesis", INVOKE, "row-lock", run=5, holder="w-d0#1", seconds=5.1, step=4)
+    h.at(22.0, "nemesis", OK, "row-lock", run=5, holder="w-d0#1", seconds=8.0, step=3)
+    h.at(27.0, "nemesis", OK, "row-lock", run=5, holder="w-d0#1", seconds=5.1, step=4)
+    h.attempt(5, 1, "lost", error="cancelled by operator", finished=int(18 * NS))
+    h.run(5, "cancelled")
+    assert ("lease-kept" in names(h.verdict())) == (exited_at > 28.0)
+
+
 @pytest.mark.parametrize("exited_at", [22.0, 24.0])
 def test_a_lease_reaped_after_its_worker_process_ended_is_no_finding(exited_at: float) -> None:
     """Seed 4318 (run 308): a worker process exited 1 (results not written) and its
