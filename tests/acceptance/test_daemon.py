@@ -148,6 +148,29 @@ def test_sigterm_past_grace_releases_runs_for_another_daemon(
     assert conn.execute("SELECT DISTINCT attempts FROM runs").fetchall() == [(1,)]
 
 
+FINISHER = """
+[job_types.finisher]
+command = ["/bin/sh", "-c", "trap '' TERM; sleep 2.5; exit 0"]
+"""
+
+
+def test_a_command_that_ignores_the_drain_s_sigterm_and_exits_0_succeeds(
+    cluster: Cluster, store: Runs, conn: Connection
+) -> None:
+    """Torture seed 4318, run 2441: a command that ignored the drain's SIGTERM and exited 0
+    on its own, within the kill timeout, was taken as interrupted: its run was released and
+    ran again. Exit 0 is a success, whoever sent a signal before."""
+    daemon = cluster.start(cluster.config(FINISHER, grace="500ms"))
+    [run_id] = store.enqueue_many([NewRun("finisher", {})])
+    wait_for(lambda: status_counts(conn) == {"running": 1}, 10, what="the command started")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(20) == 0, daemon.log()
+    row = conn.execute("SELECT status, attempts FROM runs WHERE id = %s", [run_id]).fetchone()
+    assert row == ("succeeded", 1), row
+    outcomes = conn.execute("SELECT attempt, outcome FROM attempts WHERE run_id = %s", [run_id])
+    assert outcomes.fetchall() == [(1, "succeeded")]
+
+
 TRAPPER = """
 [job_types.trapper]
 command = ["/bin/sh", "-c", "trap '' TERM; sleep 30"]

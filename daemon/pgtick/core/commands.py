@@ -278,6 +278,8 @@ class _Run:
                 break
             self._pump(0)
         self.close()
+        if self.killed == "cancelled" and self.proc.returncode == 0:
+            return 0  # it ignored the SIGTERM and exited 0 on its own: it succeeded
         return None if self.killed is not None else self.proc.returncode
 
     def close(self) -> None:

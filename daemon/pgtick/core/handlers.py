@@ -457,9 +457,12 @@ def _run_command(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
     finally:
         if capture is not None and ctx._flusher is not None:
             ctx._flusher.finish(capture)  # before the outcome: the run is still held
-    if result.killed == "cancelled":
+    # Exit 0 is a success even after a cancel's SIGTERM (the command ignored it and finished):
+    # a drain writes it, an operator's cancel or a lost lease refuses it by the claim guard.
+    # Released instead, it ran again (torture seed 4318, run 2441).
+    if result.killed == "cancelled" and result.returncode != 0:
         return Outcome(ctx.run_id, "interrupted")
-    if result.returncode == 0 and result.killed is None:
+    if result.returncode == 0 and result.killed in (None, "cancelled"):
         if not jt.config.result_from_stdout:
             return Outcome(ctx.run_id, "succeeded")
         try:
