@@ -286,3 +286,30 @@ def test_a_row_lock_at_a_drain_s_exit_does_not_start_a_run_beside_its_stubborn_h
         20,
         what="both runs done",
     )
+
+
+def test_a_success_returned_while_a_drain_waits_for_a_locked_result_is_written_at_its_exit(
+    cluster: Cluster, conn: dbhelp.Connection, dsn: str
+) -> None:
+    """Torture seed 4318, run 3206: a handler that ignored the drain's cancel returned
+    normally while the drain still waited for another run's result, held up by an operator's
+    row lock; the exit released its run, not its success, and it ran again. The success is
+    written at the exit now (the locked result stays unwritten: exit 1, documented)."""
+    daemon = cluster.start(cluster.config(threads=2, grace="500ms"))
+    stubborn, locked = enqueue(
+        conn, [("stubborn", {"seconds": 5}), ("record", {"sleep": 1.5})], max_attempts=3
+    )
+    wait_for(
+        lambda: cluster.executions()[stubborn] == 1 and cluster.executions()[locked] == 1,
+        10,
+        what="both started",
+    )
+    with dbhelp.connect(dsn) as operator, operator.transaction():
+        operator.execute("UPDATE pgtick.runs SET priority = 5 WHERE id = %s", [locked])
+        daemon.signal(signal.SIGTERM)
+        # The drain waits 10 s for the locked result; the stubborn handler returns at 5 s.
+        assert daemon.wait(30) == 1, daemon.log()
+    assert '"results_not_written"' in daemon.log()
+    assert [r for r in cluster.records() if r["run_id"] == stubborn][-1]["event"] == "done"
+    row = conn.execute("SELECT status, attempts FROM runs WHERE id = %s", [stubborn]).fetchone()
+    assert row == ("succeeded", 1), row

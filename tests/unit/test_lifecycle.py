@@ -440,6 +440,24 @@ def test_a_python_handler_that_never_returns_is_released_at_the_end() -> None:
     assert w.life.state(h.id) is State.RELEASING
 
 
+def test_a_success_after_the_drain_set_its_run_aside_is_kept_for_the_exit() -> None:
+    """Torture seed 4318, run 3206: the handler returned normally after the drain's
+    leftovers, and the exit released its run, which ran again. Its success is kept for the
+    exit to write; a failure then is still a release (stopped by the shutdown)."""
+    w, h = in_state(State.RUNNING)
+    w.life.interrupt()
+    report = w.life.leftovers()
+    assert report.at_exit == [h]
+    out = Outcome(h.id, "succeeded", result='{"n": 1}')
+    assert w.life.finish(h, out, 1.0) is None  # the exit writes it
+    assert h.returned == out
+    w2, h2 = in_state(State.RUNNING)
+    w2.life.interrupt()
+    w2.life.leftovers()
+    assert w2.life.finish(h2, Outcome(h2.id, "failed", "Retry: cancelled"), 1.0) is None
+    assert h2.returned is None
+
+
 def test_a_timed_out_handler_returning_during_the_drain_is_failed_by_its_timeout() -> None:
     w, h = in_state(State.TIMED_OUT)
     w.life.interrupt()

@@ -87,6 +87,42 @@ class Giveback:
             self._completer.submit_many(marks)
         return next_deadline
 
+    def succeed_at_exit(self, runs: list[Held], store: RunStore, lock_wait_ms: int) -> int:
+        """The drain's last act for runs set aside for the exit whose handlers then returned
+        a success: write it, each on its own, waiting ``lock_wait_ms`` at most for its row's
+        lock. Released instead, the run ran again. One not written is left to the reaper;
+        returns how many were written."""
+        written: set[int] = set()
+        for held in runs:
+            outcome = held.returned
+            if outcome is None:
+                continue
+            results = None if outcome.result is None else {held.id: outcome.result}
+            try:
+                done, _ = store.finish(
+                    self._worker_id,
+                    [(held.id, held.run.attempt)],
+                    [],
+                    lock_wait_ms=lock_wait_ms,
+                    results=results,
+                )
+                written |= done
+            except DatabaseError as exc:
+                self._metrics.db_error("complete")
+                log.warning(
+                    "success_not_written_at_exit",
+                    run_id=held.id,
+                    error=str(exc),
+                    reason="its lease ends and the reaper decides, after this process ended",
+                )
+        freed = limited_among(runs, written, self._types.limited)
+        if freed:
+            try:
+                announce_freed(store, freed, self._types.keyed)
+            except DatabaseError as exc:
+                log.warning("announce_failed", error=str(exc))
+        return len(written)
+
     def fail_at_exit(
         self, runs: list[Held], store: RunStore, hold_seconds: float, lock_wait_ms: int
     ) -> int:

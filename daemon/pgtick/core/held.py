@@ -64,6 +64,9 @@ class Held:
     started_at: float | None = None  # monotonic, when a thread picked it up
     deadline: float | None = None  # monotonic, Python handlers with a timeout
     expired: Outcome | None = None  # past the deadline: the failure to write once it returns
+    # Set aside for the exit (DrainReport.at_exit), its handler then returned a success:
+    # written at the exit instead of the release (torture seed 4318, run 3206).
+    returned: Outcome | None = None
     handler_active: bool = False  # a thread is inside its handler right now
     # "lost": the lease is gone; "cancelled": an operator cancelled the run, which stays ours
     # until we let go of it. Set by the heartbeat (or a newer claim of the same run).

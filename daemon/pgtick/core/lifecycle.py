@@ -268,6 +268,9 @@ class Lifecycle(HeldTable):
             elif state is State.LOST:
                 del self._held[held.id]
                 gone = held.gone or "lost"
+            elif state is State.RELEASING and outcome.kind == "succeeded":
+                held.returned = outcome  # set aside for the exit: its success written then
+                return None
             else:
                 return None  # FINISHING: the drain is writing its timeout's failure
         self.tally.returned(held, gone, outcome, duration)
