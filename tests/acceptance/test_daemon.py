@@ -444,3 +444,20 @@ def test_unknown_job_types_wait_instead_of_failing(
     mine = store.enqueue(NewRun("record"))
     wait_for(lambda: store.get_run(mine).status == "succeeded", 10)  # type: ignore[union-attr]
     assert store.get_run(other).status == "queued"  # type: ignore[union-attr]
+
+
+def test_a_second_sigterm_as_the_daemon_ends_does_not_turn_its_exit_0_into_a_signal(
+    cluster: Cluster,
+) -> None:
+    """Torture seed 4318 (d1#16): a second SIGTERM came once the daemon had stopped and
+    restored the default handlers, while its pools closed: the process died of it (-15)
+    instead of exiting 0. A default action is now ignore from then on."""
+    daemon = cluster.start(cluster.config(processes=2))
+    daemon.signal(signal.SIGTERM)
+    wait_for(lambda: '"daemon_stopped"' in daemon.log(), 20, interval=0.005, what="stopped")
+    for _ in range(20):
+        if daemon.proc.poll() is not None:
+            break
+        daemon.signal(signal.SIGTERM)
+        time.sleep(0.01)
+    assert daemon.wait(20) == 0, daemon.log()

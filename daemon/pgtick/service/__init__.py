@@ -133,8 +133,7 @@ class Service:
             try:
                 return supervisor.run(self._stop, self._force)
             finally:
-                for signum, handler in previous_signals.items():
-                    signal.signal(signum, handler)
+                _restore_signals(previous_signals)
                 self.notifier.close()
         pool = db.make_pool(self.dsn, schema, size=pool_size(cfg), name="pgtick", prepare=prepare)
         beats = beat_pool(self.dsn, cfg)
@@ -142,8 +141,7 @@ class Service:
         try:
             return self._serve(RunStore(pool), RunStore(beats), job_types)
         finally:
-            for signum, handler in previous_signals.items():
-                signal.signal(signum, handler)
+            _restore_signals(previous_signals)
             self._endpoints.stop()
             self._tracing.shutdown()  # the spans of the last attempts, sent
             beats.close(timeout=2.0)
@@ -270,3 +268,12 @@ class Service:
             lambda: log_summary(work.worker.life),
             self._dead,
         )
+
+
+def _restore_signals(previous: dict[int, Any]) -> None:
+    """After the stop: the handlers there were before, but a default action becomes
+    ignore: the process is ending, and a second SIGTERM in its last moments (a pool
+    closing, multiprocessing's exit) killed it, turning a clean exit 0 into -15 (torture
+    seed 4318, d1#16)."""
+    for signum, handler in previous.items():
+        signal.signal(signum, signal.SIG_IGN if handler == signal.SIG_DFL else handler)
