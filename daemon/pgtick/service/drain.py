@@ -32,10 +32,11 @@ POST_CANCEL_WAIT_SECONDS = 1.0  # for Python handlers to notice ctx.cancelled
 # process's last act and due no sooner than this: the process ends within microseconds of the
 # release, its handlers with it, before any other daemon may start them.
 EXIT_HOLD_SECONDS = 2.0
-# ... and each waits this long at most for its row's lock: the heartbeat has stopped, so a
-# release that waited for an operator's lock let the leases of the others end while their
-# handlers still ran here, and another daemon's reaper started second copies (seeds 4324 and
-# 4318). A run not given back is left to the reaper, after this process (and its handler) died.
+# ... and each waits this long at most for its row's lock: one release of them all that
+# waited for an operator's lock (the heartbeat stopped then) let the leases of the others end
+# while their handlers still ran here, and another daemon's reaper started second copies
+# (seeds 4324 and 4318). A run not given back is left to the reaper, after this process (and
+# its handler) died.
 EXIT_LOCK_WAIT_MS = 100
 
 log = structlog.get_logger("pgtick.service")
