@@ -267,7 +267,7 @@ def test_a_row_lock_at_a_drain_s_exit_does_not_start_a_run_beside_its_stubborn_h
         "UPDATE runs SET payload = '{\"seconds\": 0.1}' WHERE id = ANY(%s)", [[locked, free]]
     )
     with dbhelp.connect(dsn) as operator, operator.transaction():
-        operator.execute("UPDATE pgtick.runs SET priority = 5 WHERE id = %s", [locked])
+        _lock(operator, conn, locked)
         draining.signal(signal.SIGTERM)
         # Before, the exit waited for this lock (and the free run's lease ended meanwhile).
         assert draining.wait(LEASE_SECONDS) == 0
@@ -305,7 +305,7 @@ def test_a_success_returned_while_a_drain_waits_for_a_locked_result_is_written_a
         what="both started",
     )
     with dbhelp.connect(dsn) as operator, operator.transaction():
-        operator.execute("UPDATE pgtick.runs SET priority = 5 WHERE id = %s", [locked])
+        _lock(operator, conn, locked)
         daemon.signal(signal.SIGTERM)
         # The drain waits 10 s for the locked result; the stubborn handler returns at 5 s.
         assert daemon.wait(30) == 1, daemon.log()

@@ -259,19 +259,15 @@ def test_a_stop_writes_that_timeout_as_its_last_act_so_no_retry_runs_beside_the_
     assert stopping.wait(30) == 0, stopping.log()
     exited = time.time()
     assert '"released_at_exit"' in stopping.log()
-    wait_for(
-        lambda: any(
-            r["event"] == "start" and r["run_id"] == run_id and r["attempt"] == 2
+
+    def retry_starts() -> list[float]:
+        return [
+            r["t"]
             for r in cluster.records()
-        ),
-        20,
-        what="the retry started on the other daemon",
-    )
-    [second] = [
-        r["t"]
-        for r in cluster.records()
-        if r["event"] == "start" and r["run_id"] == run_id and r["attempt"] == 2
-    ]
+            if r["event"] == "start" and r["run_id"] == run_id and r["attempt"] == 2
+        ]
+
+    [second] = wait_for(retry_starts, 20, what="the retry started on the other daemon")
     assert second > exited, f"the retry started {exited - second:.2f}s before the first exited"
     history = conn.execute(
         "SELECT attempt, outcome, error_type FROM attempts WHERE run_id = %s AND attempt = 1",

@@ -829,10 +829,22 @@ def test_a_daemon_exiting_unprompted_and_a_run_left_running_are_violations() -> 
     assert any("log: boom" in note for f in verdict.violations for note in f.notes)
 
 
-def test_exit_1_after_sigterm_with_results_unwritten_is_excused() -> None:
+@pytest.mark.parametrize(
+    ("tail", "unwritten"),
+    [
+        (['{"event": "results_not_written"}'], None),
+        # Seed 4318: a worker process's results_not_written came before the other worker
+        # processes' summaries, out of the exit's log tail; the harness says whether the
+        # whole log has it.
+        (['{"event": "runs_summary"}'], True),
+    ],
+)
+def test_exit_1_after_sigterm_with_results_unwritten_is_excused(
+    tail: list[str], unwritten: bool | None
+) -> None:
     h = Hand()
     h.daemon("d0#1")
-    tail = ['{"event": "results_not_written"}']
+    said = {} if unwritten is None else {"unwritten": unwritten}
     h.at(
         50.0,
         "harness",
@@ -843,29 +855,7 @@ def test_exit_1_after_sigterm_with_results_unwritten_is_excused() -> None:
         told="SIGTERM",
         started=True,
         log_tail=tail,
-    )
-    verdict = h.verdict()
-    assert names(verdict) == []
-    assert excuses(verdict) == ["daemon-lifecycle"]
-
-
-def test_exit_1_after_sigterm_with_results_unwritten_anywhere_in_its_log_is_excused() -> None:
-    """Seed 4318: a worker process's results_not_written came before the other worker
-    processes' summaries, out of the exit's log tail; the harness says whether the whole log
-    has it."""
-    h = Hand()
-    h.daemon("d0#1")
-    h.at(
-        50.0,
-        "harness",
-        OK,
-        "daemon-exit",
-        daemon="d0#1",
-        code=1,
-        told="SIGTERM",
-        started=True,
-        log_tail=['{"event": "runs_summary"}'],
-        unwritten=True,
+        **said,
     )
     verdict = h.verdict()
     assert names(verdict) == []

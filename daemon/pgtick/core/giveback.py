@@ -7,6 +7,8 @@ and is told how each ended.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import structlog
 
 from pgtick.core import handlers
@@ -92,36 +94,19 @@ class Giveback:
         a success: write it, each on its own, waiting ``lock_wait_ms`` at most for its row's
         lock. Released instead, the run ran again. One not written is left to the reaper;
         returns how many were written."""
-        written: set[int] = set()
-        for held in runs:
+
+        def write(held: Held) -> bool:
             outcome = held.returned
             if outcome is None:
-                continue
+                return False
             results = None if outcome.result is None else {held.id: outcome.result}
-            try:
-                done, _ = store.finish(
-                    self._worker_id,
-                    [(held.id, held.run.attempt)],
-                    [],
-                    lock_wait_ms=lock_wait_ms,
-                    results=results,
-                )
-                written |= done
-            except DatabaseError as exc:
-                self._metrics.db_error("complete")
-                log.warning(
-                    "success_not_written_at_exit",
-                    run_id=held.id,
-                    error=str(exc),
-                    reason="its lease ends and the reaper decides, after this process ended",
-                )
-        freed = limited_among(runs, written, self._types.limited)
-        if freed:
-            try:
-                announce_freed(store, freed, self._types.keyed)
-            except DatabaseError as exc:
-                log.warning("announce_failed", error=str(exc))
-        return len(written)
+            claim = (held.id, held.run.attempt)
+            done, _ = store.finish(
+                self._worker_id, [claim], [], lock_wait_ms=lock_wait_ms, results=results
+            )
+            return bool(done)
+
+        return self._write_at_exit(runs, store, write, "success_not_written_at_exit")
 
     def fail_at_exit(
         self, runs: list[Held], store: RunStore, hold_seconds: float, lock_wait_ms: int
@@ -133,11 +118,11 @@ class Giveback:
         another daemon start the retry while the first copy still ran here (torture seed
         4324, run 2997). A run an operator cancelled meanwhile is let go of; one not written
         is left to the reaper. Returns how many failures were written."""
-        written: set[int] = set()
-        for held in runs:
+
+        def write(held: Held) -> bool:
             outcome = held.expired
             if outcome is None:
-                continue
+                return False
             retry = outcome.retry_in_seconds
             failure = Failure(
                 held.id,
@@ -147,17 +132,29 @@ class Giveback:
                 outcome.detail,
                 None if retry is None else max(retry, hold_seconds),
             )
+            _, failed = store.finish(self._worker_id, [], [failure], lock_wait_ms=lock_wait_ms)
+            if not failed:  # the claim guard refused it: cancelled by an operator, or lost
+                claim = (held.id, held.run.attempt)
+                store.acknowledge_cancel(self._worker_id, [claim], lock_wait_ms=lock_wait_ms)
+            return bool(failed)
+
+        return self._write_at_exit(runs, store, write, "timeout_not_written_at_exit")
+
+    def _write_at_exit(
+        self, runs: list[Held], store: RunStore, write: Callable[[Held], bool], not_written: str
+    ) -> int:
+        """``write`` each run's outcome on its own (a statement that fails or meets a lock
+        holds up no other run's), log ``not_written`` for one that could not be, then
+        announce the slots of limited types this freed; returns how many were written."""
+        written: set[int] = set()
+        for held in runs:
             try:
-                _, failed = store.finish(self._worker_id, [], [failure], lock_wait_ms=lock_wait_ms)
-                if failed:
+                if write(held):
                     written.add(held.id)
-                else:  # the claim guard refused it: cancelled by an operator, or lost
-                    claim = (held.id, held.run.attempt)
-                    store.acknowledge_cancel(self._worker_id, [claim], lock_wait_ms=lock_wait_ms)
             except DatabaseError as exc:
                 self._metrics.db_error("complete")
                 log.warning(
-                    "timeout_not_written_at_exit",
+                    not_written,
                     run_id=held.id,
                     error=str(exc),
                     reason="its lease ends and the reaper decides, after this process ended",

@@ -124,8 +124,9 @@ def release_at_exit(worker: Worker, runs: list[Held], store: RunStore) -> int:
     (or failed) any earlier, they ran beside their next claim for as long as this process
     took to end (issue 43). Returns how many were given back."""
     timed_out = [h for h in runs if h.state is State.FINISHING]
-    returned = [h for h in runs if h.state is not State.FINISHING and h.returned is not None]
-    running = [h for h in runs if h.state is not State.FINISHING and h.returned is None]
+    rest = [h for h in runs if h.state is not State.FINISHING]
+    returned = [h for h in rest if h.returned is not None]
+    running = [h for h in rest if h.returned is None]
     succeeded = worker.giveback.succeed_at_exit(returned, store, lock_wait_ms=EXIT_LOCK_WAIT_MS)
     failed = worker.giveback.fail_at_exit(
         timed_out, store, hold_seconds=EXIT_HOLD_SECONDS, lock_wait_ms=EXIT_LOCK_WAIT_MS
