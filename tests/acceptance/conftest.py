@@ -21,7 +21,7 @@ from pgtick.embedded import EmbeddedPostgres
 from tests.dbhelp import Connection, Runs, connect
 
 HERE = Path(__file__).resolve().parent
-START_TIMEOUT_SECONDS = 20.0
+START_TIMEOUT_SECONDS = 60.0
 # worker.processes of the daemons the tests start unless a test says (1: one process, as
 # before issue 47); PGTICK_TEST_PROCESSES=2 runs the suite's daemons as supervisors.
 PROCESSES = int(os.environ.get("PGTICK_TEST_PROCESSES", "1"))

@@ -38,10 +38,22 @@ def worker_rows(conn: Connection) -> dict[int, str]:
 
 
 def start_two(cluster: Cluster, conn: Connection, **settings: object) -> tuple[Daemon, set[int]]:
+    """Both processes alive and registered. The live pids are read afresh each time (a process
+    that died starting is replaced under another pid), and a timeout names the supervisor's
+    process events: a start that is only slow on a loaded machine gets 60 s."""
     daemon = cluster.start(cluster.config(processes=2, **settings))
-    wait_for(lambda: len(daemon.workers()) == 2, 20, what="two worker processes")
-    pids = daemon.workers()
-    wait_for(lambda: set(worker_rows(conn)) == pids, 20, what="both registered")
+
+    def settled() -> set[int]:
+        live = daemon.workers()
+        return live if len(live) == 2 and set(worker_rows(conn)) == live else set()
+
+    try:
+        pids = wait_for(settled, 60, what="two worker processes, both registered")
+    except AssertionError as exc:
+        events = [e for e in daemon.events() if str(e.get("event", "")).startswith("worker_")]
+        raise AssertionError(
+            f"{exc}; live {daemon.workers()}, rows {worker_rows(conn)}, {events}"
+        ) from None
     return daemon, pids
 
 
@@ -297,7 +309,7 @@ def test_readyz_reflects_every_worker_process(cluster: Cluster, conn: Connection
 
 def start_two_quietly(cluster: Cluster, **settings: object) -> tuple[Daemon, set[int]]:
     daemon = cluster.start(cluster.config(processes=2, **settings))
-    wait_for(lambda: len(daemon.workers()) == 2, 20, what="two worker processes")
+    wait_for(lambda: len(daemon.workers()) == 2, 60, what="two worker processes")
     return daemon, daemon.workers()
 
 
