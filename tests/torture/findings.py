@@ -63,6 +63,11 @@ def trouble(model: Model, daemon: str, begin: int, end: int) -> str:
     # Renewals come every third of a lease: a starvation of two thirds of it can lose one.
     stall = model.stall_between(begin - model.lease_ns, end, model.lease_ns * 2 // 3)
     if stall is not None:
+        if stall.get("paused"):
+            return (
+                f"the host was paused {stall.get('seconds')} s (a VM snapshot: the wall clock "
+                "of the leases jumped on): no renewal in time"
+            )
         return f"the host stalled {stall.get('seconds')} s (CPU starvation): no renewal in time"
     return ""
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,20 +116,27 @@ class Observer:
 
 @dataclass
 class StallWatch:
-    """The host's CPU starvation as the harness feels it: a thread that sleeps a quarter of a
-    second and writes down each wake-up much later than that. A daemon starved as long cannot
-    renew its lease either: the checker excuses what such a stall explains, and says so."""
+    """The host's stalls as the harness feels them: a thread that sleeps a quarter of a second
+    and writes down each wake-up much later than that. By the monotonic clock that is CPU
+    starvation; by the wall clock alone it is the host paused (a VM snapshot or migration stops
+    the monotonic clock too, and the wall clock, which the server's leases are measured by,
+    jumps on at resume). A daemon stalled as long cannot renew its lease either: the checker
+    excuses what such a stall explains, and says so."""
 
     history: HistoryFile
     stop_event: threading.Event = field(default_factory=threading.Event)
+    monotonic: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
 
     def run(self) -> None:
-        last = time.monotonic()
+        last, last_wall = self.monotonic(), self.wall()
         while not self.stop_event.wait(STALL_TICK_SECONDS):
-            now = time.monotonic()
+            now, now_wall = self.monotonic(), self.wall()
             late = now - last - STALL_TICK_SECONDS
-            if late > STALL_REPORT_SECONDS:
-                self.history.write(
-                    INFO, "stall", {"seconds": round(late, 2)}, process="stall-watch"
-                )
-            last = now
+            jumped = now_wall - last_wall - STALL_TICK_SECONDS
+            if max(late, jumped) > STALL_REPORT_SECONDS:
+                value: dict[str, Any] = {"seconds": round(max(late, jumped), 2)}
+                if jumped > late + STALL_REPORT_SECONDS:
+                    value["paused"] = True
+                self.history.write(INFO, "stall", value, process="stall-watch")
+            last, last_wall = now, now_wall
