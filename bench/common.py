@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import itertools
 import json
 import os
 import platform
@@ -603,7 +604,6 @@ class Record:
         directory = Path(os.environ.get(RESULTS_ENV) or RESULTS_DIR)
         directory.mkdir(parents=True, exist_ok=True)
         stamp = self.started.strftime("%Y-%m-%dT%H%M%SZ")
-        path = directory / f"{self.part}-{stamp}.json"
         document = {
             "part": self.part,
             "date": self.started.isoformat(timespec="seconds"),
@@ -615,8 +615,17 @@ class Record:
             "options": self.options,
             "results": self.results,
         }
-        path.write_text(json.dumps(document, indent=2, default=str) + "\n")
-        return path
+        text = json.dumps(document, indent=2, default=str) + "\n"
+        # Two runs started in one second (two seeds side by side) each keep their file.
+        for n in itertools.count(1):
+            path = directory / f"{self.part}-{stamp}{'' if n == 1 else f'-{n}'}.json"
+            try:
+                with path.open("x") as out:
+                    out.write(text)
+                return path
+            except FileExistsError:
+                continue
+        raise AssertionError("unreachable")
 
 
 def header(part: str, postgres: str) -> str:

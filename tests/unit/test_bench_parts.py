@@ -5,6 +5,7 @@ test_bench."""
 
 from __future__ import annotations
 
+import json
 import time
 import tomllib
 from collections import Counter
@@ -405,3 +406,15 @@ def test_the_soak_compares_its_last_interval_with_the_first_a_minute_in() -> Non
     assert soak.reference_sample(thirty)["t_s"] == 90.0  # 60-90 s
     short = [{"t_s": 60.0, "interval_s": 60.0}, {"t_s": 120.0, "interval_s": 60.0}]
     assert soak.reference_sample(short)["t_s"] == 60.0  # the only one before the last
+
+
+def test_two_records_started_in_one_second_each_keep_their_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two torture seeds started side by side wrote one file: the second replaced the first."""
+    monkeypatch.setenv(common.RESULTS_ENV, str(tmp_path))
+    first = common.Record("torture", command=["a"], options={"seed": 1})
+    second = common.Record("torture", command=["b"], options={"seed": 2}, started=first.started)
+    paths = [first.write(), second.write()]
+    assert len(set(paths)) == 2
+    assert [json.loads(p.read_text())["options"]["seed"] for p in paths] == [1, 2]
