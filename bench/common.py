@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-import itertools
 import json
 import os
 import platform
@@ -617,15 +616,15 @@ class Record:
         }
         text = json.dumps(document, indent=2, default=str) + "\n"
         # Two runs started in one second (two seeds side by side) each keep their file.
-        for n in itertools.count(1):
-            path = directory / f"{self.part}-{stamp}{'' if n == 1 else f'-{n}'}.json"
+        path, n = directory / f"{self.part}-{stamp}.json", 1
+        while True:
             try:
                 with path.open("x") as out:
                     out.write(text)
                 return path
             except FileExistsError:
-                continue
-        raise AssertionError("unreachable")
+                n += 1
+                path = directory / f"{self.part}-{stamp}-{n}.json"
 
 
 def header(part: str, postgres: str) -> str:

@@ -134,8 +134,9 @@ class StallWatch:
             now, now_wall = self.monotonic(), self.wall()
             late = now - last - STALL_TICK_SECONDS
             jumped = now_wall - last_wall - STALL_TICK_SECONDS
-            if max(late, jumped) > STALL_REPORT_SECONDS:
-                value: dict[str, Any] = {"seconds": round(max(late, jumped), 2)}
+            stalled = max(late, jumped)
+            if stalled > STALL_REPORT_SECONDS:
+                value: dict[str, Any] = {"seconds": round(stalled, 2)}
                 if jumped > late + STALL_REPORT_SECONDS:
                     value["paused"] = True
                 self.history.write(INFO, "stall", value, process="stall-watch")
