@@ -1,5 +1,5 @@
-"""CPU-bound handlers against ``worker.processes`` (issue 47, the CPU-bound scaling bar): ``--runs`` (8) runs of
-a handler that burns ``--seconds`` (1) of CPU in pure Python, drained by one daemon once per
+"""CPU-bound handlers against ``worker.processes`` (issue 47, its CPU bar): ``--runs`` (8) runs
+of a handler that burns ``--seconds`` (1) of CPU in pure Python, drained by one daemon once per
 ``--processes`` value (1,2), in a fresh database each, ``--rounds`` times interleaved. Reports
 the median wall time from the enqueue to the last run's end, and that time in units of one
 burner (the bar: about 4 with 2 processes, about 8 with 1, within 20 %). Run it on a quiet
