@@ -22,8 +22,9 @@ from tests.dbhelp import Connection, Runs, connect
 
 HERE = Path(__file__).resolve().parent
 START_TIMEOUT_SECONDS = 60.0
-# worker.processes of the daemons the tests start unless a test says (1: one process, as
-# before issue 47); PGTICK_TEST_PROCESSES=2 runs the suite's daemons as supervisors.
+# worker.processes of the daemons the tests start unless a test says: 1 (one process, no
+# supervisor), written into every config since the default is one per CPU; the tests of
+# several processes say so, and PGTICK_TEST_PROCESSES=2 runs the suite's daemons as supervisors.
 PROCESSES = int(os.environ.get("PGTICK_TEST_PROCESSES", "1"))
 
 BASE_CONFIG = """
@@ -128,10 +129,7 @@ class Cluster:
             "level": "info",
         }
         values.update(settings)
-        # Written only when not 1, so that a test running an earlier pgtick (an installed
-        # one, PYTHONPATH replaced) reads a config it knows.
-        n = values["processes"]
-        values["processes"] = "" if n == 1 else f"processes = {n}\n"
+        values["processes"] = f"processes = {json.dumps(values['processes'])}\n"
         path = self.tmp_path / f"config-{len(self.daemons)}-{time.monotonic_ns()}.toml"
         path.write_text(BASE_CONFIG.format(**values) + extra)
         return path

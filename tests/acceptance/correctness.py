@@ -15,6 +15,7 @@ from tests import dbhelp
 REAPER_ONLY_CONFIG = """
 [worker]
 threads = 1
+processes = 1
 
 [ticker]
 reaper_interval = "{reaper}"

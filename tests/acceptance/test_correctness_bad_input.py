@@ -75,3 +75,23 @@ def test_run_refuses_a_pool_the_server_cannot_serve(dsn: str, tmp_path: Path) ->
     assert line.startswith(f"pgtick: {path}: database.pool_size:"), line
     assert f"max_connections = {row[0]}" in line, line
     assert "too many clients" not in "\n".join(result.out), "it tried anyway"
+
+
+def test_check_and_run_name_the_processes_when_one_per_cpu_passes_the_servers_limit(
+    dsn: str, tmp_path: Path
+) -> None:
+    """One process would fit, this many do not (the default's one per CPU on a big VM): the
+    key to change is worker.processes, for `pgtick check --db` as for `pgtick run`."""
+    with dbhelp.connect(dsn, "pgtick") as conn:
+        row = conn.execute("SELECT current_setting('max_connections')::int").fetchone()
+    assert row is not None
+    processes = row[0] // 14 + 1  # a worker process's 13 pooled connections and its beat
+    path = tmp_path / "config.toml"
+    path.write_text(f'[worker]\nprocesses = {processes}\n[metrics]\nlisten = ""\n')
+    for verb in (("check", "--db"), ("run",)):
+        result = pgtick(dsn, *verb, "--config", str(path))
+        assert result.code == 2, result
+        line = result.error
+        assert line.startswith(f"pgtick: {path}: worker.processes:"), line
+        assert f"{processes} worker process(es)" in line, line
+        assert f"max_connections = {row[0]}" in line, line

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from pgtick.config.values import cpus_available
+
 from .cli import pgtick
 from .conftest import Cluster, wait_for
 
@@ -28,6 +30,13 @@ listen = ""
 [logging]
 format = "json"
 """
+
+
+def parent_pid(pid: int) -> int:
+    """The parent of a live process (/proc/PID/stat's fourth field, after the command's
+    parenthesis, which may hold spaces)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
 def test_daemon_with_zero_job_types_warns_that_it_only_ticks_schedules(cluster: Cluster) -> None:
@@ -106,9 +115,13 @@ def test_demo_runs_its_schedule_and_status_shows_it(repo_root: Path, tmp_path: P
         assert status.code == 0, (status.out, status.err)
         doc = json.loads(status.text)
         assert [s["name"] for s in doc["schedules"]] == ["every_minute", "nightly_cleanup"]
-        [worker] = doc["workers"]
-        assert worker["pid"] == demo.pid
-        assert sorted(worker["job_types"]) == ["cleanup", "hello", "sleep"]
+        # worker.processes is "auto" by default: one worker process per CPU under the demo's
+        # supervisor (the demo itself when that is one).
+        workers = doc["workers"]
+        assert len(workers) == cpus_available(), workers
+        parents = {w["pid"] if len(workers) == 1 else parent_pid(w["pid"]) for w in workers}
+        assert parents == {demo.pid}, workers
+        assert all(sorted(w["job_types"]) == ["cleanup", "hello", "sleep"] for w in workers)
 
         demo.send_signal(signal.SIGINT)  # Ctrl-C, as the README says
         assert demo.wait(60) == 0, out.read_text()

@@ -35,6 +35,9 @@ from tests.torture.history import DAEMON_ENV, FAIL, HISTORY_ENV, INFO, INVOKE, O
 from tests.torture.jobs import EFFECTS_DDL
 from tests.torture.plan import POLL_SECONDS, SCHEDULED_TYPE, TICK_SECONDS, JobType, World
 
+# The config of the previous release's processes (the migrate fault), beside config.toml.
+PREVIOUS_CONFIG = "config-previous.toml"
+
 REPO_DIR = Path(__file__).resolve().parents[2]
 START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 45.0
@@ -159,14 +162,20 @@ def job_type_table(job_type: JobType) -> str:
     return f"\n[job_types.{job_type.name}]\n{body}"
 
 
-def config_text(world: World, processes: int = 1) -> str:
+def release_config(config: Path, code: Path | None) -> Path:
+    """The config a process of the release in ``code`` reads (None: this one; else the
+    previous release's, written beside it without the keys that release does not know)."""
+    return config if code is None else config.with_name(PREVIOUS_CONFIG)
+
+
+def config_text(world: World, processes: int | None = 1) -> str:
     """The config every daemon (and the operator's CLI) reads; ``processes``: each daemon's
-    worker.processes (above 1: a supervisor and its worker processes, issue 47; written only
-    then, so that the previous release, which has no such key, reads the config too)."""
+    worker.processes (above 1: a supervisor and its worker processes, issue 47; always written,
+    the default being one per CPU), None for the previous release, which has no such key."""
     text = f"""\
 [worker]
 threads = {world.threads}
-{f"processes = {processes}" if processes != 1 else ""}
+{f"processes = {processes}" if processes is not None else ""}
 prefetch = {world.prefetch}
 lease = "{world.lease_seconds:g}s"
 poll_interval = "{POLL_SECONDS:g}s"
@@ -292,9 +301,10 @@ class Daemons:
             name = f"d{slot}#{self.starts[slot]}"
             code = self.code()
             log_path = self.logs / f"{name.replace('#', '-')}.log"
+            config = release_config(self.config, code)
             with log_path.open("wb") as log_file:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "pgtick", "run", "--config", str(self.config)],
+                    [sys.executable, "-m", "pgtick", "run", "--config", str(config)],
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     env=self.env(name, code),

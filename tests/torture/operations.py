@@ -31,7 +31,7 @@ from psycopg import IsolationLevel
 from psycopg.types.json import Jsonb
 
 import pgtick
-from tests.torture.cluster import python_path
+from tests.torture.cluster import python_path, release_config
 from tests.torture.history import FAIL, INFO, INVOKE, OK, HistoryFile
 from tests.torture.plan import World
 
@@ -233,8 +233,10 @@ class Clients:
     def cli(self, step: int, verb: str, arguments: list[str], value: Mapping[str, Any]) -> None:
         process = f"operator-{step}"
         self.history.write(INVOKE, verb, {**value, "argv": arguments}, process=process)
-        env = {**os.environ, "PGTICK_DSN": self.dsn, "PYTHONPATH": python_path(self.code())}
-        command = [sys.executable, "-m", "pgtick", verb, "--config", str(self.config), *arguments]
+        code = self.code()
+        env = {**os.environ, "PGTICK_DSN": self.dsn, "PYTHONPATH": python_path(code)}
+        config = release_config(self.config, code)
+        command = [sys.executable, "-m", "pgtick", verb, "--config", str(config), *arguments]
         try:
             done = subprocess.run(
                 command, capture_output=True, text=True, env=env, timeout=CLI_TIMEOUT_SECONDS

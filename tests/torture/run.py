@@ -28,7 +28,7 @@ from typing import Any, TextIO
 import psycopg
 
 from tests.torture import checker, report, upgrade
-from tests.torture.cluster import Daemons, config_text, database, server
+from tests.torture.cluster import Daemons, config_text, database, release_config, server
 from tests.torture.faults import Nemesis
 from tests.torture.history import (
     ATTEMPT_FIELDS,
@@ -115,6 +115,8 @@ def run_plan(
     config.write_text(config_text(plan.world, processes))
     harness = HistoryFile(history_dir / "harness.jsonl", "harness")
     previous = upgrade.previous_code(history_dir) if plan.upgrade else None
+    if previous is not None:
+        release_config(config, previous).write_text(config_text(plan.world, None))
     with server(dsn) as srv, database(srv.admin_dsn, previous) as db_dsn:
         daemons = Daemons(db_dsn, config, history_dir, logs, harness, plan.daemons)
         daemons.previous = previous

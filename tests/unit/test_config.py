@@ -37,6 +37,7 @@ from pgtick.config import (
 )
 from pgtick.config import load as config_load
 from pgtick.config import schema as config_schema
+from pgtick.config.values import cgroup_cpu_quota, cpus_available
 from pgtick.errors import ConfigError, Retry
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config.example.toml"
@@ -1030,8 +1031,43 @@ def test_example_sleep_returns_or_retries_when_cancelled() -> None:
         examples.sleep(ctx, {"seconds": 60})
 
 
-def test_processes_auto_counts_the_cpus_this_process_may_use() -> None:
+def test_processes_auto_counts_the_cpus_this_process_may_use_and_is_the_default() -> None:
     cfg = load_text('[database]\ndsn = "postgresql:///x"\n[worker]\nprocesses = "auto"')
     assert cfg.worker.processes == "auto"
-    assert cfg.worker.process_count == len(os.sched_getaffinity(0))
-    assert load_text('[database]\ndsn = "postgresql:///x"').worker.process_count == 1
+    assert cfg.worker.process_count == cpus_available()
+    assert cpus_available() <= len(os.sched_getaffinity(0))
+    default = load_text('[database]\ndsn = "postgresql:///x"').worker
+    assert (default.processes, default.process_count) == ("auto", cpus_available())
+    one = load_text('[database]\ndsn = "postgresql:///x"\n[worker]\nprocesses = 1').worker
+    assert one.process_count == 1
+
+
+def _cgroup(tmp_path: Path, path: str, limits: dict[str, str]) -> tuple[str, str]:
+    """A fake /proc/self/cgroup naming ``path`` and a cgroup v2 tree with ``cpu.max`` files."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cgroup").write_text(f"1:cpu:/\n0::{path}\n")
+    for where, text in limits.items():
+        folder = tmp_path / "cg" / where.strip("/")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "cpu.max").write_text(text + "\n")
+    return str(tmp_path / "cg"), str(tmp_path / "proc")
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ({}, None),  # no cpu.max anywhere (cgroup v1, or not mounted)
+        ({"system.slice/pgtick.service": "max 100000"}, None),  # no CPUQuota=
+        ({"system.slice/pgtick.service": "150000 100000"}, 2),  # CPUQuota=150%: rounded up
+        ({"system.slice/pgtick.service": "100000 100000", "system.slice": "max 100000"}, 1),
+        ({"system.slice/pgtick.service": "400000 100000", "system.slice": "50000 100000"}, 1),
+        ({"system.slice/pgtick.service": "garbage"}, None),
+    ],
+)
+def test_processes_auto_keeps_to_the_units_cpu_quota(
+    tmp_path: Path, limits: dict[str, str], expected: int | None
+) -> None:
+    root, proc = _cgroup(tmp_path, "/system.slice/pgtick.service", limits)
+    assert cgroup_cpu_quota(root, proc) == expected
+    cpus = len(os.sched_getaffinity(0))
+    assert cpus_available(root, proc) == (cpus if expected is None else min(cpus, expected))

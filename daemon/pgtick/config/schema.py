@@ -50,9 +50,9 @@ MAX_POOL_SIZE = 1000
 
 DEFAULT_THREADS = 8
 MAX_THREADS = 1024
-# Worker processes per daemon (docs/architecture.md, "The process model", says why 1): each
-# one brings its own pools, so the default keeps a fleet's connections and memory as they were.
-DEFAULT_PROCESSES = 1
+# Worker processes per daemon: one per CPU the unit may use, so that a bigger VM does more
+# (docs/architecture.md, "The default's trade-off": each brings its own connections).
+DEFAULT_PROCESSES = "auto"
 MAX_PROCESSES = 256
 # Recycling of worker processes (0: never): after this many finished runs, or this RSS.
 DEFAULT_MAX_RUNS_PER_PROCESS = 0
@@ -229,8 +229,8 @@ KEYS: tuple[Key, ...] = (
     Key(WORKER, "processes", f'integer 1-{MAX_PROCESSES}, or "auto"', DEFAULT_PROCESSES,
         process_count(MAX_PROCESSES),
         'worker processes, each with worker.threads threads and its own connections; "auto" = '
-        "the CPUs this process may run on; above 1 a supervisor process owns the ticker, the "
-        "reaper, the HTTP listeners and the signals"),
+        "one per CPU this unit may use (its affinity, lowered to its cgroup CPU quota); above 1 "
+        "a supervisor process owns the ticker, the reaper, the HTTP listeners and the signals"),
     Key(WORKER, "max_runs_per_process", "integer >= 0", DEFAULT_MAX_RUNS_PER_PROCESS,
         integer(0),
         "with processes above 1: a worker process finishing this many runs is drained and "

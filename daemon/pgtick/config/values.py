@@ -202,12 +202,40 @@ def process_count(high: int) -> Checker:
     return parse
 
 
-def cpus_available() -> int:
-    """The CPUs this process may run on (its affinity: a cgroup's cpuset, taskset)."""
+def cpus_available(cgroup_root: str = "/sys/fs/cgroup", proc_self: str = "/proc/self") -> int:
+    """The CPUs this process may use: its affinity (a cgroup's cpuset, taskset), lowered to its
+    cgroup v2 CPU quota rounded up (systemd's ``CPUQuota=150%`` gives 2), so that ``"auto"``
+    starts no more interpreters than the unit may keep busy."""
     try:
-        return len(os.sched_getaffinity(0)) or 1
+        cpus = len(os.sched_getaffinity(0)) or 1
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+    quota = cgroup_cpu_quota(cgroup_root, proc_self)
+    return max(1, min(cpus, quota)) if quota is not None else cpus
+
+
+def cgroup_cpu_quota(cgroup_root: str, proc_self: str) -> int | None:
+    """The tightest ``cpu.max`` quota (in CPUs, rounded up) of this process's cgroup v2 and its
+    parents, or None when there is none (no limit, cgroup v1, not readable)."""
+    try:
+        with open(os.path.join(proc_self, "cgroup"), encoding="utf-8") as lines:
+            unified = [line for line in lines if line.startswith("0::")]
+    except OSError:
+        return None
+    if not unified:
+        return None
+    quotas: list[int] = []
+    path = unified[0][3:].strip().strip("/")
+    parts = path.split("/") if path else []
+    for depth in range(len(parts), -1, -1):
+        try:
+            with open(os.path.join(cgroup_root, *parts[:depth], "cpu.max"), encoding="utf-8") as f:
+                limit, _, period = f.read().partition(" ")
+        except OSError:
+            continue
+        if limit.strip().isdigit() and period.strip().isdigit() and int(period) > 0:
+            quotas.append(math.ceil(int(limit) / int(period)))
+    return min(quotas) if quotas else None
 
 
 class Rate(NamedTuple):

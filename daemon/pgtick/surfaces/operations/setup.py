@@ -6,6 +6,7 @@ check`` runs as they are (one implementation: a config ``check`` passes starts).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from typing import TextIO
 
@@ -123,8 +124,12 @@ def _check_connection_limit(cfg: Config, conn: db.Connection, size: int) -> None
     allowed, max_connections = RunStore.connection_limit_on(conn)
     if needed > allowed:
         where = f"{cfg.path}: " if cfg.path else ""
+        one = dataclasses.replace(cfg, worker=dataclasses.replace(cfg.worker, processes=1))
+        # The key to change: the processes when one alone would fit (the default's one per CPU
+        # on a big VM), else the pool.
+        key = "worker.processes" if connections_needed(one) <= allowed else "database.pool_size"
         raise ConfigError(
-            f"{where}database.pool_size: this daemon needs {needed} connections "
+            f"{where}{key}: this daemon needs {needed} connections "
             f"({cfg.worker.process_count} worker process(es) with a pool of {size} each, and "
             f"the loops') but the server accepts at most {allowed} (max_connections = "
             f"{max_connections}, less reserved slots); lower database.pool_size, "
