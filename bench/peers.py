@@ -16,6 +16,10 @@ in its transaction); oban from the first attempted_at (its claim) to the last co
 (its ack) in oban_jobs; pgtick as in the throughput part. Each must have run every job exactly
 once. The peers come from the ``bench`` extra (pinned versions): pip install -e '.[bench]';
 oban needs Python >= 3.12 and runs from .venv-oban, which make .venv/.bench-installed creates.
+
+Each round also drains the same N runs with pgtick's claim and finish statements alone, no
+Python (bench/ceiling.py; --no-ceiling skips it): the "SQL ceiling" row, and pgtick's ratio to
+it, tell how much of what the statements allow the daemon reaches on this server, this hour.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import common, throughput
+from bench import ceiling, common, throughput
 from bench.peer_worker import require
 
 DEFAULT_RUNS = throughput.DEFAULT_RUNS
@@ -163,6 +167,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "each round: the per-process ratio and the multi-process one side by side; the peers' "
         "ratio column is to the last value (default: the config's, no --set)",
     )
+    parser.add_argument(
+        "--no-ceiling",
+        action="store_true",
+        help="skip the SQL ceiling (pgtick's claim and finish statements alone, drained next to "
+        "pgtick in every round)",
+    )
     common.add_settings_option(parser)
 
 
@@ -246,6 +256,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         "rounds": args.rounds,
         "fastest": args.fastest,
         "processes": args.processes,
+        "ceiling": not args.no_ceiling,
     }
     counts = process_counts(args.processes)
     peers = [
@@ -256,6 +267,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
     pgtick_rounds: list[dict[str, Any]] = []
     by_count: dict[str, list[dict[str, Any]]] = {}
     peer_rounds: dict[Peer, list[dict[str, Any]]] = {peer: [] for peer in peers}
+    ceiling_rounds: list[dict[str, Any]] = []
     for round_no in range(1, args.rounds + 1):
         label = f"round {round_no}: " if args.rounds > 1 else ""
         for count in counts:
@@ -270,6 +282,13 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
             pgtick_rps = pgtick["runs_per_second"]
             print(f"  {label}pgtick ({name}): {pgtick_rps:,.0f} runs/s", flush=True)
         pgtick_rounds.append(pgtick)
+        if not args.no_ceiling:
+            # With the last pgtick drain's settings: its processes are the ceiling's lanes.
+            top = ceiling.drain(admin_dsn, tmp, args.runs, settings=settings, timeout=args.timeout)
+            top["pgtick_ratio"] = round(pgtick_rps / top["runs_per_second"], 2)
+            ceiling_rounds.append(top)
+            rps = top["runs_per_second"]
+            print(f"  {label}SQL ceiling ({ceiling_setting(top)}): {rps:,.0f} runs/s", flush=True)
         for peer in peers:
             result = drain_peer(admin_dsn, tmp, peer, args.runs, args.timeout)
             result["pgtick_ratio"] = round(pgtick_rps / result["runs_per_second"], 2)
@@ -280,6 +299,8 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         "pgtick": pgtick_rounds[0] if args.rounds == 1 else pgtick_rounds,
         "peers": [r for peer in peers for r in peer_rounds[peer]],
     }
+    if ceiling_rounds:
+        record.results["ceiling"] = ceiling_rounds[0] if args.rounds == 1 else ceiling_rounds
     if len(by_count) > 1:
         record.results["pgtick_by_processes"] = by_count
     pgtick_median = statistics.median(r["runs_per_second"] for r in pgtick_rounds)
@@ -294,6 +315,17 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         ]
         for name, results in by_count.items()
     ]
+    if ceiling_rounds:
+        table_rows.append(
+            [
+                "SQL ceiling",
+                ceiling_setting(ceiling_rounds[0]),
+                args.runs,
+                statistics.median(r["seconds"] for r in ceiling_rounds),
+                statistics.median(r["runs_per_second"] for r in ceiling_rounds),
+                round(statistics.median(r["pgtick_ratio"] for r in ceiling_rounds), 2),
+            ]
+        )
     for peer in peers:
         results = peer_rounds[peer]
         table_rows.append(
@@ -309,6 +341,15 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
     if args.rounds > 1:
         print(f"medians over {args.rounds} interleaved rounds (pgtick x: median per-round ratio)")
     print(common.table(["queue", "setting", "jobs", "seconds", "jobs/s", "pgtick x"], table_rows))
+
+
+def ceiling_setting(result: dict[str, Any]) -> str:
+    """The ceiling's row label: its batch sizes and lanes (claim and finish connections)."""
+    lanes = result["lanes"]
+    return (
+        f"claim {result['claim_limit']}, succeed <= {result['finish_max']}, "
+        f"{lanes} lane{'s' if lanes != 1 else ''}"
+    )
 
 
 def selected(only: str | None) -> set[str] | None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench import ceiling, common
 
 from pgtick.embedded import installed_versions
 
@@ -50,6 +51,47 @@ def test_throughput_with_two_daemons_checks_every_run_once(
     assert results["exactly_once"] is True
     assert results["runs"] == 300 and sum(results["runs_per_daemon"]) == 300
     assert results["runs_per_second"] > 0
+
+
+def test_the_sql_ceiling_drains_every_run_once_with_the_daemons_statements(
+    pg_admin_dsn: str, tmp_path: Path
+) -> None:
+    with common.fresh_database(pg_admin_dsn, "ceil_test") as dsn:
+        common.enqueue_noop(dsn, 500)
+        result = ceiling.drain_loaded(dsn, tmp_path, 500)
+        with common.connect(dsn) as conn:
+            # What the claim and the finish write, read here rather than trusted from the
+            # ceiling's own checks: each run claimed once (max_attempts filled in from its job
+            # type) and let go of, one 'succeeded' attempt row by a lane of the ceiling.
+            runs = conn.execute(
+                """
+                SELECT status, attempts, max_attempts, locked_by IS NULL,
+                       finished_at >= started_at, count(*)
+                FROM runs GROUP BY 1, 2, 3, 4, 5
+                """
+            ).fetchall()
+            attempts = conn.execute(
+                """
+                SELECT count(*), count(DISTINCT run_id), count(*) FILTER (
+                    WHERE outcome = 'succeeded' AND attempt = 1
+                      AND worker_id LIKE 'sql-ceiling-%')
+                FROM attempts
+                """
+            ).fetchone()
+    assert runs == [("succeeded", 1, 10, True, True, 500)]
+    assert attempts == (500, 500, 500)
+    assert result["runs"] == 500 and sum(result["runs_per_daemon"]) == 500
+    # A lane may find nothing when the other took every batch first: at most one per lane.
+    assert result["exactly_once"] is True and len(result["runs_per_daemon"]) <= result["lanes"]
+    assert result["seconds"] > 0 and result["runs_per_second"] > 0
+
+
+def test_the_sql_ceiling_fails_when_a_run_is_left(pg_admin_dsn: str, tmp_path: Path) -> None:
+    with common.fresh_database(pg_admin_dsn, "ceil_test") as dsn:
+        common.enqueue_noop(dsn, 50)
+        common.enqueue_noop(dsn, 1, job_type="no_handler_anywhere")  # never claimed
+        with pytest.raises(common.BenchError, match="expected 50 succeeded runs"):
+            ceiling.drain_loaded(dsn, tmp_path, 50)
 
 
 def test_scale_reads_the_daemons_claims_from_pg_stat_statements(tmp_path: Path) -> None:
