@@ -11,10 +11,12 @@ time is read from pg_stat_statements and that daemon is stopped. A second one is
 pg_stat_statements must show: one more call per cold scrape) and "warm" (served from the
 cache). The aggregate is found in pg_stat_statements by its comment
 ``/* pgtick_metrics_snapshot */`` (docs/metrics.md): its server time per cold scrape and its
-shared buffers per call. It fails if any statement read the runs table with a sequential scan
-while the second daemon ran (pg_stat_user_tables.seq_scan, read after its sessions ended; the
-recount is such a scan by design, hence the first daemon). The embedded server is restarted
-once with pg_stat_statements preloaded; a --dsn server must preload it.
+shared buffers per call, and its planning time per cold scrape, which that server time leaves
+out (pg_stat_statements.track_planning, turned on for the bench role). It fails if any
+statement read the runs table with a sequential scan while the second daemon ran
+(pg_stat_user_tables.seq_scan, read after its sessions ended; the recount is such a scan by
+design, hence the first daemon). The embedded server is restarted once with
+pg_stat_statements preloaded; a --dsn server must preload it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from bench import common, load
 
@@ -166,6 +169,27 @@ def start_listening_daemon(
     raise common.BenchError(f"daemon did not start:\n{log_path.read_text()}")
 
 
+def track_planning(admin: psycopg.Connection[Any], role: str) -> None:
+    """The role's sessions, from their start, record planning time in pg_stat_statements."""
+    admin.execute(
+        sql.SQL("ALTER ROLE {} SET pg_stat_statements.track_planning = on").format(
+            sql.Identifier(role)
+        )
+    )
+
+
+def planning_ms(admin: psycopg.Connection[Any], dbname: str, role: str) -> float:
+    """The aggregate's planning time so far, in ms (toplevel statements of the role)."""
+    row = admin.execute(
+        "SELECT coalesce(sum(total_plan_time), 0) FROM pg_stat_statements"
+        " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)"
+        "   AND userid = (SELECT oid FROM pg_roles WHERE rolname = %s)"
+        "   AND toplevel AND query ~ %s",
+        [dbname, role, AGGREGATE.pattern],
+    ).fetchone()
+    return float(row[0]) if row else 0.0
+
+
 def timed_scrape(url: str) -> tuple[float, str]:
     started = time.perf_counter()
     with urllib.request.urlopen(url, timeout=10) as response:
@@ -195,7 +219,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Record) -> None:
-    record.options = {"terminal": args.terminal, "queued": args.queued, "scrapes": args.scrapes}
+    record.options = {
+        "terminal": args.terminal,
+        "queued": args.queued,
+        "scrapes": args.scrapes,
+        "processes": args.processes,
+    }
     with load.measured_database(admin_dsn, args, "scrape") as measured:
         role, dsn, admin, conn = measured.role, measured.dsn, measured.admin, measured.conn
         print(f"generating {args.terminal:,} terminal + {args.queued:,} queued runs", flush=True)
@@ -203,6 +232,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         generate(conn, args.terminal, args.queued)
         print(f"generated in {time.perf_counter() - started:.0f} s", flush=True)
         dbname = common.database_name(dsn)
+        track_planning(admin, role)
 
         def statement(pattern: re.Pattern[str]) -> load.StatementStats:
             return load.matching(load.statement_stats(admin, dbname, role), pattern)
@@ -220,9 +250,11 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         cold: list[float] = []
         warm: list[float] = []
         aggregate_ms: list[float] = []
+        planning: list[float] = []
         with serving(tmp, dsn, role, admin, "scrapes", args.processes) as url:
             for i in range(args.scrapes):
                 before = statement(AGGREGATE)
+                planned_before = planning_ms(admin, dbname, role)
                 seconds, body = timed_scrape(url)
                 if "pgtick_db_collect_success 1.0" not in body:
                     raise common.BenchError(f"the database-derived gauges failed:\n{body}")
@@ -235,6 +267,7 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
                         "times in pg_stat_statements, not once"
                     )
                 aggregate_ms.append(after.total_ms - before.total_ms)
+                planning.append(planning_ms(admin, dbname, role) - planned_before)
                 time.sleep(CACHE_SECONDS + 0.2)
         scans = load.seq_scans(conn, "pgtick.runs") - scans_before
         aggregate = statement(AGGREGATE)
@@ -249,12 +282,14 @@ def run(args: argparse.Namespace, admin_dsn: str, tmp: Path, record: common.Reco
         summary("the aggregate query in the server", [ms / 1000 for ms in aggregate_ms])
         + f", {buffers:,.0f} shared buffers per call"
     )
+    print(summary("its planning in the server", [ms / 1000 for ms in planning]))
     print(f"sequential scans of runs while the scraped daemon ran: {scans}")
     record.results = {
         "terminal_recount_ms": round(recount.total_ms, 1),
         "scrape_cold_ms": common.distribution([s * 1000 for s in cold]),
         "scrape_cached_ms": common.distribution([s * 1000 for s in warm]),
         "aggregate_ms": common.distribution(aggregate_ms),
+        "aggregate_planning_ms": common.distribution(planning),
         "aggregate": aggregate.figures(),
         "runs_seq_scans": scans,
         "recounts_while_scraped": recounts,

@@ -3,8 +3,11 @@ PostgreSQL, signalled for real (issue 47)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import struct
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -396,3 +399,78 @@ def test_worker_processes_of_a_stopped_supervisor_still_heed_a_pause(
         daemon.signal(signal.SIGCONT)
     assert pgtick(cluster.dsn, "resume", "record").code == 0
     wait_for(lambda: status_counts(conn) == {"succeeded": 21}, 30, what="all run after resume")
+
+
+@pytest.mark.timeout(120)
+def test_a_scrape_runs_the_aggregate_query_while_it_merges_the_files(
+    cluster: Cluster, conn: Connection, tmp_path: Path
+) -> None:
+    """A scrape that reads the database starts that read before it merges the worker
+    processes' files, so the query runs meanwhile (it ran after the merge and the rendering,
+    one after the other). A FIFO among the files holds the merge until the test writes it: the
+    metrics connection must run its statements while it is held, and the scrape then shows
+    that read and every process's series."""
+    from pgtick.observability.database import DB_CACHE_SECONDS
+
+    tmpdir = tmp_path / "daemon-tmp"  # where the supervisor creates its private directory
+    tmpdir.mkdir()
+    path = cluster.config(processes=2)
+    path.write_text(path.read_text().replace('listen = ""', 'listen = "127.0.0.1:0"', 1))
+    daemon = cluster.start(path, env={"TMPDIR": str(tmpdir)})
+    wait_for(lambda: len(daemon.workers()) == 2, 60, what="two worker processes")
+    event = next(e for e in daemon.events() if e.get("event") == "http_listening")
+    url = f"http://127.0.0.1:{event['port']}/metrics"
+    wait_for(lambda: "pgtick_db_collect_success 1.0" in _get(url)[1], 30, what="a first read")
+    (files,) = tmpdir.glob("pgtick-metrics-*")
+    time.sleep(DB_CACHE_SECONDS + 0.5)  # the next scrape reads the database again
+    since = conn.execute("SELECT now()").fetchone()[0]
+    fifo = files / "counter_fifo.db"
+    os.mkfifo(fifo)
+    got: list[str] = []
+
+    def scrape_held() -> None:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            got.append(response.read().decode())
+
+    scrape = threading.Thread(target=scrape_held)
+    scrape.start()
+
+    def read_ran() -> bool:
+        return bool(
+            conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE application_name = 'pgtick-metrics' AND query_start > %s",
+                [since],
+            ).fetchone()[0]
+        )
+
+    try:
+        wait_for(read_ran, 20, what="the metrics connection's read while the merge is held")
+    finally:
+        _release(fifo)
+        scrape.join(60)
+    assert got, "the scrape answered"
+    body = got[0]
+    assert "pgtick_db_collect_success 1.0" in body
+    assert "pgtick_worker_threads 16.0" in body  # both worker processes' files merged
+
+
+def _release(fifo: Path) -> None:
+    """Let the merge held on ``fifo`` go on: once it has opened it, write an empty values file
+    (its used length, 8 bytes: no value) and remove it."""
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError as exc:  # ENXIO: no reader yet
+                if exc.errno != errno.ENXIO or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        try:
+            os.write(fd, struct.pack("i", 8) + bytes(4))
+        finally:
+            os.close(fd)
+    finally:
+        fifo.unlink()

@@ -12,7 +12,9 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
 from pgtick.errors import ConfigError
 from pgtick.observability.database import DatabaseCollector, DatabaseSnapshot, Readiness
@@ -169,6 +171,7 @@ class Fetch:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.started = threading.Event()
         self.release = threading.Event()
         self.release.set()
         self.error: Exception | None = None
@@ -176,6 +179,7 @@ class Fetch:
 
     def __call__(self) -> DatabaseSnapshot:
         self.calls += 1
+        self.started.set()
         self.release.wait(10)
         if self.error is not None:
             raise self.error
@@ -191,9 +195,18 @@ class Clock:
 
 
 def endpoint(
-    fetch: Fetch, clock: Clock, *, last_tick: float | None = 1000.0, wait: float = 0.8
+    fetch: Fetch,
+    clock: Clock,
+    *,
+    last_tick: float | None = 1000.0,
+    wait: float = 0.8,
+    before: Collector | None = None,
 ) -> tuple[Metrics, Readiness, dict[tuple[str, str], Callable[[Request], Response]]]:
+    """As ``Endpoints.start_http`` wires them; ``before`` is registered ahead of the
+    database collector (where the worker processes' merged files are)."""
     metrics = Metrics(["a", "b"], "1.2.3", 4)
+    if before is not None:
+        metrics.registry.register(before)
     collector = DatabaseCollector(
         fetch,
         metrics.job_types,
@@ -204,6 +217,7 @@ def endpoint(
         clock=clock,
     )
     metrics.registry.register(collector)
+    metrics.before_collect(collector.prefetch)
     readiness = Readiness(collector, lambda: last_tick, 60.0, clock=clock)
     return metrics, readiness, observability_routes(metrics, readiness)
 
@@ -240,6 +254,34 @@ def test_concurrent_scrapes_share_one_read_per_cache_period() -> None:
     clock.now += 0.2
     assert samples(routes)[("pgtick_queue_depth", (("job_type", "a"),))] == 7
     assert fetch.calls == 2
+
+
+class Merge(Collector):
+    """Stands for the merge of the worker processes' files: notes whether the database read
+    had started when it was collected (waiting for it a while, not failing at once)."""
+
+    def __init__(self, fetch: Fetch) -> None:
+        self.fetch = fetch
+        self.read_started: list[bool] = []
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        self.read_started.append(self.fetch.started.wait(5))
+        return iter(())
+
+
+def test_a_scrape_starts_the_database_read_before_it_collects_the_other_series() -> None:
+    """The query overlaps the merge and the rendering instead of following them; the one
+    read started first is the one the database series show (one read, not two)."""
+    fetch, clock = Fetch(), Clock()
+    merge = Merge(fetch)
+    _, _, routes = endpoint(fetch, clock, before=merge)
+    s = samples(routes)
+    assert merge.read_started == [True]
+    assert fetch.calls == 1
+    assert s[("pgtick_queue_depth", (("job_type", "a"),))] == 3
 
 
 def test_labels_are_pre_initialised_for_configured_types_and_schedules() -> None:

@@ -4,6 +4,8 @@
 function reads with one aggregate query. Scrapes share it: at most one read per cache period
 whatever the number of scrapers, and a scrape waits for it only briefly, so ``/metrics``
 answers within a second even when the database hangs (with ``pgtick_db_collect_success 0``).
+A scrape starts that read before it collects anything else (``prefetch``), so the query
+overlaps the rest of the scrape instead of following it.
 ``PoolStatsCollector`` shows the connection pools; ``Readiness`` decides ``/readyz`` from the
 last read and the ticker. The series the daemon's own loops update live in ``metrics.py``.
 """
@@ -104,6 +106,20 @@ class DatabaseCollector(Collector):
 
     def latest(self) -> DatabaseRead:
         """A read at most ``cache_seconds`` old, starting one if needed and waiting briefly."""
+        read = self._current()
+        if read.done.wait(self._wait_seconds):
+            return read
+        return DatabaseRead(error=f"database read still running after {self._wait_seconds:g}s")
+
+    def prefetch(self) -> None:
+        """Start a read if the cached one is too old and none is under way, without waiting
+        for it. A collection calls this first (``Metrics.before_collect``), so that the query
+        runs while the other series are merged and rendered, not after them; ``collect``
+        then takes that same read."""
+        self._current()
+
+    def _current(self) -> DatabaseRead:
+        """The cached read if fresh, else the one under way, started here if none is."""
         with self._lock:
             latest = self._latest
             if latest is not None and self._clock() - self._latest_at < self._cache_seconds:
@@ -114,9 +130,7 @@ class DatabaseCollector(Collector):
                 threading.Thread(
                     target=self._read, args=(pending,), name="pgtick-metrics-read", daemon=True
                 ).start()
-        if pending.done.wait(self._wait_seconds):
             return pending
-        return DatabaseRead(error=f"database read still running after {self._wait_seconds:g}s")
 
     def error(self) -> str | None:
         """Why the database-derived gauges are missing now, or None if they were read."""

@@ -111,18 +111,19 @@ CLAIM_BUCKETS_SECONDS = (
 )
 
 
-class _FlushFirst(Collector):
-    """Registered first, so that every collection (a scrape, ``get_sample_value``) applies the
-    queued observations before the series are read."""
+class _First(Collector):
+    """Registered first, so that every collection (a scrape, ``get_sample_value``) runs
+    ``first`` before any series is read: the ``before_collect`` hooks (the database read
+    started, to run while the rest is collected), then the queued observations applied."""
 
-    def __init__(self, flush: Callable[[], None]) -> None:
-        self._flush = flush
+    def __init__(self, first: Callable[[], None]) -> None:
+        self._first = first
 
     def describe(self) -> list[Metric]:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        self._flush()
+        self._first()
         return iter(())
 
 
@@ -139,6 +140,10 @@ class Metrics:
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.multiprocess_dir = multiprocess_dir
+        self._before_collect: list[Callable[[], None]] = []
+        # (job type, start delay) of runs started since the last flush.
+        self._pending_delays: collections.deque[tuple[str, float]] = collections.deque()
+        self.registry.register(_First(self._collect_first))
         r = self.registry
         if multiprocess_dir is not None:
             # Values go to this process's files (MultiProcessValue, chosen here rather than at
@@ -151,9 +156,6 @@ class Metrics:
             self.registry.register(MergedFiles(multiprocess_dir))
         # The loops count their database errors here and tell an outage through this.
         self.outage = DatabaseOutage()
-        # (job type, start delay) of runs started since the last flush.
-        self._pending_delays: collections.deque[tuple[str, float]] = collections.deque()
-        self.registry.register(_FlushFirst(self.flush))
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.job_types = tuple(job_types)
@@ -252,6 +254,16 @@ class Metrics:
         for value in seconds:
             if value is not None:
                 histogram.observe(value)
+
+    def before_collect(self, hook: Callable[[], None]) -> None:
+        """Have every collection call ``hook`` before it reads any series (the endpoints: the
+        database read started, so that its query overlaps the merge and the rendering)."""
+        self._before_collect.append(hook)
+
+    def _collect_first(self) -> None:
+        for hook in self._before_collect:
+            hook()
+        self.flush()
 
     def run_started(self, job_type: str, delay_seconds: float) -> None:
         """Queue a run's start delay (an append takes no lock); ``flush`` observes it."""

@@ -70,6 +70,9 @@ class Endpoints:
             on_error=lambda: metrics.db_error("metrics"),
         )
         metrics.registry.register(collector)
+        # The aggregate query starts as a scrape begins and runs while the other series are
+        # collected and rendered (with worker.processes above 1: every process's files merged).
+        metrics.before_collect(collector.prefetch)
         readiness = Readiness(collector, last_tick_at, cfg.ticker.interval_seconds, problem=problem)
         routes = observability_routes(metrics, readiness)
         self._http = HttpServer("metrics.listen", cfg.metrics.host, cfg.metrics.port, routes)
