@@ -70,3 +70,20 @@ def test_the_pools_warnings_count_into_the_outage() -> None:
         assert not quiet.filter(record("discarding closed connection: <conn>"))
     assert [e["event"] for e in logs] == ["database_unreachable"]
     assert logs[0]["operation"] == "connect"
+
+
+def test_connections_the_pool_finds_broken_are_one_outage_not_a_line_each() -> None:
+    """A checkout that finds a broken connection has the pool check every idle one
+    (storage/db.py): after a restart that is every connection, each a warning of psycopg's."""
+    outage = DatabaseOutage(Clock())
+    quiet = PoolWarnings(outage)
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("psycopg.pool", logging.WARNING, "", 0, message, None, None)
+
+    with capture_logs() as logs:
+        for _ in range(13):
+            assert not quiet.filter(record("discarding broken connection: <conn>"))
+        outage.succeeded("claim")
+    assert [e["event"] for e in logs] == ["database_unreachable", "database_back"]
+    assert logs[0]["error"].startswith("a pooled connection was broken")

@@ -29,6 +29,10 @@ STILL_DOWN_MAX_EVERY_SECONDS = 60.0
 # (counted as failures) and the connections it throws away (only noise once we know).
 POOL_CONNECT_FAILED = "error connecting in "
 POOL_OPERATION = "connect"
+# A connection found broken by the check every idle one gets once a checkout finds one
+# (storage/db.py): a failure of the pool's, told once with the outage, not a line each.
+POOL_BROKEN = "discarding broken connection"
+POOL_BROKEN_ERROR = "a pooled connection was broken (the server restarted or ended it)"
 CONSEQUENCES = ("discarding closed connection", "error ignored terminating")
 
 
@@ -123,6 +127,9 @@ class PoolWarnings(logging.Filter):
         message = record.getMessage()
         if message.startswith(POOL_CONNECT_FAILED):
             self._outage.failed(POOL_OPERATION, message.partition(": ")[2] or message)
+            return False
+        if message.startswith(POOL_BROKEN):
+            self._outage.failed(POOL_OPERATION, POOL_BROKEN_ERROR)
             return False
         return not (self._outage.down and message.startswith(CONSEQUENCES))
 
