@@ -175,12 +175,12 @@ def run_lanes(pool: Pool, how: Plan, timeout: float) -> None:
 
 def moving(tries: int, send: Callable[[], list[tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
     """``send`` again when a row it reached had moved partition since its snapshot, as the
-    daemon's store does (``StoreBase._moving``)."""
+    daemon's store does (``StoreBase._moving``, by the same ``db.moved_row``)."""
     for attempt in range(1, tries + 1):
         try:
             return send()
-        except psycopg.errors.SerializationFailure:
-            if attempt == tries:
+        except psycopg.Error as exc:
+            if attempt == tries or not db.moved_row(exc):
                 raise
     raise AssertionError("unreachable")
 
@@ -230,15 +230,9 @@ def finish_loop(
     claiming = True
     with pool.connection() as conn:
         while not stop.is_set() and (claiming or pending):
-            if claiming and not pending:
-                item = handoff.get()
-                if item is None:
-                    claiming = False
-                else:
-                    pending += item
             while claiming and len(pending) < COMPLETE_BATCH_MAX:
                 try:
-                    item = handoff.get_nowait()
+                    item = handoff.get(block=not pending)  # waits only with nothing to write
                 except queue.Empty:
                     break
                 if item is None:

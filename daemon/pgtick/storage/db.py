@@ -172,9 +172,7 @@ def behind_pooler(conn: Connection, schema: str) -> bool:
     return row is not None and int(row[0]) != conn.info.backend_pid
 
 
-def _check_all_if_broken(
-    conn: Connection, pools: list[psycopg_pool.ConnectionPool[Connection]]
-) -> None:
+def _check_all_if_broken(conn: Connection, pool: psycopg_pool.ConnectionPool[Connection]) -> None:
     """The checkout's check; a broken connection has the pool check every idle one now.
     After a server restart each is broken, and psycopg_pool hands them out one at a time,
     sleeping 1, 2, 4, 8 s between the failed checks: a checkout waited out its 15 s with
@@ -182,8 +180,7 @@ def _check_all_if_broken(
     try:
         psycopg_pool.ConnectionPool.check_connection(conn)
     except Exception:
-        for pool in pools:
-            pool.check()  # the broken ones replaced at once; this one is discarded after
+        pool.check()  # the broken ones replaced at once; this one is discarded after
         raise
 
 
@@ -200,7 +197,6 @@ def make_pool(
 ) -> psycopg_pool.ConnectionPool[Connection]:
     """A pool of ``size`` autocommit connections, checked on checkout, opened explicitly.
     ``checkout_timeout`` (default: ``open_timeout``) bounds the wait for a connection."""
-    pools: list[psycopg_pool.ConnectionPool[Connection]] = []
     pool: psycopg_pool.ConnectionPool[Connection] = psycopg_pool.ConnectionPool(
         dsn,
         min_size=size,
@@ -208,12 +204,12 @@ def make_pool(
         connection_class=Connection,
         kwargs=_connect_kwargs(name, prepare=prepare),
         configure=lambda conn: _configure(conn, schema),
-        check=lambda conn: _check_all_if_broken(conn, pools),
+        # Called at checkouts only, once ``pool`` is bound.
+        check=lambda conn: _check_all_if_broken(conn, pool),
         name=name,
         open=False,
         timeout=open_timeout if checkout_timeout is None else checkout_timeout,
     )
-    pools.append(pool)
     with wrap_errors("connect"):
         # One plain connection first: if the server is unreachable this fails at once with
         # the real cause, where the pool would retry quietly and report only a timeout.
