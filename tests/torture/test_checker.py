@@ -870,6 +870,23 @@ def test_a_daemon_exiting_unprompted_and_a_run_left_running_are_violations() -> 
     assert any("log: boom" in note for f in verdict.violations for note in f.notes)
 
 
+@pytest.mark.parametrize("release", ["previous", "current"])
+def test_a_start_failed_on_a_lock_wait_is_excused_only_in_the_previous_release(
+    release: str,
+) -> None:
+    """CI seed 82: a daemon of the previous release exited 3 as its start-up retention gave
+    up on a lock; this version never waits there, so its own daemon doing so is a violation."""
+    h = Hand()
+    h.daemon("d2#2", release=release)
+    tail = ["pgtick: retention: LockNotAvailable: canceling statement due to lock timeout"]
+    h.at(17.0, "harness", FAIL, "daemon-exit", daemon="d2#2", code=3, log_tail=tail)
+    verdict = h.verdict()
+    if release == "previous":
+        assert names(verdict) == [] and excuses(verdict) == ["daemon-lifecycle"]
+    else:
+        assert names(verdict) == ["daemon-lifecycle"]
+
+
 @pytest.mark.parametrize(
     ("tail", "unwritten"),
     [
