@@ -14,12 +14,18 @@ from pgtick.handlers import JobContext
 
 def work(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Record the start, take ``payload.sleep`` seconds (0 by default; ``retry_sleep`` on a
-    later attempt), record the end."""
+    later attempt) or, given ``payload.until``, wait until that file exists (at most 60 s),
+    record the end."""
     record(ctx, "start", key=payload.get("customer"))
     seconds = payload.get("sleep", 0)
     if ctx.attempt > 1:
         seconds = payload.get("retry_sleep", seconds)
     time.sleep(seconds)
+    deadline = time.monotonic() + 60
+    while "until" in payload and not os.path.exists(payload["until"]):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
     record(ctx, "end", key=payload.get("customer"))
 
 

@@ -266,20 +266,26 @@ def test_slots_of_a_killed_daemon_return_after_lease_and_reaper_and_of_a_stopped
     assert _max_overlap([r for r in cluster.records() if r["pid"] == second.pid]) <= 2
 
     # SIGTERM: the second daemon finishes what it runs, and a third takes the slots the
-    # moment those results are written, not a lease later.
-    _enqueue(conn, 4, '{"sleep": 2}')
+    # moment those results are written, not a lease later. The second's two runs last until
+    # the file exists (a third daemon slow to start on a loaded machine must not find them
+    # over, the second having taken the others meanwhile); the others are queued behind them.
+    release = cluster.tmp_path / "release-the-second"
+    _enqueue(conn, 2, json.dumps({"until": str(release)}))
     wait_for(
         lambda: (
             conn.execute(
-                "SELECT count(*) FROM runs WHERE status = 'running' AND payload->>'sleep' = '2'"
+                "SELECT count(*) FROM runs WHERE status = 'running' AND payload ? 'until'"
             ).fetchone()
             == (2,)
         ),
         10,
         what="the second daemon holds both slots",
     )
+    _enqueue(conn, 2, '{"sleep": 0.5}')
     third = cluster.start(config)
     second.signal(signal.SIGTERM)
+    time.sleep(0.5)  # its drain has begun: it claims nothing more
+    release.touch()
     assert second.wait(30) == 0
     wait_for(lambda: _succeeded(conn) == 8, 15, what="the last runs, on the third daemon")
     records = cluster.records()

@@ -13,8 +13,9 @@ is open while a handler runs, unless the handler opens one with ``ctx.transactio
 ``Worker`` stays one class (some 330 lines): the dispatcher, the handler threads and the
 drain share one queue of runs to start, one condition and one capacity count, and each
 claim's size is computed from all three; split, that count would be read from state another
-class owns. Around it: what the claims ask for (``controls.ClaimTypes``) and the runs given
-back without a handler's result (``giveback.Giveback``).
+class owns. Around it: what the claims ask for (``controls.ClaimTypes``), what their answers
+tell the next claims (``answers.ClaimAnswers``), and the runs given back without a handler's
+result (``giveback.Giveback``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import structlog
 
 from pgtick.config import JobTypeConfig, WorkerConfig
 from pgtick.core import handlers
+from pgtick.core.answers import ClaimAnswers
 from pgtick.core.completer import Completer
 from pgtick.core.controls import ClaimTypes
 from pgtick.core.giveback import Giveback
@@ -53,9 +55,6 @@ BACKLOG_WAIT_SECONDS = 0.005
 # After a claim of its share came back full, a worker process waits this long (or until
 # woken) for another process to claim its own share (the supervisor wakes one at once).
 TURN_SECONDS = 0.05
-# A claim that started this long before a NOTIFY arrived and found runs may have taken the
-# runs the NOTIFY announces (the commit comes first, its NOTIFY a moment later).
-NOTIFY_SLACK_SECONDS = 0.05
 
 log = structlog.get_logger("pgtick.worker")
 
@@ -145,11 +144,7 @@ class Worker:
             cfg.poll_interval_seconds,
         )
         self.controls = self.types.clock
-        # The last claim found nothing though runs were due: held back by a limit, or
-        # row-locked by another session (a claim skips those). The next waits a moment.
-        self._held_back = False
         self._slots_wanted = True  # the dispatcher waits for a free slot (_claim_loop)
-        self._empty_claims = 0  # claims in a row that found nothing
         self.handled = sorted(self._job_types)
         leases = [jt.lease_seconds for jt in self._job_types.values()]
         self.life = Lifecycle(
@@ -159,11 +154,9 @@ class Worker:
         # Where each type's claim scan starts (keyset.py); a per-key rate's window says when a
         # bound its claims passed is put back.
         self.bounds = ClaimBounds(self.types.key_windows)
+        self.answers = ClaimAnswers(self.bounds, metrics)  # what claims found, for the next
         self._cond = threading.Condition()
         self._wake = threading.Event()
-        self._notified = threading.Event()  # woken by a NOTIFY since the last claim
-        self._notified_at = -math.inf  # monotonic: when the last NOTIFY came
-        self._hit_at = -math.inf  # monotonic: when the last claim that found runs started
         self._stop_claiming = threading.Event()
         self._closing = False
         self.completer = Completer(
@@ -208,8 +201,7 @@ class Worker:
 
     def notified(self) -> None:
         """A NOTIFY about a job type this daemon handles: something is due, claim now."""
-        self._notified_at = time.monotonic()
-        self._notified.set()
+        self.answers.notified()
         self._wake.set()
 
     def due(self, job_type: str, run_at: datetime) -> None:
@@ -295,11 +287,11 @@ class Worker:
                 # Idle: one cheap probe per poll, and a claim only when something is due
                 # (a NOTIFY wakes us and claims at once) or a look back is (keyset.py).
                 due_in = store.next_due_in(self.types.claimable, self.bounds.probe_lows())
-                if due_in is not None and due_in <= 0 and self._held_back:
-                    self._held_back = False
+                if due_in is not None and due_in <= 0 and self.answers.held_back:
+                    self.answers.held_back = False
                     idle = not self._wake.wait(
                         self.types.held_back_wait(
-                            store, self._empty_claims, self._cfg.poll_interval_seconds
+                            store, self.answers.empty_claims, self._cfg.poll_interval_seconds
                         )
                     )
                     continue
@@ -312,15 +304,13 @@ class Worker:
                         wait = max(MIN_IDLE_WAIT_SECONDS, min(wait, rescan_in))
                     idle = not self._wake.wait(wait)
                     continue
-            sent_at = time.monotonic()
-            notified = self._notified.is_set()
-            self._notified.clear()
+            sent_at, notified = time.monotonic(), self.answers.sending()
             lows, looks = self.bounds.for_claim()
             # Out of idle, a worker process takes its share of the free threads and passes
             # the turn (below): a burst is split over the processes, not run by the first.
             limit = capacity if backlog else fair_share(capacity, self.processes)
             runs, behind = store.claim_looking(self.worker_id, self.types.types, limit, lows, looks)
-            self._claimed(runs, behind, sent_at, notified)
+            self.answers.claimed(runs, behind, sent_at, notified)
             if runs:
                 self._accept(store, runs, sent_at, full=len(runs) == limit)
             backlog = len(runs) == limit
@@ -329,23 +319,6 @@ class Worker:
                 # Its share came back full: the supervisor wakes another process (on_backlog),
                 # which claims its share before this one claims again (or a wake-up comes).
                 self._wake.wait(TURN_SECONDS)
-
-    def _claimed(
-        self, runs: list[ClaimedRun], behind: dict[str, datetime], sent_at: float, notified: bool
-    ) -> None:
-        """What a claim's answer tells the next claims: its bounds, whether due runs were
-        held back, whether a NOTIFY went unanswered."""
-        self._metrics.claimed(time.monotonic() - sent_at)
-        self._held_back = not runs
-        self._empty_claims = 0 if runs else self._empty_claims + 1
-        self.bounds.claimed(runs)
-        self.bounds.found(behind)  # runs behind a bound: the next claim starts at them
-        if runs:
-            self._hit_at = sent_at
-        elif notified and self._hit_at < self._notified_at - NOTIFY_SLACK_SECONDS:
-            # Nothing found for a NOTIFY that no claim just before it can have answered
-            # (a run committed long after its run_at, behind the bound): rescan.
-            self.bounds.missed()
 
     def _read_controls(self, store: RunStore) -> None:
         """Read the runtime controls and claim by them from now on; give back the runs of a
