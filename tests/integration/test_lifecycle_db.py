@@ -14,8 +14,9 @@ import pytest
 from pgtick.config import WorkerConfig, config_from_mapping
 from pgtick.core import handlers
 from pgtick.core.completer import Completer
-from pgtick.core.handlers import JobContext, Outcome
+from pgtick.core.handlers import JobContext
 from pgtick.core.lifecycle import Held, Lifecycle
+from pgtick.core.outcome import Outcome
 from pgtick.core.worker import Worker, claim_type
 from pgtick.errors import ConfigError, DatabaseError
 from pgtick.observability.metrics import Metrics

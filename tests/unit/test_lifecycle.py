@@ -14,8 +14,9 @@ import pytest
 import structlog
 
 from pgtick.config import JobTypeConfig
-from pgtick.core.handlers import JobContext, JobType, Outcome
+from pgtick.core.handlers import JobContext, JobType
 from pgtick.core.lifecycle import Held, Lifecycle, State
+from pgtick.core.outcome import Outcome
 from pgtick.observability.logs import configure_logging
 from pgtick.observability.metrics import Metrics
 from pgtick.storage.store import ClaimedRun, FailResult

@@ -21,8 +21,8 @@ from collections.abc import Iterable
 
 import structlog
 
-from pgtick.core.handlers import Outcome
 from pgtick.core.lifecycle import Held, Lifecycle
+from pgtick.core.outcome import Outcome
 from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db

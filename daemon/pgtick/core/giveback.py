@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 import structlog
 
-from pgtick.core import handlers
 from pgtick.core.completer import Completer, Result, announce_freed, limited_among
 from pgtick.core.controls import ClaimTypes
 from pgtick.core.keyset import ClaimBounds
 from pgtick.core.lifecycle import UNSTARTED_MAX_WAIT_SECONDS, Held, Lifecycle, State
+from pgtick.core.outcome import Outcome
 from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db
@@ -54,7 +54,7 @@ class Giveback:
         """Hand the writer the runs given up (by the heartbeat) that we must let go of in the
         database: cancelled by an operator before a thread started them."""
         results: list[Result] = [
-            (held, handlers.Outcome(held.id, "cancelled"), None)
+            (held, Outcome(held.id, "cancelled"), None)
             for held in given_up
             if held.state is State.FINISHING
         ]
@@ -81,7 +81,7 @@ class Giveback:
         for held in expired:
             log.warning("run_timed_out", run_id=held.id, job_type=held.run.job_type)
         marks: list[Result] = [
-            (held, handlers.Outcome(held.id, "timed_out", held.expired.error, "timeout"), None)
+            (held, Outcome(held.id, "timed_out", held.expired.error, "timeout"), None)
             for held in expired
             if held.expired is not None
         ]

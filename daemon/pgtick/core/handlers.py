@@ -29,6 +29,7 @@ from pgtick import config as config_mod
 from pgtick.config import Config, JobOptions, JobTypeConfig
 from pgtick.core import commands, joblog
 from pgtick.core.backoff import Backoff
+from pgtick.core.outcome import MAX_RETRY_DELAY_SECONDS, Outcome, bounded, short, storable
 from pgtick.core.output import Capture, Flusher
 from pgtick.errors import ConfigError, Fail, Retry
 from pgtick.observability import logs, tracecontext, tracing
@@ -37,8 +38,6 @@ from pgtick.observability.tracing import Attempt
 from pgtick.storage import results
 from pgtick.storage.store import ClaimedRun, RunStore
 
-LAST_ERROR_MAX_CHARS = 500
-DETAIL_MAX_BYTES = 8192  # the traceback or stderr tail kept in the attempt row
 COMMAND_KILL_GRACE_SECONDS = 3.0  # SIGTERM to the process group, then SIGKILL after this
 # How long a stopped command can take to be gone: the kill grace, the wait for SIGKILLed
 # processes to disappear, and a poll. The drain waits this long before releasing.
@@ -334,51 +333,6 @@ class LeaseLostError(Exception):
 # -- running one run ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What became of one attempt, for the completer to record."""
-
-    run_id: int
-    # succeeded | failed | dead: what the handler did (the lifecycle decides what is
-    # written); lost: transaction() found the lease gone; interrupted: a command killed
-    # because its run was cancelled (by the drain, a lost lease or an operator); cancelled:
-    # set by the lifecycle, not a handler: let go of a run an operator cancelled; timed_out:
-    # set by the worker, not a handler: a note on a run still held past its timeout.
-    kind: str
-    error: str = ""
-    error_type: str = ""
-    detail: str = ""
-    retry_in_seconds: float | None = None
-    # succeeded: what the handler returned, as JSON text (None: nothing); storage/results.py.
-    result: str | None = None
-
-
-# A retry asked for further ahead than this is made this far ahead: the database's timestamps
-# end in the year 294276, and a result it cannot store held up every result after it.
-MAX_RETRY_DELAY_SECONDS = 10 * 365 * 86400.0
-
-
-def _storable(text: str) -> str:
-    """Text a database text column takes: NUL becomes U+FFFD, and what is not valid Unicode
-    (a lone surrogate, from a file name decoded with os.fsdecode) a backslash escape."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\ufffd")
-
-
-def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= LAST_ERROR_MAX_CHARS else text[: LAST_ERROR_MAX_CHARS - 1] + "…"
-
-
-def _bounded(text: str, limit: int = DETAIL_MAX_BYTES) -> str:
-    """At most ``limit`` bytes: the start (where it began) and the end (what was raised)."""
-    data = text.encode("utf-8", "replace")
-    if len(data) <= limit:
-        return text
-    head = limit // 8
-    tail = limit - head - len(" … ".encode())
-    return data[:head].decode("utf-8", "ignore") + " … " + data[-tail:].decode("utf-8", "ignore")
-
-
 def failed(
     ctx: JobContext,
     jt: JobType,
@@ -389,7 +343,7 @@ def failed(
 ) -> Outcome:
     """A failed attempt: retried after ``delay`` (default: the job type's backoff), or dead
     when the run's attempts are used up."""
-    message, detail = _storable(message), _storable(detail)
+    message, detail = storable(message), storable(detail)
     if ctx.attempt >= ctx.max_attempts:
         return Outcome(ctx.run_id, "dead", message, error_type, detail, None)
     if delay is None:
@@ -401,11 +355,11 @@ def failed(
 
 def _failure(ctx: JobContext, jt: JobType, exc: BaseException) -> Outcome:
     """Map a handler's exception to failed (with backoff), or dead."""
-    detail = _bounded("".join(traceback.format_exception(exc)))
+    detail = bounded("".join(traceback.format_exception(exc)))
     error_type = type(exc).__name__
-    message = _short(f"{error_type}: {exc}" if str(exc) else error_type)
+    message = short(f"{error_type}: {exc}" if str(exc) else error_type)
     if isinstance(exc, Fail):
-        return Outcome(ctx.run_id, "dead", _storable(message), "Fail", _storable(detail), None)
+        return Outcome(ctx.run_id, "dead", storable(message), "Fail", storable(detail), None)
     after = exc.after if isinstance(exc, Retry) else None
     return failed(ctx, jt, message, error_type, detail, None if after is None else max(0.0, after))
 
@@ -468,7 +422,7 @@ def _run_command(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
         try:
             stored = results.from_stdout(result.stdout_tail)
         except results.ResultError as exc:
-            return failed(ctx, jt, _short(str(exc)), "result", _bounded(str(exc)))
+            return failed(ctx, jt, short(str(exc)), "result", bounded(str(exc)))
         return Outcome(ctx.run_id, "succeeded", result=stored)
     stderr = result.stderr_tail.strip()
     last_line = stderr.splitlines()[-1] if stderr else ""
@@ -480,7 +434,7 @@ def _run_command(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
         message = f"exit status {result.returncode}"
     if last_line:
         message = f"{message}: {last_line}"
-    return failed(ctx, jt, _short(message), error_type, _bounded(stderr or message))
+    return failed(ctx, jt, short(message), error_type, bounded(stderr or message))
 
 
 def _run_python(ctx: JobContext, jt: JobType, payload: Any) -> Any:
@@ -503,8 +457,8 @@ def _run_python(ctx: JobContext, jt: JobType, payload: Any) -> Any:
 def unreadable_payload(ctx: JobContext, exc: Exception) -> Outcome:
     """A payload the database holds but Python cannot read (nested deeper than the
     interpreter's recursion limit): the run is dead, as every attempt would fail the same."""
-    message = _short(f"payload: cannot be read: {type(exc).__name__}: {exc}")
-    return Outcome(ctx.run_id, "dead", _storable(message), "payload", _storable(message), None)
+    message = short(f"payload: cannot be read: {type(exc).__name__}: {exc}")
+    return Outcome(ctx.run_id, "dead", storable(message), "payload", storable(message), None)
 
 
 def execute(ctx: JobContext, jt: JobType, payload: Any, attempt: Attempt | None = None) -> Outcome:
@@ -561,7 +515,7 @@ def _attempt(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
             "handler_raised_base_exception",
             run_id=ctx.run_id,
             error_type=type(exc).__name__,
-            error=_short(str(exc)),
+            error=short(str(exc)),
         )
         return _failure(ctx, jt, exc)
     _leave_if_forked(pid, 0)
@@ -570,7 +524,7 @@ def _attempt(ctx: JobContext, jt: JobType, payload: Any) -> Outcome:
     try:
         stored = results.encode(value)
     except results.ResultError as exc:
-        return failed(ctx, jt, _short(str(exc)), "result", _bounded(str(exc)))
+        return failed(ctx, jt, short(str(exc)), "result", bounded(str(exc)))
     return Outcome(ctx.run_id, "succeeded", result=stored)
 
 

@@ -11,7 +11,8 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from pgtick.core.handlers import JobContext, JobType, Outcome
+from pgtick.core.handlers import JobContext, JobType
+from pgtick.core.outcome import Outcome
 from pgtick.storage.store import ClaimedRun, Lease
 
 

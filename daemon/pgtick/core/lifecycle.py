@@ -53,7 +53,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import structlog
 
 from pgtick.core import handlers
-from pgtick.core.handlers import Outcome
 from pgtick.core.held import (
     LEASE_WAIT_SECONDS,
     UNSTARTED_MAX_WAIT_SECONDS,
@@ -63,6 +62,7 @@ from pgtick.core.held import (
     HeldTable,
     State,
 )
+from pgtick.core.outcome import Outcome
 from pgtick.core.tally import Tally
 from pgtick.observability.metrics import Metrics
 from pgtick.storage.store import FailResult

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import structlog
 
-from pgtick.core.handlers import Outcome
 from pgtick.core.held import Held, State, fields
+from pgtick.core.outcome import Outcome
 from pgtick.observability.metrics import Metrics
 from pgtick.storage.store import FailResult
 

@@ -38,6 +38,7 @@ from pgtick.core.giveback import Giveback
 from pgtick.core.handlers import JobType
 from pgtick.core.keyset import ClaimBounds
 from pgtick.core.lifecycle import Held, Lifecycle
+from pgtick.core.outcome import Outcome
 from pgtick.core.output import Flusher
 from pgtick.errors import DatabaseError
 from pgtick.observability.metrics import Metrics
@@ -94,7 +95,7 @@ def fair_share(capacity: int, processes: int) -> int:
     return max(1, -(-capacity // processes))
 
 
-def run_handler(held: Held, tracing: Tracing) -> tuple[handlers.Outcome, Attempt, float]:
+def run_handler(held: Held, tracing: Tracing) -> tuple[Outcome, Attempt, float]:
     """Run a started run's handler (its payload parsed here, in the thread that runs it):
     the outcome, the attempt's span, the handler's duration. A payload Python cannot read
     (the database took it) fails its run."""

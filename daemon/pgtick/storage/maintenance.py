@@ -14,7 +14,8 @@ from psycopg.types.json import Jsonb
 
 from pgtick.storage import db, sqlfile
 from pgtick.storage.base import SKIPPING_TRIES, StoreBase, set_statement_timeout
-from pgtick.storage.runs import TERMINAL_STATUSES, announce
+from pgtick.storage.run_values import TERMINAL_STATUSES
+from pgtick.storage.runs import announce
 
 PRUNE_BATCH_ROWS = 1000
 # `pgtick prune` tries a step that found a lock taken ("busy": no step waits in a lock's queue,

@@ -13,7 +13,8 @@ from typing import Any
 
 from pgtick.storage import db, sqlfile
 from pgtick.storage.base import StoreBase
-from pgtick.storage.runs import TERMINAL_STATUSES, TIMED_OUT_RUNNING, wake
+from pgtick.storage.run_values import TERMINAL_STATUSES, TIMED_OUT_RUNNING
+from pgtick.storage.runs import wake
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from pgtick.storage.notify import Notifications, listening
 from pgtick.storage.output import AttemptState, Chunk, OutputQueries, StoredChunk
 from pgtick.storage.rollup import RollupBucket, RollupQueries, rollup_retention
 from pgtick.storage.run_admin import Attempt, EffectKey, Run, RunAdminQueries, RunQuery, RunSummary
-from pgtick.storage.runs import (
+from pgtick.storage.run_values import (
     ACTIVE_STATUSES,
     STATUSES,
     TERMINAL_STATUSES,
@@ -53,9 +53,8 @@ from pgtick.storage.runs import (
     FlowState,
     Lease,
     NewRun,
-    RunQueries,
-    enqueue_on,
 )
+from pgtick.storage.runs import RunQueries, enqueue_on
 from pgtick.storage.schedules import (
     Occurrence,
     ScheduleDef,
