@@ -401,6 +401,53 @@ def test_worker_processes_of_a_stopped_supervisor_still_heed_a_pause(
     wait_for(lambda: status_counts(conn) == {"succeeded": 21}, 30, what="all run after resume")
 
 
+def beat_connections(conn: Connection) -> list[tuple[int, float]]:
+    """(backend pid, seconds since its last statement ended) of the worker processes' heartbeat
+    connections (application_name pgtick-beat)."""
+    return conn.execute(
+        "SELECT pid, extract(epoch FROM now() - state_change)::float8 FROM pg_stat_activity"
+        " WHERE application_name = 'pgtick-beat' AND datname = current_database()"
+        "   AND state = 'idle'"
+    ).fetchall()
+
+
+def heartbeat_ages(conn: Connection) -> dict[int, float]:
+    """{pid: seconds since its workers row's heartbeat} of the registered workers."""
+    rows = conn.execute(
+        "SELECT pid, extract(epoch FROM now() - heartbeat_at)::float8 FROM workers"
+    ).fetchall()
+    return {pid: age for pid, age in rows}
+
+
+def test_idle_worker_processes_do_not_beat_and_their_supervisor_keeps_them_alive(
+    cluster: Cluster, store: Runs, conn: Connection
+) -> None:
+    """Issue 47, idle cost whatever N: a worker process holding no run sends no heartbeat;
+    the supervisor marks the idle ones alive in one statement a beat. A process that holds a
+    run beats for itself, and one whose row another daemon's reaper removed registers again
+    when its supervisor finds the row gone."""
+    daemon, pids = start_two(cluster, conn, heartbeat="1s", lease="3s")
+    time.sleep(4.0)  # four beats' time
+    beats = beat_connections(conn)
+    assert beats and all(quiet > 3.0 for _pid, quiet in beats), beats
+    ages = heartbeat_ages(conn)
+    assert set(ages) == pids and all(age < 2.5 for age in ages.values()), ages
+
+    # A run held for 3 s: its process beats for itself, the lease renewed past its 3 s.
+    store.enqueue(NewRun("record", {"sleep": 3.5}))
+    wait_for(lambda: len(cluster.executions()) == 1, 10, what="the run started")
+    time.sleep(2.0)
+    assert any(quiet < 1.5 for _pid, quiet in beat_connections(conn)), beat_connections(conn)
+    wait_for(lambda: status_counts(conn) == {"succeeded": 1}, 10, what="the run succeeded")
+    assert set(cluster.executions().values()) == {1}
+
+    # Another daemon's reaper forgot both (an outage): the supervisor asks, they register.
+    conn.execute("DELETE FROM workers")
+    wait_for(lambda: set(heartbeat_ages(conn)) == pids, 10, what="both registered again")
+    assert daemon.workers() == pids
+    assert any(e.get("event") == "worker_registered_again" for e in daemon.events())
+
+
 @pytest.mark.timeout(120)
 def test_a_scrape_runs_the_aggregate_query_while_it_merges_the_files(
     cluster: Cluster, conn: Connection, tmp_path: Path

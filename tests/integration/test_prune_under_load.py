@@ -1,9 +1,17 @@
 """Pruning 200 000 old terminal runs while a daemon drains a backlog: the prune finishes, and
-no claim waits more than 100 ms on a lock meanwhile. Measured two ways: claims made in a loop
-by the test on a connection with lock_timeout = 100ms (a longer lock wait raises), and
-pg_stat_activity sampled throughout for the daemon's backends waiting on a lock. (An
-integration test: its probe claims through the store, as a daemon does; the daemon and the
-prune are real processes, as in tests/acceptance.)"""
+no claim or finish is held up by it meanwhile. Claims and finishes are made in a loop by the
+test, and pg_stat_activity is sampled throughout for every backend waiting on a lock.
+
+What is judged is the design, which holds on a machine of any load (issue 44, item 2): no step
+of the prune's or the daemon's retention ever waits in a lock's queue (every lock they take is
+NOWAIT), so no claim or finish ever waits behind a waiter (the convoy that held finishes up to
+50 ms, then a partition's creation, before migration 0020). A claim may still wait for a step
+that holds a lock, for that step alone: that wait is measured and printed, and bounded by
+MAX_LOCK_WAIT_SECONDS, which is what a step holds a lock on a starved 2-core machine, not the
+few milliseconds it holds one on an idle machine (`make test` beside a CPU burner: a finish
+waited over 100 ms for a step preempted while it held the parent's lock). (An integration
+test: its probe claims through the store, as a daemon does; the daemon and the prune are real
+processes, as in tests/acceptance.)"""
 
 from __future__ import annotations
 
@@ -31,7 +39,7 @@ pytestmark = pytest.mark.serial
 OLD_RUNS = 200_000
 BACKLOG = 3000
 PROBES = 5000
-MAX_LOCK_WAIT_SECONDS = 0.1
+MAX_LOCK_WAIT_SECONDS = 1.0
 SAMPLE_EVERY_SECONDS = 0.01
 # The daemon keeps the old runs itself: the operator's prune does the work under test.
 KEEP = '\n[retention]\nsucceeded = "3650d"\ndead = "3650d"\n'
@@ -68,9 +76,15 @@ def _seed(conn: db.Connection) -> None:
     conn.execute("ANALYZE attempts")
 
 
+# What a partition step sends: the daemon's retention and the prune's (maintain_partitions),
+# and the prune's deletes of the rest (queries.sql: prune).
+STEP_QUERIES = ("%maintain_partitions%", "%victims AS%")
+
+
 class LockWaits:
-    """Samples pg_stat_activity: the longest time any backend of ``names`` was seen waiting
-    on a lock within one statement."""
+    """Samples pg_stat_activity for backends waiting on a lock: the longest time a backend of
+    ``names`` was seen waiting within one statement, the partition steps seen waiting (never,
+    by design), and the waits of ``names`` behind a backend that itself waited (a convoy)."""
 
     def __init__(self, dsn: str, names: tuple[str, ...]) -> None:
         self.dsn = dsn
@@ -78,6 +92,8 @@ class LockWaits:
         self.longest = 0.0
         self.worst = ""
         self.samples = 0
+        self.steps_waiting: list[str] = []
+        self.convoys: list[str] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run)
 
@@ -87,13 +103,23 @@ class LockWaits:
             while not self.stop.is_set():
                 now = time.monotonic()
                 rows = conn.execute(
-                    "SELECT pid, query_start, wait_event, left(query, 60) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND application_name = ANY(%s)"
-                    " AND wait_event_type = 'Lock'",
-                    (self.names,),
+                    "SELECT a.pid, a.query_start, a.wait_event, left(a.query, 60),"
+                    "  a.application_name = ANY(%(names)s), a.query ILIKE ANY(%(steps)s),"
+                    "  (SELECT string_agg(left(b.query, 60), '; ') FROM pg_stat_activity b"
+                    "   WHERE b.pid = ANY(pg_blocking_pids(a.pid))"
+                    "     AND b.wait_event_type = 'Lock')"
+                    " FROM pg_stat_activity a"
+                    " WHERE a.datname = current_database() AND a.wait_event_type = 'Lock'",
+                    {"names": self.names, "steps": list(STEP_QUERIES)},
                 ).fetchall()
                 self.samples += 1
-                for pid, started, event, query in rows:
+                for pid, started, event, query, ours, step, behind_waiter in rows:
+                    if step:
+                        self.steps_waiting.append(f"{event}: {query}")
+                    if not ours:
+                        continue
+                    if behind_waiter:
+                        self.convoys.append(f"{query} behind {behind_waiter}")
                     first = seen.setdefault((pid, started), now)
                     if now - first > self.longest:
                         self.longest, self.worst = now - first, f"{event}: {query}"
@@ -173,4 +199,6 @@ def test_prune_of_200k_runs_does_not_hold_up_claims(
         f" ({waits.worst or 'none'})"
     )
     assert waits.samples > 100
+    assert waits.steps_waiting == [], "a partition step waited in a lock's queue"
+    assert waits.convoys == [], "a claim or finish waited behind a waiter"
     assert waits.longest <= MAX_LOCK_WAIT_SECONDS, (waits.longest, waits.worst)

@@ -323,6 +323,24 @@ def test_no_claim_and_no_start_while_leases_may_have_expired() -> None:
     assert w.life.may_claim() and w.life.start(h)
 
 
+def test_a_claim_after_an_idle_stretch_without_beats_starts_at_once() -> None:
+    """An idle worker process sends no beat (service/beats.py: its supervisor keeps its
+    workers row alive): a claim into an empty lifecycle is itself the leases' confirmation,
+    as of its sending. Once runs are held, only a beat confirms them again."""
+    w = World()
+    w.life = Lifecycle(w.metrics, clock=w.clock, min_lease_seconds=60.0)
+    w.clock.now += 600.0  # ten minutes idle, no beat
+    sent_at = w.clock.now - 0.01
+    h = w.held()
+    assert w.life.accept([h], sent_at) == []
+    assert w.life.may_claim() and w.life.start(h)
+    w.clock.now += 61.0  # held, and no beat since the claim: the lease may have expired
+    assert not w.life.may_claim()
+    later = w.held()
+    assert w.life.accept([later], w.clock.now) == []  # runs were held: no confirmation
+    assert not w.life.may_claim()
+
+
 def test_a_beat_that_skipped_a_run_locked_elsewhere_confirms_nothing() -> None:
     """The heartbeat skips rows another transaction has locked. One whose outcome we are
     writing is decided by that write; any other one was not renewed, so the leases are not all

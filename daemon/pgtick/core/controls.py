@@ -77,7 +77,7 @@ class ControlsClock:
         safety_seconds: float = SAFETY_REFRESH_SECONDS,
     ) -> None:
         self._poll = poll_interval_seconds
-        self._safety = safety_seconds
+        self.safety_seconds = safety_seconds
         self.notifying = notifying
         self._stale = threading.Event()
         self._stale.set()  # read before the first claim
@@ -91,7 +91,7 @@ class ControlsClock:
     def due(self) -> bool:
         if self._stale.is_set():
             return True
-        every = self._safety if self.notifying() else self._poll
+        every = self.safety_seconds if self.notifying() else self._poll
         return time.monotonic() - self._read_at >= every
 
     def reading(self) -> None:

@@ -18,6 +18,11 @@ lease's end (storage.maintenance.HOLDER_ALIVE_SECONDS): while runs are skipped s
 beats for them alone (the same statement, given those leases only) every
 BLOCKED_BEAT_SECONDS and just before each of their leases ends, between its full beats; the
 first beat after the lock goes renews the lease.
+
+A worker process (``worker.processes`` above 1) holding no run sends no beat: its supervisor
+marks every such process alive in one statement (service/beats.py), so an idle daemon's
+queries do not grow with its processes. Its first claim confirms its leases as of its sending
+(lifecycle.accept); the supervisor asks for a beat when the workers row has gone (``ask``).
 """
 
 from __future__ import annotations
@@ -63,6 +68,9 @@ class Heartbeat:
         self._interval = interval_seconds
         self._metrics = metrics
         self.stop_event = threading.Event()
+        # A worker process's supervisor beats for it while it holds no run (service/beats.py).
+        self.idle_beats_elsewhere = False
+        self._asked = False  # the supervisor asked for a beat of our own (ask)
         # Set at a process's exit: the workers row is removed while the beats go on renewing
         # the leases of handlers still running (service/work.py, exit_releasing).
         self.leaving = False
@@ -83,6 +91,12 @@ class Heartbeat:
         self.stop_event.set()
         self._nudged.set()
 
+    def ask(self) -> None:
+        """Beat now, even holding no run: the supervisor found the workers row gone (another
+        daemon's reaper forgot us), and our beat registers again."""
+        self._asked = True
+        self._nudged.set()
+
     def beat(self, *, only_blocked: bool = False) -> None:
         """One heartbeat: extend every held lease and report the ones found gone; then give
         back the claimed runs that waited too long for a thread. ``only_blocked``: a beat
@@ -92,6 +106,9 @@ class Heartbeat:
         blocked = not life.may_claim()
         sent_at = time.monotonic()
         leases = life.leases()
+        asked, self._asked = self._asked, False
+        if not leases and self.idle_beats_elsewhere and not asked and not self.leaving:
+            return  # nothing to renew, and the supervisor keeps the workers row alive
         if only_blocked:
             leases = {rid: leases[rid] for rid in self._blocking if rid in leases}
         else:
@@ -149,9 +166,10 @@ class Heartbeat:
         while not self.stop_event.is_set():
             now = time.monotonic()
             self.alive_at = now
-            if now >= next_beat:
+            if now >= next_beat or self._asked:
                 try:
-                    full = now >= self._full_due  # else a beat of the row-locked runs only
+                    # Else a beat of the row-locked runs only.
+                    full = now >= self._full_due or self._asked
                     self.beat(only_blocked=not full)
                     if failures:
                         log.info("heartbeat_recovered", after_failures=failures)

@@ -136,6 +136,11 @@ class Lifecycle(HeldTable):
         with self._lock:
             if self._closed:
                 return list(fresh)
+            if not self._held:
+                # Nothing was held: every lease held now is one this claim just took, so the
+                # leases are known renewed as of its sending, however long ago the last beat
+                # was (an idle worker process does not beat: service/beats.py).
+                self._confirmed_at = max(self._confirmed_at, now if sent_at is None else sent_at)
             for held in fresh:
                 old = self._held.get(held.id)
                 if old is not None and old.handler_active:

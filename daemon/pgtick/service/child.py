@@ -33,6 +33,8 @@ import structlog
 
 import pgtick
 from pgtick.config import Config
+from pgtick.core.controls import SAFETY_REFRESH_SECONDS
+from pgtick.core.heartbeat import Heartbeat
 from pgtick.core.lifecycle import Held
 from pgtick.core.worker import Worker
 from pgtick.observability import logs, tracing
@@ -134,6 +136,7 @@ class _Inbox:
         self._listening = False
         self._told_at = -math.inf  # monotonic: the supervisor's last word on it
         self.worker: Worker | None = None
+        self.heartbeat: Heartbeat | None = None
 
     @property
     def listening(self) -> bool:
@@ -183,6 +186,8 @@ class _Inbox:
             worker.rescan()
         elif kind == "controls":
             worker.controls_changed()
+        elif kind == "beat" and self.heartbeat is not None:
+            self.heartbeat.ask()
 
 
 def main(spec: ChildSpec, conn: Connection) -> None:
@@ -230,8 +235,14 @@ def _serve(
         worker.bounds.notifying = lambda: inbox.listening
         worker.controls.notifying = lambda: inbox.listening
         inbox.worker = worker
+        # Holding no run, this process does not beat: the supervisor does (service/beats.py).
+        work.heartbeat.idle_beats_elsewhere = True
+        inbox.heartbeat = work.heartbeat
         worker.on_backlog = out.backlog
         worker.processes = spec.processes
+        # Like the poll interval (supervisor._spec): the daemon as a whole makes up for a
+        # missed !controls NOTIFY as often as one process did, however many there are.
+        worker.controls.safety_seconds = SAFETY_REFRESH_SECONDS * spec.processes
         loops = [work.start_heartbeat()]
         threads = work.start_threads()
         worker.wake()  # NOTIFYs sent before the inbox knew the worker: claim once now
@@ -281,7 +292,8 @@ def _report(spec: ChildSpec, out: _Outbox, work: WorkSide, metrics: Metrics) -> 
     rss = rss_bytes()
     metrics.sample_process(worker.busy, rss)
     finished = worker.life.finished_total
-    if not out.send("status", worker.busy, worker.claimed_total, finished):
+    leased = len(worker.life.leases())  # none: the supervisor beats for this process
+    if not out.send("status", worker.busy, worker.claimed_total, finished, leased):
         return False  # the supervisor is gone: the inbox stops us
     w = spec.config.worker
     reason = None

@@ -11,6 +11,7 @@ asks to be recycled gets its successor at once and drains beside it.
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import os
 import secrets
@@ -37,6 +38,8 @@ KILL_JOIN_SECONDS = 5.0
 # A dead process's run whose row was locked at its death (its own open ctx.transaction(), until
 # the server notices the connection gone and rolls back) was skipped: looked for again then.
 REAP_AGAIN_SECONDS = 1.0
+# A process's status (sent every second) younger than this says it is alive (idle_worker_ids).
+STATUS_FRESH_SECONDS = 3.0
 
 log = structlog.get_logger("pgtick.service")
 
@@ -56,6 +59,8 @@ class Child:
     busy: int = 0
     claimed: int = 0
     finished: int = 0
+    leased: int = -1  # runs it holds a lease on, as of its last status (-1: none came yet)
+    status_at: float = -math.inf  # monotonic: when its last status came
     problem: str | None = None
 
     def send(self, *message: Any) -> None:
@@ -184,7 +189,8 @@ class Children:
         if kind == "ready":
             c.ready = True
         elif kind == "status":
-            c.busy, c.claimed, c.finished = message[1:4]
+            c.busy, c.claimed, c.finished, c.leased = message[1:5]
+            c.status_at = time.monotonic()
         elif kind == "backlog":
             self.wake(besides=c)
         elif kind == "problem":
@@ -276,6 +282,24 @@ class Children:
 
     def pids(self) -> list[int]:
         return [c.process.pid for c in self._live() if c.process.pid is not None]
+
+    def idle_worker_ids(self) -> list[str]:
+        """The worker ids of the processes that hold no run and said so within
+        STATUS_FRESH_SECONDS: alive, and not beating for themselves (service/beats.py). A
+        process that stopped talking (frozen, dying) is left to its own beats, and then to
+        the reapers."""
+        now = time.monotonic()
+        return [
+            c.worker_id
+            for c in self._live()
+            if c.leased == 0 and now - c.status_at < STATUS_FRESH_SECONDS
+        ]
+
+    def ask_beat(self, worker_id: str) -> None:
+        """Have the process ``worker_id`` beat for itself now (its workers row has gone)."""
+        for c in self._live():
+            if c.worker_id == worker_id:
+                c.send("beat")
 
     # -- NOTIFYs relayed from the supervisor's LISTEN connection --------------------------------
 

@@ -1,7 +1,8 @@
 """The supervisor process of ``worker.processes`` above 1 (docs/architecture.md, "The process
 model"): it owns what exists once per daemon (the ticker, the reaper and retention, the
-LISTEN connection, sd_notify and the watchdog, the HTTP listeners, the signals) and runs no
-handler itself; the worker processes (``children``) claim, run, heartbeat and finish.
+LISTEN connection, sd_notify and the watchdog, the HTTP listeners, the signals, the beat of
+the idle worker processes) and runs no handler itself; the worker processes (``children``)
+claim, run, heartbeat and finish.
 
 Its LISTEN connection relays each NOTIFY to one worker process (round-robin), so one enqueue
 wakes one claim per daemon, not one per process. Its ``/metrics`` reads every process's
@@ -28,6 +29,7 @@ from pgtick.core.worker import claim_type
 from pgtick.observability.metrics import Metrics
 from pgtick.observability.outage import tell_pool_warnings
 from pgtick.observability.systemd import Notifier
+from pgtick.service.beats import IdleBeats
 from pgtick.service.child import ChildSpec
 from pgtick.service.children import Children
 from pgtick.service.drain import DISPATCHER_JOIN_SECONDS, RESULTS_FLUSH_SECONDS
@@ -128,7 +130,9 @@ class Supervisor:
             on_due=children.due,
             on_controls=children.controls,
         )
-        loops = [LoopThread("listener", listener.run), *once.loops()]
+        beats = IdleBeats(store, children, cfg.worker.heartbeat_seconds, metrics)
+        loops = [LoopThread("listener", listener.run), LoopThread("beats", beats.run)]
+        loops += once.loops()
         children.start()
         for loop in loops:
             loop.thread.start()
@@ -181,6 +185,7 @@ class Supervisor:
         )
         children.drain(force, bound)
         listener.stop_event.set()
+        beats.stop_event.set()
         once.stop()
         for loop in loops:
             loop.thread.join(timeout=2.0)

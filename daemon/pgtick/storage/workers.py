@@ -62,6 +62,11 @@ class WorkerQueries(StoreBase):
                 },
             )
 
+    def beat_workers(self, worker_ids: Sequence[str]) -> set[str]:
+        """Mark these workers alive; returns those whose row exists."""
+        rows = self._all("beat_workers", "beat_workers", {"ids": list(worker_ids)})
+        return {str(row[0]) for row in rows}
+
     def deregister_worker(self, worker_id: str) -> None:
         with self._conn("deregister_worker") as conn:
             conn.execute(sqlfile.query("deregister_worker", conn.schema), {"id": worker_id})

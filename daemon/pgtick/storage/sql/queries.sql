@@ -1180,6 +1180,12 @@ FROM {schema}.workers
 WHERE heartbeat_at > now() - make_interval(secs => %(within)s)
 ORDER BY hostname, pid;
 
+-- beat_workers --
+-- A supervisor marks its idle worker processes alive (service/beats.py), one statement for
+-- them all: a process holding no run sends no heartbeat of its own. Returns the ids found (a
+-- row another daemon's reaper removed is not made again here: its process registers again).
+UPDATE {schema}.workers SET heartbeat_at = now() WHERE id = ANY(%(ids)s::text[]) RETURNING id;
+
 -- deregister_worker --
 -- A daemon removes itself on clean exit.
 DELETE FROM {schema}.workers WHERE id = %(id)s;
