@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from tests.torture.controls import max_running_at
 from tests.torture.findings import (
     EPISODES_SHOWN,
+    PREVIOUS_RELEASED,
     RATE_SLACK_SECONDS,
     TERMINAL,
     Finding,
@@ -104,7 +105,12 @@ def lease_kept(model: Model) -> list[Finding]:
         since = reaped - 2 * model.lease_ns
         context = model.context([row["run"]], since - 10 * NS, reaped, [daemon.name])
         excuse, locked = lease_taken_by(model, row["run"], daemon.name, reaped)
-        if not excuse and locked is None and daemon.termed and daemon.termed.t <= reaped:
+        stopping = daemon.termed is not None and daemon.termed.t <= reaped
+        if not excuse and let_go and stopping and daemon.started.get("release") == "previous":
+            # Let go of by the holder's own shutdown while its handler ran, whatever row lock
+            # delayed it: the previous release's known bug (CI seed 82, 2026-12-03).
+            excuse, locked = PREVIOUS_RELEASED, None
+        if not excuse and locked is None and stopping:
             excuse = "its daemon was stopping (SIGTERM): a result it could not write is reaped"
         out.append(
             Finding(

@@ -271,6 +271,31 @@ def test_a_run_released_by_a_shutdown_while_its_handler_still_runs_is_a_violatio
     assert "shutdown released the run while the first still ran" in found.summary
 
 
+@pytest.mark.parametrize("release", ["previous", "current"])
+def test_a_cancelled_run_let_go_of_by_a_stopping_daemon_under_its_handler(release: str) -> None:
+    """CI seed 82 (2026-12-03): a daemon of the previous release, stopping in the upgrade's
+    rolling restart, let go of a cancelled run while its `linger` handler still ran, once a
+    row lock on another of its runs ended, with daemons of this version already running.
+    That release's known shutdown bug (fixed in this version, issue 43): excused and counted.
+    A daemon of this version doing so is a violation."""
+    h = Hand()
+    h.daemon("d0#1")  # this version, running before the take: no "only the previous ran"
+    h.daemon("d2#2", release=release)
+    h.execution(19.4, 50.0, run=43, daemon="d2#2", job_type="slow", behaviour="linger")
+    h.at(33.3, "nemesis", INVOKE, "term", daemon="d2#2", pid=1, step=28)
+    lock = {"commit": False, "holder": "w-d2#2", "job_type": None, "rows": 1, "run": 91}
+    h.at(33.3, "nemesis", INVOKE, "row-lock", pick=0.2, seconds=10.3, step=67, **lock)
+    h.at(43.6, "nemesis", OK, "row-lock", pick=0.2, seconds=10.3, step=67, **lock)
+    h.attempt(
+        43, 1, "lost", worker="w-d2#2", finished=int(43.6 * NS), error="cancelled by operator"
+    )
+    verdict = h.verdict()
+    if release == "previous":
+        assert "lease-kept" not in names(verdict) and "lease-kept" in excuses(verdict)
+    else:
+        assert "lease-kept" in names(verdict)
+
+
 def test_executions_one_after_the_other_are_not_a_violation() -> None:
     h = Hand()
     h.execution(10.0, 12.0, run=5, outcome=FAIL)
