@@ -2,11 +2,14 @@
 no claim or finish is held up by it meanwhile. Claims and finishes are made in a loop by the
 test, and pg_stat_activity is sampled throughout for every backend waiting on a lock.
 
-What is judged is the design, which holds on a machine of any load (issue 44, item 2): no step
-of the prune's or the daemon's retention ever waits in a lock's queue (every lock they take is
-NOWAIT), so no claim or finish ever waits behind a waiter (the convoy that held finishes up to
-50 ms, then a partition's creation, before migration 0020). A claim may still wait for a step
-that holds a lock, for that step alone: that wait is measured and printed, and bounded by
+What is judged is the design, which holds on a machine of any load (issue 44, item 2): no
+partition step of the prune's or the daemon's retention ever waits in a lock's queue (every
+lock they take is NOWAIT), so no claim, finish or row delete ever waits behind a waiter (the
+convoy that held finishes up to 50 ms, then a partition's creation, before migration 0020). A
+claim, a finish or one of the prune's row deletes (which takes the lock a finish takes, and
+conflicts with no claim) may still wait for a step that holds a lock, for that step alone (CI:
+a delete waited for the daemon's retention creating a partition): that wait is measured and
+printed, and bounded by
 MAX_LOCK_WAIT_SECONDS, which is what a step holds a lock on a starved 2-core machine, not the
 few milliseconds it holds one on an idle machine (`make test` beside a CPU burner: a finish
 waited over 100 ms for a step preempted while it held the parent's lock). (An integration
@@ -76,9 +79,9 @@ def _seed(conn: db.Connection) -> None:
     conn.execute("ANALYZE attempts")
 
 
-# What a partition step sends: the daemon's retention and the prune's (maintain_partitions),
-# and the prune's deletes of the rest (queries.sql: prune).
-STEP_QUERIES = ("%maintain_partitions%", "%victims AS%")
+# What a partition step sends: the daemon's retention and the prune's (maintain_partitions).
+# The prune's deletes of the rest (queries.sql: prune) are row changes, judged as a finish is.
+STEP_QUERIES = ("%maintain_partitions%",)
 
 
 class LockWaits:
