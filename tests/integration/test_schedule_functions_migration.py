@@ -46,7 +46,8 @@ def test_0028_keeps_who_may_manage_schedules(
                 )
             )
         monkeypatch.setattr(migrate, "available", lambda: shipped)
-        assert migrate.migrate(empty_dsn, "pgtick")[-1].startswith("0028_")
+        applied = migrate.migrate(empty_dsn, "pgtick")
+        assert applied[0].startswith("0028_"), applied
         for fn in ("create_schedule", "update_schedule"):
             new = f"pgtick.{SIGNATURE.format(fn=fn, extra=', jsonb, jsonb')}"
             can = admin.execute(

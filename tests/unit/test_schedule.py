@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, event, given, reject, settings
 from hypothesis import strategies as st
 
 from pgtick.errors import ConfigError, ScheduleError
-from pgtick.scheduling.cron import Cron, jitter_offset, load_zone, validate_cron
+from pgtick.scheduling.cron import Cron, CronCache, jitter_offset, load_zone, validate_cron
 
 ONE_MINUTE = timedelta(minutes=1)
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
@@ -772,6 +772,55 @@ def test_latest_at_or_before_is_the_last_occurrence(
     assert latest <= at
     assert list(cron.occurrences(latest, at)) == []
     assert cron.next_after(latest - timedelta(microseconds=1)) == latest
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    expressions(),
+    zone_and_start(),
+    st.lists(st.integers(-3 * 24 * 3600, 3 * 24 * 3600), min_size=1, max_size=12),
+)
+def test_the_cache_answers_as_the_cron_does(
+    expr: Expr, zone_start: tuple[str, datetime], steps: list[int]
+) -> None:
+    """CronCache (the metrics' schedules) at times walking forward and back by up to 3 days:
+    every answer the uncached one, whichever answer it kept."""
+    zone, at = zone_start
+    cron = _parse_or_reject(expr.text, zone)
+    cache = CronCache(cron)
+    for step in steps:
+        at += timedelta(seconds=step)
+        assert cache.latest_at_or_before(at) == cron.latest_at_or_before(at)
+        assert cache.next_after(at) == cron.next_after(at)
+        # Again at the same time, from the cache, and at its answers' own edges.
+        assert cache.latest_at_or_before(at) == cron.latest_at_or_before(at)
+        upcoming = cron.next_after(at)
+        assert cache.latest_at_or_before(upcoming) == upcoming
+        assert cache.next_after(upcoming - timedelta(microseconds=1)) == upcoming
+
+
+def test_the_cache_asks_croniter_once_per_occurrence() -> None:
+    cron = Cron.parse("0 3 * * *")
+    cache = CronCache(cron)
+    asked = []
+    original = Cron.latest_at_or_before
+
+    def counted(self: Cron, at: datetime) -> datetime | None:
+        asked.append(at)
+        return original(self, at)
+
+    at = utc("2026-12-03T12:00")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Cron, "latest_at_or_before", counted)
+        for minute in range(0, 24 * 60, 15):  # every 15 s would do the same, 4 times as often
+            assert cache.latest_at_or_before(at + timedelta(minutes=minute)) is not None
+    # 12:00 asks; 03:00 the next day (minute 900) asks again; nothing else does.
+    assert asked == [at, utc("2026-12-04T03:00")]
+    # A cron that never fires again: no upcoming occurrence, asked once.
+    never = CronCache(Cron.parse("0 0 29 2 *"))
+    end = datetime(9999, 3, 1, tzinfo=UTC)
+    assert never.next_after(end) is None
+    assert never.next_after(end + timedelta(days=1)) is None
 
 
 # --- 3. Validation ----------------------------------------------------------------------------

@@ -24,9 +24,9 @@ from typing import Any
 import structlog
 
 from pgtick.config import ScheduleConfig
-from pgtick.errors import PgtickError, ScheduleError
+from pgtick.errors import PgtickError
 from pgtick.observability.database import DatabaseSnapshot
-from pgtick.scheduling.cron import Cron
+from pgtick.scheduling.cron import Cron, CronCache
 from pgtick.storage.store import (
     ClaimType,
     FlowState,
@@ -52,7 +52,7 @@ def overdue_grace_seconds(tick_interval_seconds: float, jitter_seconds: float) -
 
 
 def due_occurrences(
-    schedules: Mapping[str, tuple[Cron, float]], now: datetime
+    schedules: Mapping[str, tuple[Cron | CronCache, float]], now: datetime
 ) -> dict[str, datetime | None]:
     """Per schedule name (cron, grace seconds): the latest occurrence that should have started
     by ``now``; the ``due_at`` that ``RunStore.metrics_snapshot`` asks about."""
@@ -82,9 +82,10 @@ class DatabaseProbe:
     ) -> None:
         self._store = store
         self._limits = [t for t in limits if t.limited]  # flow control: pgtick_runs_waiting
+        # Cached: asked at every read, the occurrences change once per occurrence.
         self._schedules = {
             s.name: (
-                Cron.parse(s.cron, s.timezone, s.name),
+                CronCache(Cron.parse(s.cron, s.timezone, s.name)),
                 overdue_grace_seconds(tick_interval_seconds, s.jitter_seconds),
             )
             for s in schedules
@@ -150,7 +151,7 @@ class DatabaseProbe:
             schedule_next_run={
                 name: upcoming.timestamp()
                 for name, (cron, _) in self._schedules.items()
-                if (upcoming := _next_after(cron, db_now)) is not None
+                if (upcoming := cron.next_after(db_now)) is not None
             },
             schedules_overdue=sum(1 for s in snap.schedules if is_overdue(s)),
             terminal_counted_at=snap.terminal_counted_at,
@@ -203,11 +204,3 @@ class HolderAges:
             first = db_now
         self._seen[key] = (first, holder.xid_age)
         return max(0.0, db_now - first)
-
-
-def _next_after(cron: Cron, at: datetime) -> datetime | None:
-    """The next occurrence, or None for a cron that never fires again."""
-    try:
-        return cron.next_after(at)
-    except ScheduleError:
-        return None

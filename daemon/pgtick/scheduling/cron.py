@@ -64,6 +64,8 @@ JITTER_MARGIN_SECONDS = 1.0
 
 _ONE_MINUTE = timedelta(minutes=1)
 _SEARCH_WINDOW = timedelta(days=366 * SEARCH_WINDOW_YEARS)
+# CronCache asks croniter again at least this often, however rare the occurrences.
+CACHE_RECHECK = timedelta(days=1)
 _MAX_UTC = datetime.max.replace(tzinfo=UTC)
 _MIN_UTC = datetime.min.replace(tzinfo=UTC)
 # Same split as croniter: ASCII whitespace only (a no-break space is not a field separator).
@@ -343,6 +345,53 @@ class Cron:
         if repeat.utcoffset() == local.utcoffset():
             return first, None
         return first, repeat.astimezone(UTC)
+
+
+class CronCache:
+    """A schedule's latest occurrence by a time and its next after one, computed again only
+    when the time leaves the span the last answer holds for (between two occurrences): the
+    metrics ask both at every read of the database, and croniter takes about a millisecond a
+    call (ten schedules: 11 ms of a scrape). Answers as ``Cron`` does, at any time given."""
+
+    def __init__(self, cron: Cron) -> None:
+        self.cron = cron
+        self._latest: tuple[datetime, datetime, datetime | None] | None = None  # from, until
+        self._next: tuple[datetime, datetime | None] | None = None  # from, the answer
+
+    def latest_at_or_before(self, at: datetime) -> datetime | None:
+        """``Cron.latest_at_or_before``: the answer holds from that occurrence (or from ``at``
+        when there is none) until the next, and at most CACHE_RECHECK."""
+        at = _as_utc(at, "at")
+        if self._latest is not None:
+            start, until, value = self._latest
+            if start <= at < until:
+                return value
+        value = self.cron.latest_at_or_before(at)
+        start = at if value is None else value
+        following = self._next_after(start)
+        until = start + CACHE_RECHECK
+        if following is not None:
+            until = min(until, following)
+        self._latest = (start, until, value)
+        return value
+
+    def next_after(self, at: datetime) -> datetime | None:
+        """``Cron.next_after``, None for a cron that never fires again: the answer holds from
+        the time it was asked for until it."""
+        at = _as_utc(at, "at")
+        if self._next is not None:
+            start, value = self._next
+            if start <= at and (value is None or at < value):
+                return value
+        value = self._next_after(at)
+        self._next = (at, value)
+        return value
+
+    def _next_after(self, at: datetime) -> datetime | None:
+        try:
+            return self.cron.next_after(at)
+        except ScheduleError:
+            return None
 
 
 def _gap_end(zone: zoneinfo.ZoneInfo, wall: datetime) -> datetime:

@@ -1534,11 +1534,10 @@ ORDER BY job_type;
 -- Everything the database-derived metrics show, in one statement (the metrics collector
 -- sends it at most once per cache period; the comment below lets tests and operators find it
 -- in pg_stat_statements and pg_stat_activity). Non-terminal counts are exact and read only
--- active rows (runs_live); terminal counts come from terminal_run_counts;
--- a schedule's last success uses runs_schedule_success_idx. %(names)s / %(due_at)s give,
--- per configured schedule, the occurrence that should have started by now (NULL: none);
--- due_started says whether a run for it started (or was deliberately skipped or cancelled),
--- and is NULL for an occurrence from before the schedule existed.
+-- active rows (runs_live); terminal counts come from terminal_run_counts; the schedules'
+-- health comes from schedule_health() (migration 0029: a schedule's last success uses
+-- runs_schedule_success_idx). %(names)s / %(due_at)s give, per configured schedule, the
+-- occurrence that should have started by now (NULL: none).
 -- Vacuum health: the oldest holders of this database's MVCC horizon, oldest first by
 -- transaction age (what really orders them): sessions of this database with a snapshot or
 -- a transaction id (backend_xmin/backend_xid; a walsender's hot_standby_feedback; not an
@@ -1570,23 +1569,8 @@ SELECT /* pgtick_metrics_snapshot */
     (SELECT coalesce(json_agg(json_build_array(job_type, status, n)), '[]')
      FROM {schema}.terminal_run_counts),
     (SELECT extract(epoch FROM refreshed_at)::float8 FROM {schema}.terminal_run_counts_refresh),
-    (SELECT coalesce(json_agg(json_build_array(
-                s.name, s.paused,
-                (SELECT extract(epoch FROM max(r.finished_at))::float8
-                 FROM {schema}.runs r WHERE r.schedule_id = s.id AND r.status = 'succeeded'),
-                CASE WHEN want.due_at IS NULL OR want.due_at < s.created_at THEN NULL
-                ELSE EXISTS (
-                    SELECT FROM {schema}.runs r
-                    WHERE r.schedule_id = s.id AND r.scheduled_for = want.due_at
-                      AND (r.started_at IS NOT NULL OR r.status IN ('skipped', 'cancelled')))
-                -- Passed by the ticker with no run, deliberately (paused then, resumed from
-                -- now, catchup = "none"), or its run pruned since: handled.
-                OR (coalesce(s.materialized_until >= want.due_at, false) AND NOT EXISTS (
-                    SELECT FROM {schema}.runs r
-                    WHERE r.schedule_id = s.id AND r.scheduled_for = want.due_at))
-                END)), '[]')
-     FROM unnest(%(names)s::text[], %(due_at)s::timestamptz[]) AS want(name, due_at)
-     JOIN {schema}.schedules s ON s.name = want.name),
+    -- Planned once per connection (migration 0029), not at every scrape.
+    {schema}.schedule_health(%(names)s::text[], %(due_at)s::timestamptz[]),
     (SELECT coalesce(json_agg(json_build_array(
                 kind, ident, usename, application, client, state, age_seconds, xid_age,
                 backend_type) ORDER BY xid_age DESC), '[]')
