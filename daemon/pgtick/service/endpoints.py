@@ -11,11 +11,11 @@ from collections.abc import Callable, Mapping, Sequence
 import structlog
 
 from pgtick.config import Config, read_token, read_viewer_token
-from pgtick.core.dbstate import METRICS_POOL_SIZE, DatabaseProbe
+from pgtick.core.dbstate import METRICS_POOL_SIZE, STATEMENT_TIMEOUT_SECONDS, DatabaseProbe
 from pgtick.observability.database import DatabaseCollector, PoolStatsCollector, Readiness
 from pgtick.observability.metrics import Metrics
 from pgtick.storage import db
-from pgtick.storage.store import ClaimType, RunStore
+from pgtick.storage.store import ClaimType, RunStore, warm_metrics_connection
 from pgtick.surfaces.console.routes import SECURITY_HEADERS, Console
 from pgtick.surfaces.console.server import ConsoleServer
 from pgtick.surfaces.http import HttpServer, observability_routes
@@ -51,7 +51,11 @@ class Endpoints:
             metrics.registry.register(PoolStatsCollector(pools))
             return
         metrics_pool = db.make_pool(
-            self.dsn, cfg.database.schema, size=METRICS_POOL_SIZE, name="pgtick-metrics"
+            self.dsn,
+            cfg.database.schema,
+            size=METRICS_POOL_SIZE,
+            name="pgtick-metrics",
+            on_connect=lambda conn: warm_metrics_connection(conn, STATEMENT_TIMEOUT_SECONDS),
         )
         self._metrics_store = RunStore(metrics_pool)
         pools["pgtick-metrics"] = metrics_pool.get_stats

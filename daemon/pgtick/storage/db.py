@@ -19,7 +19,7 @@ statement, whatever ``default_transaction_isolation`` the database or role sets.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -194,16 +194,24 @@ def make_pool(
     checkout_timeout: float | None = None,
     wait: bool = True,
     prepare: bool = False,
+    on_connect: Callable[[Connection], None] | None = None,
 ) -> psycopg_pool.ConnectionPool[Connection]:
     """A pool of ``size`` autocommit connections, checked on checkout, opened explicitly.
-    ``checkout_timeout`` (default: ``open_timeout``) bounds the wait for a connection."""
+    ``checkout_timeout`` (default: ``open_timeout``) bounds the wait for a connection;
+    ``on_connect`` runs on each new connection, on the pool's thread, before any checkout."""
+
+    def configure(conn: Connection) -> None:
+        _configure(conn, schema)
+        if on_connect is not None:
+            on_connect(conn)
+
     pool: psycopg_pool.ConnectionPool[Connection] = psycopg_pool.ConnectionPool(
         dsn,
         min_size=size,
         max_size=size,
         connection_class=Connection,
         kwargs=_connect_kwargs(name, prepare=prepare),
-        configure=lambda conn: _configure(conn, schema),
+        configure=configure,
         # Called at checkouts only, once ``pool`` is bound.
         check=lambda conn: _check_all_if_broken(conn, pool),
         name=name,

@@ -35,6 +35,7 @@ from pgtick.storage.maintenance import (
     ReapedRun,
     ReapLook,
     ScheduleHealth,
+    warm_metrics_connection,
 )
 from pgtick.storage.notify import Notifications, listening
 from pgtick.storage.output import AttemptState, Chunk, OutputQueries, StoredChunk
@@ -136,4 +137,5 @@ __all__ = [
     "enqueue_on",
     "listening",
     "rollup_retention",
+    "warm_metrics_connection",
 ]
