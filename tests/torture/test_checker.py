@@ -296,6 +296,33 @@ def test_a_cancelled_run_let_go_of_by_a_stopping_daemon_under_its_handler(releas
         assert "lease-kept" in names(verdict)
 
 
+@pytest.mark.parametrize("release", ["previous", "current"])
+def test_a_timeout_written_by_a_stopping_daemon_under_its_handler(release: str) -> None:
+    """make test, seed 82 (2026-12-03): a daemon of the previous release, stopping in the
+    upgrade's rolling restart, wrote the timeout's failure of a `capped` run whose `overrun`
+    handler had not returned, and a daemon of this version started another `capped` run
+    (max_running = 1) beside that handler, which ended with its process. That release's known
+    shutdown bug (fixed in this version, `bec43ba`): excused and counted. A daemon of this
+    version doing so is a violation."""
+    h = Hand()
+    h.daemon("d0#2")  # this version, running beside it
+    h.daemon("d1#1", release=release)
+    h.execution(
+        19.3, None, run=32, attempt=2, daemon="d1#1", job_type="capped", behaviour="overrun"
+    )
+    h.at(22.6, "nemesis", INVOKE, "term", daemon="d1#1", pid=1, step=28)
+    h.attempt(32, 2, "failed", worker="w-d1#1", error_type="timeout", finished=int(25.7 * NS))
+    h.execution(
+        25.9, 26.3, run=45, daemon="d0#2", job_type="capped", behaviour="fail", outcome=FAIL
+    )
+    h.at(28.0, "harness", OK, "daemon-exit", daemon="d1#1", code=0, told="SIGTERM", started=True)
+    verdict = h.verdict()
+    if release == "previous":
+        assert "limits" not in names(verdict) and "limits" in excuses(verdict)
+    else:
+        assert "limits" in names(verdict)
+
+
 def test_executions_one_after_the_other_are_not_a_violation() -> None:
     h = Hand()
     h.execution(10.0, 12.0, run=5, outcome=FAIL)
