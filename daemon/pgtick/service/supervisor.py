@@ -150,6 +150,7 @@ class Supervisor:
             stop.wait(0.05)
             waited += 0.05
         self.notifier.ready(children.status(cfg.worker.threads))
+        endpoints.warm_metrics()
 
         def tend() -> bool:
             children.listening(listener.connected)
