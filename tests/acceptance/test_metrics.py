@@ -163,11 +163,8 @@ def test_metrics_of_a_running_daemon_match_the_database(
 
     def settled() -> Samples | None:
         samples = scrape(base)
-        try:  # a read cached from before the rows above (the start's render) lacks `nobody`
-            terminal_counted = sample(samples, "pgtick_runs", job_type="record", status="succeeded")
-            stuck = sample(samples, "pgtick_runs_stuck", job_type="nobody")
-        except KeyError:
-            return None
+        terminal_counted = sample(samples, "pgtick_runs", job_type="record", status="succeeded")
+        stuck = sample(samples, "pgtick_runs_stuck", job_type="nobody")
         return samples if terminal_counted == 4 and stuck == 1 else None
 
     samples = wait_for(settled, 30, 0.5, "the recount and the expired lease")

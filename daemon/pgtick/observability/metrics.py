@@ -145,7 +145,6 @@ class Metrics:
         self._pending_delays: collections.deque[tuple[str, float]] = collections.deque()
         self.registry.register(_First(self._collect_first))
         r = self.registry
-        self._merged: MergedFiles | None = None
         if multiprocess_dir is not None:
             # Values go to this process's files (MultiProcessValue, chosen here rather than at
             # import: the supervisor decides after reading its config); the series objects sit
@@ -154,8 +153,7 @@ class Metrics:
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiprocess_dir
             values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
             r = CollectorRegistry(auto_describe=True)
-            self._merged = MergedFiles(multiprocess_dir)
-            self.registry.register(self._merged)
+            self.registry.register(MergedFiles(multiprocess_dir))
         # The loops count their database errors here and tell an outage through this.
         self.outage = DatabaseOutage()
         ProcessCollector(registry=self.registry)
@@ -316,13 +314,6 @@ class Metrics:
 
     def db_error(self, operation: str) -> None:
         self.db_errors.labels(operation).inc()
-
-    def warm(self) -> None:
-        """Merge the processes' files once, before any scrape: the first merge parses every
-        key of every file (a few thousand per process), the ones after it keep them."""
-        if self._merged is not None:
-            for _ in self._merged.collect():
-                pass
 
     def exposition(self, accept: str = "") -> tuple[bytes, str]:
         """The registry in the text format the scraper asked for (OpenMetrics or Prometheus)."""

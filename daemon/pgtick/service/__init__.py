@@ -222,7 +222,6 @@ class Service:
         )
         warn_if_no_job_types(cfg, job_types)
         self.notifier.ready(work.status())
-        self._endpoints.warm_metrics()
         crashed = self._supervise(work, worker_threads, loops, once)
         at_exit: list[Held] = []
         once.ticker.stop_event.set()

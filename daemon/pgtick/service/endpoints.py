@@ -6,7 +6,6 @@ starve neither a scrape nor a page. Once per daemon: in the supervisor when
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
 
 import structlog
@@ -32,7 +31,6 @@ class Endpoints:
         self.config = config
         self.dsn = dsn
         self._http: HttpServer | None = None
-        self._metrics: Metrics | None = None
         self._metrics_store: RunStore | None = None
         self._web: ConsoleServer | None = None
         self._web_store: RunStore | None = None
@@ -83,24 +81,6 @@ class Endpoints:
         routes = observability_routes(metrics, readiness)
         self._http = HttpServer("metrics.listen", cfg.metrics.host, cfg.metrics.port, routes)
         self._http.start()
-        self._metrics = metrics
-
-    def warm_metrics(self) -> None:
-        """Merge the worker processes' metric files once, on a thread of its own, as the daemon
-        reports ready: the first merge parses every key of every file, which the scrapes after
-        it keep (the first scrape of a daemon with 2 processes took 114 ms, the next nineteen
-        at most 79). The database is not read: its sessions warm as they open."""
-        metrics = self._metrics
-        if metrics is None:
-            return
-
-        def merge() -> None:
-            try:
-                metrics.warm()
-            except Exception as exc:  # a warm-up only: the scrapes report their own errors
-                log.debug("metrics_not_warmed", error=str(exc))
-
-        threading.Thread(target=merge, name="pgtick-metrics-warm", daemon=True).start()
 
     def start_web(self, limits: Sequence[ClaimType] = ()) -> None:
         """Serve the console (``web.listen``) on a small pool of its own, so that a page load

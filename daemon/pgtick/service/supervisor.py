@@ -150,7 +150,6 @@ class Supervisor:
             stop.wait(0.05)
             waited += 0.05
         self.notifier.ready(children.status(cfg.worker.threads))
-        endpoints.warm_metrics()
 
         def tend() -> bool:
             children.listening(listener.connected)
