@@ -120,6 +120,17 @@ def always_retry(ctx: JobContext, payload: dict[str, Any]) -> None:
     raise pgtick.Retry(after=payload.get("after", 0.0), message=f"attempt {ctx.attempt}")
 
 
+@job("gated")
+def gated(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Waits until the file ``gate`` exists (at most 60 s), then sleeps ``sleep``: a run as
+    long as the test needs, however slowly the machine starts the test's other daemons."""
+    record(ctx, gated=True)
+    deadline = time.monotonic() + 60.0
+    while not os.path.exists(payload["gate"]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(payload.get("sleep", 0.0))
+
+
 @job("span")
 def span(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Records when it started and when it ended, to show two executions never overlap."""
