@@ -194,6 +194,27 @@ class Clock:
         return self.now
 
 
+class Timers:
+    """Stands for ``threading.Timer``: notes the reads planned ahead; the test fires them."""
+
+    def __init__(self) -> None:
+        self.planned: list[tuple[float, Callable[[], None], threading.Event]] = []
+
+    def __call__(self, delay: float, action: Callable[[], None]) -> Callable[[], None]:
+        cancelled = threading.Event()
+        self.planned.append((delay, action, cancelled))
+        return cancelled.set
+
+    def pending(self) -> list[float]:
+        """The delays of the timers neither fired nor cancelled."""
+        return [delay for delay, _, cancelled in self.planned if not cancelled.is_set()]
+
+    def fire(self) -> None:
+        (_, action, cancelled) = next(p for p in self.planned if not p[2].is_set())
+        cancelled.set()
+        action()
+
+
 def endpoint(
     fetch: Fetch,
     clock: Clock,
@@ -201,9 +222,11 @@ def endpoint(
     last_tick: float | None = 1000.0,
     wait: float = 0.8,
     before: Collector | None = None,
+    timers: Timers | None = None,
 ) -> tuple[Metrics, Readiness, dict[tuple[str, str], Callable[[Request], Response]]]:
     """As ``Endpoints.start_http`` wires them; ``before`` is registered ahead of the
-    database collector (where the worker processes' merged files are)."""
+    database collector (where the worker processes' merged files are); reads planned ahead
+    go to ``timers`` (by default to one that never fires)."""
     metrics = Metrics(["a", "b"], "1.2.3", 4)
     if before is not None:
         metrics.registry.register(before)
@@ -215,6 +238,7 @@ def endpoint(
         cache_seconds=5.0,
         wait_seconds=wait,
         clock=clock,
+        timer=Timers() if timers is None else timers,
     )
     metrics.registry.register(collector)
     metrics.before_collect(collector.prefetch)
@@ -329,6 +353,91 @@ def test_a_failed_read_is_counted_cached_and_gives_the_readiness_reason() -> Non
     fetch.error = None
     clock.now += 6
     assert samples(routes)[("pgtick_db_collect_success", ())] == 1
+
+
+def depth_a(routes: dict[tuple[str, str], Callable[[Request], Response]]) -> float:
+    return samples(routes)[("pgtick_queue_depth", (("job_type", "a"),))]
+
+
+def wait_for_calls(fetch: Fetch, n: int) -> None:
+    deadline = time.monotonic() + 5
+    while fetch.calls < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fetch.calls == n
+
+
+def test_scrapes_at_a_steady_pace_find_the_values_read_just_before_them() -> None:
+    """From the third scrape of a steady pace on, the aggregate runs shortly before each
+    scrape, not during it: the scrape only renders, however long the query takes. Scrapes
+    within a cache period of a round's first (a second scraper) and /readyz do not count as
+    rounds; the reads stay one per round."""
+    fetch, clock, timers = Fetch(), Clock(), Timers()
+    _, _, routes = endpoint(fetch, clock, timers=timers)
+    assert depth_a(routes) == 3
+    clock.now += 0.1
+    depth_a(routes)  # the same round: served from the cache
+    clock.now += 7
+    readyz = routes[("GET", "/readyz")](Request("GET", "/readyz", {}, {}))
+    assert (readyz.status, fetch.calls, timers.pending()) == (200, 2, [])
+    clock.now += 7.9  # the second round, 15 s after the first
+    depth_a(routes)
+    assert fetch.calls == 3
+    (delay,) = timers.pending()
+    assert 14.5 <= delay <= 14.75  # a quarter of a second (or 3 reads) before the next round
+    clock.now += delay
+    fetch.depth = 7
+    timers.fire()
+    wait_for_calls(fetch, 4)
+    clock.now += 15 - delay
+    assert depth_a(routes) == 7  # fresh, and this scrape ran no query
+    assert fetch.calls == 4
+    assert len(timers.pending()) == 1  # the next one is planned in its turn
+
+
+def test_a_read_ahead_waits_for_the_end_of_the_cache_period() -> None:
+    """Rounds barely over a cache period apart: the planned read comes while the last one
+    is still fresh, so it waits for the moment it is not; never two reads in one period."""
+    fetch, clock, timers = Fetch(), Clock(), Timers()
+    _, _, routes = endpoint(fetch, clock, timers=timers)
+    depth_a(routes)
+    clock.now += 5.1
+    depth_a(routes)
+    assert fetch.calls == 2
+    (delay,) = timers.pending()
+    clock.now += delay  # 4.85 s after the last read, which is fresh for 5
+    timers.fire()
+    (wait,) = timers.pending()
+    assert fetch.calls == 2 and 0.1 < wait < 0.2
+    clock.now += wait
+    timers.fire()
+    wait_for_calls(fetch, 3)
+    assert timers.pending() == []
+
+
+def test_when_scrapes_stop_at_most_one_read_follows_and_close_cancels_it() -> None:
+    fetch, clock, timers = Fetch(), Clock(), Timers()
+    collector = DatabaseCollector(fetch, ["a"], [], clock=clock, timer=timers)
+
+    def scrape() -> None:
+        collector.prefetch()
+        assert collector.latest().snapshot is not None
+
+    scrape()
+    clock.now += 15
+    scrape()
+    clock.now += 14.75
+    timers.fire()
+    wait_for_calls(fetch, 3)
+    assert timers.pending() == []  # no scrape came: nothing more is planned
+    clock.now += 0.25
+    scrape()
+    assert len(timers.pending()) == 1
+    collector.close()
+    assert timers.pending() == []
+    clock.now += 15
+    timers.planned[-1][1]()  # a timer that fired as the daemon stopped reads nothing
+    time.sleep(0.05)
+    assert fetch.calls == 3
 
 
 def test_readiness_follows_the_ticker() -> None:

@@ -5,16 +5,22 @@ function reads with one aggregate query. Scrapes share it: at most one read per 
 whatever the number of scrapers, and a scrape waits for it only briefly, so ``/metrics``
 answers within a second even when the database hangs (with ``pgtick_db_collect_success 0``).
 A scrape starts that read before it collects anything else (``prefetch``), so the query
-overlaps the rest of the scrape instead of following it.
+overlaps the rest of the scrape instead of following it. Once scrapes come at a steady pace
+(Prometheus's ``scrape_interval``), the read for the next one is made shortly before it is due
+(``Cadence``), so that scrape finds fresh values and does not wait for the query at all: its
+time no longer grows with the table, and the reads stay one per scrape.
 ``PoolStatsCollector`` shows the connection pools; ``Readiness`` decides ``/readyz`` from the
 last read and the ticker. The series the daemon's own loops update live in ``metrics.py``.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -26,6 +32,12 @@ RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled",
 WAITING_REASONS = ("concurrency", "rate")  # pgtick_runs_waiting: which limit holds runs back
 DB_CACHE_SECONDS = 5.0  # one aggregate query per this period, whatever the number of scrapers
 DB_WAIT_SECONDS = 0.8  # a scrape waits this long for a fresh read, then answers without it
+# A read made ahead of an expected scrape starts this long before it, and at least this many
+# times the last read's duration (so that it is done when the scrape comes), at most half a
+# cache period (so that the scrape still finds it fresh).
+AHEAD_MIN_SECONDS = 0.25
+AHEAD_READS = 3.0
+CADENCE_ROUNDS = 5  # the latest gaps between scrape rounds that give the expected next one
 READY_TICK_INTERVALS = 2.0  # /readyz fails once the ticker missed this many intervals
 OTHER_JOB_TYPE = "other"  # the label the job types beyond the labelled ones are summed under
 
@@ -57,6 +69,40 @@ class DatabaseSnapshot:
     limits_in_use: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
 
+Cancel = Callable[[], None]
+Timer = Callable[[float, Callable[[], None]], Cancel]  # (delay in seconds, action) -> cancel
+
+
+def start_timer(delay: float, action: Callable[[], None]) -> Cancel:
+    """``action`` on a thread of its own after ``delay`` seconds, unless cancelled first."""
+    timer = threading.Timer(delay, action)
+    timer.name = "pgtick-metrics-ahead"
+    timer.daemon = True
+    timer.start()
+    return timer.cancel
+
+
+class Cadence:
+    """When scrapes come. A round is a scrape and those within one cache period after it (a
+    second Prometheus, a person's curl, the bench's warm scrapes); the next round is expected
+    the median gap of the latest rounds after this one. Prometheus scrapes a target at a
+    fixed interval, so after two rounds the expectation is good to a few milliseconds."""
+
+    def __init__(self, period: float) -> None:
+        self._period = period
+        self._starts: deque[float] = deque(maxlen=CADENCE_ROUNDS + 1)
+
+    def scraped(self, now: float) -> float | None:
+        """Note a scrape at ``now``; when it starts a round after an earlier one, the time
+        the next round is expected, else None."""
+        if self._starts and now - self._starts[-1] < self._period:
+            return None
+        self._starts.append(now)
+        if len(self._starts) < 2:
+            return None
+        return now + statistics.median(b - a for a, b in itertools.pairwise(self._starts))
+
+
 @dataclass
 class DatabaseRead:
     """One read of the database, shared by every scrape that waits for it."""
@@ -85,6 +131,7 @@ class DatabaseCollector(Collector):
         cache_seconds: float = DB_CACHE_SECONDS,
         wait_seconds: float = DB_WAIT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        timer: Timer = start_timer,
     ) -> None:
         self._fetch = fetch
         self._job_types = tuple(job_types)
@@ -99,6 +146,11 @@ class DatabaseCollector(Collector):
         self._latest_at = -math.inf
         self._pending: DatabaseRead | None = None
         self._failing = False
+        self._timer = timer
+        self._cadence = Cadence(cache_seconds)
+        self._cancel_ahead: Cancel | None = None
+        self._plan = 0  # the latest read planned ahead; a replaced one does nothing
+        self._closed = False
 
     def describe(self) -> list[Metric]:
         """Nothing up front: describing would otherwise run a query at registration."""
@@ -115,7 +167,45 @@ class DatabaseCollector(Collector):
         """Start a read if the cached one is too old and none is under way, without waiting
         for it. A collection calls this first (``Metrics.before_collect``), so that the query
         runs while the other series are merged and rendered, not after them; ``collect``
-        then takes that same read."""
+        then takes that same read. A scrape that starts a round also plans the read for the
+        next one (``Cadence``)."""
+        self._current()
+        with self._lock:
+            expected = self._cadence.scraped(self._clock())
+            if expected is not None and not self._closed:
+                self._plan_ahead(expected)
+
+    def close(self) -> None:
+        """No read ahead from now on (the daemon stops and its pool closes)."""
+        with self._lock:
+            self._closed = True
+            cancel, self._cancel_ahead = self._cancel_ahead, None
+        if cancel is not None:
+            cancel()
+
+    def _plan_ahead(self, expected: float) -> None:
+        """Under the lock: read shortly before ``expected``, replacing any read planned."""
+        if self._cancel_ahead is not None:
+            self._cancel_ahead()
+        self._plan += 1
+        plan = self._plan
+        last = self._latest.seconds if self._latest is not None else 0.0
+        lead = min(self._cache_seconds / 2, max(AHEAD_MIN_SECONDS, AHEAD_READS * last))
+        delay = max(0.0, expected - lead - self._clock())
+        self._cancel_ahead = self._timer(delay, lambda: self._ahead(plan, again=True))
+
+    def _ahead(self, plan: int, *, again: bool) -> None:
+        """The planned read. If the cached one is still fresh (the gap between rounds is
+        barely over a cache period), it is planned once more for the moment it is not: the
+        cache period still bounds the reads, and a scrape before then is served the cache."""
+        with self._lock:
+            if self._closed or plan != self._plan:
+                return  # stopping, or replaced by a later plan as this one fired
+            self._cancel_ahead = None
+            fresh_for = self._latest_at + self._cache_seconds - self._clock()
+            if again and fresh_for > 0:
+                self._cancel_ahead = self._timer(fresh_for, lambda: self._ahead(plan, again=False))
+                return
         self._current()
 
     def _current(self) -> DatabaseRead:

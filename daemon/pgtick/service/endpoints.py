@@ -32,6 +32,7 @@ class Endpoints:
         self.dsn = dsn
         self._http: HttpServer | None = None
         self._metrics_store: RunStore | None = None
+        self._collector: DatabaseCollector | None = None
         self._web: ConsoleServer | None = None
         self._web_store: RunStore | None = None
 
@@ -74,6 +75,7 @@ class Endpoints:
             on_error=lambda: metrics.db_error("metrics"),
         )
         metrics.registry.register(collector)
+        self._collector = collector
         # The aggregate query starts as a scrape begins and runs while the other series are
         # collected and rendered (with worker.processes above 1: every process's files merged).
         metrics.before_collect(collector.prefetch)
@@ -114,6 +116,8 @@ class Endpoints:
 
     def stop(self) -> None:
         """The metrics server, then the console, last of all."""
+        if self._collector is not None:
+            self._collector.close()  # no read ahead of a scrape on a pool closing below
         if self._http is not None:
             self._http.stop()
         if self._metrics_store is not None:
