@@ -407,3 +407,44 @@ def test_the_metrics_sessions_are_warm_before_the_first_scrape(
         assert daemon.wait(30) == 0
     finally:
         cluster.stop_all()
+
+
+@pytest.mark.timeout(120)
+def test_at_a_steady_pace_the_aggregate_runs_before_the_scrape_not_during_it(
+    cluster: Cluster, conn: Connection
+) -> None:
+    """Issue 47 (a scrape under 100 ms with 10 M runs): after two rounds of scrapes the daemon
+    reads the database by itself shortly before the next round is due; that round's scrape
+    shows what the read found (a run inserted after the second round) and sends no statement
+    of its own. Seen in pg_stat_activity: when the metrics sessions last started one."""
+
+    def metrics_sessions() -> tuple[datetime | None, bool]:
+        """(the latest statement start of the metrics pool's sessions, all of them idle)"""
+        row = conn.execute(
+            "SELECT max(query_start), bool_and(state = 'idle') FROM pg_stat_activity"
+            " WHERE application_name = 'pgtick-metrics'"
+        ).fetchone()
+        assert row is not None
+        return row[0], bool(row[1])
+
+    daemon, base = start_with_metrics(cluster)
+    try:
+        assert sample(scrape(base), "pgtick_db_collect_success") == 1
+        time.sleep(DB_CACHE_SECONDS + 1.5)
+        scrape(base)
+        second, _ = metrics_sessions()
+        assert second is not None
+        conn.execute("INSERT INTO runs (job_type, run_at) VALUES ('nobody', now())")
+
+        def read_ahead() -> datetime | None:
+            started, idle = metrics_sessions()
+            return started if started is not None and started > second and idle else None
+
+        ahead = wait_for(read_ahead, DB_CACHE_SECONDS + 10, what="a read before the 3rd round")
+        samples = scrape(base)
+        assert sample(samples, "pgtick_queue_depth", job_type="nobody") == 1
+        assert metrics_sessions()[0] == ahead  # the scrape sent nothing to the server
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(30) == 0
+    finally:
+        cluster.stop_all()
