@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
@@ -33,6 +34,11 @@ class MergedFiles(Collector):
     def __init__(self, path: str) -> None:
         self._path = path
         self._keys: dict[str, _Parsed] = {}
+
+    def describe(self) -> list[Metric]:
+        """Nothing up front: registering would otherwise read every file, in every process,
+        while its siblings are creating theirs."""
+        return []
 
     def _parse(self, key: str) -> _Parsed:
         parsed = self._keys.get(key)
@@ -54,6 +60,10 @@ class MergedFiles(Collector):
                 values = MmapedDict.read_all_values_from_file(entry.path)  # type: ignore[no-untyped-call]
             except FileNotFoundError:
                 continue  # a live gauge's file, removed since the scan
+            except struct.error:
+                # A file a starting process has just created and not yet sized (its first
+                # 4 bytes, the length used, missing): it holds no value yet.
+                continue
             for key, value, _timestamp, _ in values:
                 metric_name, name, labels, help_text = self._parse(key)
                 family = families.get(metric_name)
