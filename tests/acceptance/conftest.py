@@ -244,3 +244,22 @@ def wait_for(
 
 def status_counts(conn: Connection) -> dict[str, int]:
     return dict(conn.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
+
+
+def left_behind(conn: Connection, worker_ids: list[str], held: set[int]) -> set[int]:
+    """The runs a SIGKILLed daemon (its ``worker_ids``) left behind, read from its attempts
+    once the others have finished them: every one it did not finish. A statement it sent as
+    it died may commit after the caller's read of its running rows (``held``): a finish (that
+    run ended there, once) or a claim (left behind too, unseen by that read). Checks that each
+    held run was left behind or finished by it, that it left some, and that each it left
+    behind is recorded lost, once."""
+    attempts = conn.execute(
+        "SELECT run_id, outcome FROM attempts WHERE worker_id = ANY(%s)", [worker_ids]
+    ).fetchall()
+    finished = {run_id for run_id, outcome in attempts if outcome == "succeeded"}
+    outcomes = [outcome for _, outcome in attempts if outcome != "succeeded"]
+    left = {run_id for run_id, outcome in attempts if outcome != "succeeded"}
+    assert held - left <= finished
+    assert left, "the victim left runs behind"
+    assert outcomes == ["lost"] * len(left)
+    return left

@@ -13,7 +13,7 @@ import pytest
 
 from tests.dbhelp import Connection, NewRun, Runs
 
-from .conftest import Cluster, status_counts, wait_for
+from .conftest import Cluster, left_behind, status_counts, wait_for
 from .test_metrics import sample, scrape, start_with_metrics
 
 # The handler may see the cancellation this long after the next heartbeat (a busy machine).
@@ -76,26 +76,7 @@ def test_sigkill_mid_way_only_the_killed_daemons_runs_run_twice(
     assert held, "the victim held runs when it was killed"
 
     wait_for(lambda: status_counts(conn) == {"succeeded": 2000}, 120, 0.2, "all succeeded")
-    # What the victim left behind, from its attempts: a statement it sent just before it died
-    # still commits on its server backend, maybe after the read above: a finish (that run
-    # ended there, once) or a claim (that run was left behind too, unseen by the read).
-    outcomes = conn.execute(
-        "SELECT run_id, outcome FROM attempts WHERE worker_id = ANY(%s)"
-        " AND outcome IS DISTINCT FROM 'succeeded'",
-        [victim_ids],
-    ).fetchall()
-    left = {run_id for run_id, _ in outcomes}
-    assert held - left <= {
-        r[0]
-        for r in conn.execute(
-            "SELECT run_id FROM attempts WHERE run_id = ANY(%s) AND worker_id = ANY(%s)"
-            " AND outcome = 'succeeded'",
-            [list(held), victim_ids],
-        )
-    }
-    assert left, "the victim left runs behind"
-    # Each left behind is recorded lost, once.
-    assert [outcome for _, outcome in outcomes] == ["lost"] * len(left)
+    left = left_behind(conn, victim_ids, held)
     twice = {run_id for run_id, n in cluster.executions().items() if n > 1}
     assert twice <= left
     assert max(cluster.executions().values()) <= 2

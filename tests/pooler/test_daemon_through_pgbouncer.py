@@ -17,7 +17,7 @@ import pytest
 from pgtick.errors import DatabaseError
 from pgtick.storage import db
 from pgtick.storage.store import RunStore
-from tests.acceptance.conftest import Cluster, status_counts, wait_for
+from tests.acceptance.conftest import Cluster, left_behind, status_counts, wait_for
 from tests.dbhelp import NewRun, Runs, connect
 
 POOLED = "\n[database]\nprepared_statements = false\n"
@@ -86,26 +86,9 @@ def test_a_sigkilled_daemons_runs_are_recovered_through_pgbouncer(
             wait_for(
                 lambda: status_counts(conn) == {"succeeded": len(ids)}, 90, 0.2, "all succeeded"
             )
-            # What the victim left behind, from its attempts: it went on claiming between
-            # the read above and the kill (a second worker process starting up, say).
-            left = {
-                r[0]
-                for r in conn.execute(
-                    "SELECT run_id FROM attempts WHERE worker_id = ANY(%s)"
-                    " AND outcome IS DISTINCT FROM 'succeeded'",
-                    [victim_ids],
-                )
-            }
-            finished_by_victim = {
-                r[0]
-                for r in conn.execute(
-                    "SELECT run_id FROM attempts WHERE worker_id = ANY(%s)"
-                    " AND outcome = 'succeeded'",
-                    [victim_ids],
-                )
-            }
-            assert held - left <= finished_by_victim
-            assert left, "the victim left runs behind"
+            # It went on claiming between the read above and the kill (a second worker
+            # process starting up, say): what it left behind is read from its attempts.
+            left = left_behind(conn, victim_ids, held)
             lost = conn.execute("SELECT run_id FROM attempts WHERE outcome = 'lost'").fetchall()
             assert sorted(r[0] for r in lost) == sorted(left)  # each once, and only those
         executions = cluster.executions()
