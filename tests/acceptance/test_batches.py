@@ -58,14 +58,34 @@ def _cb_ran(conn: Connection) -> bool:
     return bool(row[0] >= 1)
 
 
+def _as_planned(plan: int, status: str, history: list[list[str]]) -> bool:
+    """Whether a member's attempts ([attempt, outcome, error_type], released ones left out) are
+    what its plan (1 = succeeds at once; 2, 3 = retried first; 0 = dead after 3 attempts) and
+    faults make: numbered 1, 2, ...; the handler's Retry only before the planned attempt, its
+    success only from it on, and last; any other end (lost, failed by the daemon) a fault's;
+    dead after 3 attempts."""
+    if [int(a) for a, _, _ in history] != list(range(1, len(history) + 1)):
+        return False
+    for attempt, outcome, error_type in ((int(a), o, e) for a, o, e in history):
+        planned_retry = plan == 0 or attempt < plan
+        if outcome == "succeeded" and (planned_retry or attempt != len(history)):
+            return False
+        if (outcome, error_type) == ("failed", "Retry") and not planned_retry:
+            return False
+    if history and history[-1][1] == "succeeded":
+        return status == "succeeded" and len(history) <= 3
+    return status == "dead" and len(history) == 3
+
+
 def callback_once_with_the_counts(
     conn: Connection, dsn: str, batch_id: int, plan: list[int]
 ) -> None:
     """The batch of ``plan``'s members (1 = succeeds at once; 2, 3 = retried first; 0 = dead
     after 3 attempts), done under faults: its one callback has the database's counts."""
-    # A kill can cost a member an attempt (lost, or failed by the drain's grace), so one
-    # planned to succeed at its 2nd or 3rd attempt may end dead: the counts are the database's,
-    # and every such member shows the attempt a kill cost it.
+    # A fault (SIGKILL, a frozen daemon, a drain that could not write its results) can cost a
+    # member an attempt, recorded lost or failed by the daemon: so a member may end dead where
+    # its plan says it succeeds, but only with such attempts. Each member's history is read
+    # against its plan: an attempt the handler ended is the one its plan says.
     ended = dict(
         conn.execute(
             "SELECT (payload->>'n')::int, status FROM runs WHERE batch_id = %s", (batch_id,)
@@ -73,16 +93,22 @@ def callback_once_with_the_counts(
     )
     assert len(ended) == len(plan) and set(ended.values()) <= {"succeeded", "dead"}
     assert all(ended[n] == "dead" for n, s in enumerate(plan) if s == 0)
-    unplanned = [n for n, s in enumerate(plan) if s and ended[n] == "dead"]
-    assert all(s != 1 for n, s in enumerate(plan) if n in unplanned)  # 1: its first attempt
-    if unplanned:
-        cost = conn.execute(
-            "SELECT count(DISTINCT a.run_id) FROM attempts a JOIN runs r ON r.id = a.run_id "
-            "WHERE r.batch_id = %s AND (r.payload->>'n')::int = ANY(%s) "
-            "AND NOT (a.outcome = 'failed' AND a.error_type = 'Retry')",
-            (batch_id, unplanned),
-        ).fetchone()
-        assert cost == (len(unplanned),), "a member went dead with no attempt a kill cost it"
+    histories = {
+        n: history
+        for n, history in conn.execute(
+            "SELECT (r.payload->>'n')::int, array_agg(array[a.attempt::text, a.outcome, "
+            "coalesce(a.error_type, '')] ORDER BY a.attempt) "
+            "FROM runs r JOIN attempts a ON a.run_id = r.id "
+            "WHERE r.batch_id = %s AND a.outcome <> 'released' GROUP BY 1",
+            (batch_id,),
+        ).fetchall()
+    }
+    wrong = {
+        n: (plan[n], ended[n], histories.get(n))
+        for n in range(len(plan))
+        if not _as_planned(plan[n], ended[n], histories.get(n, []))
+    }
+    assert not wrong, f"members whose history is not their plan (plan, status, attempts): {wrong}"
     expected = {
         "id": batch_id,
         "members": len(plan),
